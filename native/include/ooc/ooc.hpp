@@ -1,0 +1,53 @@
+// libooc's C++ API: out-of-core layers over host-resident tensors.
+//
+// Every function takes host pointers (pageable, pinned or memory-mapped), splits the operation into
+// chunks that fit `Options::memory_limit` bytes of device memory, and streams them through a backend:
+// "cuda" (cuDNN on the GPU) or "host" (reference kernels on the CPU, same pipeline and budget).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "ooc/errors.hpp"
+#include "ooc/plan.hpp"
+#include "ooc/problem.hpp"
+
+namespace ooc {
+
+enum class BackendKind { automatic, host, cuda };  // automatic: cuda when a GPU is present
+
+struct Options {
+  size_t memory_limit = 0;  // bytes of device memory the call may use; 0: the process default
+  BackendKind backend = BackendKind::automatic;
+  int device = 0;
+};
+
+// Process-wide default memory limit (bytes); 0 means "most of the free device memory"
+// (or 1 GiB on the host backend).
+void set_default_memory_limit(size_t bytes);
+size_t default_memory_limit();
+
+int device_count() noexcept;                  // 0 without a GPU or driver; never throws
+int cudnn_version_runtime() noexcept;         // cudnnGetVersion()
+int cudnn_version_build() noexcept;           // CUDNN_VERSION at build time
+int cuda_runtime_version() noexcept;          // 0 when no driver
+std::string cudnn_library_path();             // where libcudnn.so.9 was loaded from ("" if unknown)
+
+// Plans without running. Throws out_of_budget when nothing fits.
+Plan plan_conv_forward(const ConvProblem& problem, const Options& options);
+
+// What one run did, measured (the plan says what it predicted).
+struct RunStats {
+  size_t bytes_h2d = 0, bytes_d2h = 0;   // bytes actually copied over each link direction
+  size_t device_bytes_reserved = 0;      // arena size: the most device memory the run held
+  int64_t chunks = 0;
+  double seconds = 0;                    // wall time of the pipeline
+  double gather_seconds = 0, scatter_seconds = 0, host_wait_seconds = 0;  // host worker time by stage
+};
+
+// y = alpha * conv(x, w) + beta * y + bias. bias may be null (problem.has_bias says which).
+// When `used` / `stats` are not null they receive the plan that ran and what it measured.
+void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
+                  const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+
+}  // namespace ooc

@@ -1,0 +1,104 @@
+// The public C++ API: picks the backend, plans, runs.
+#include "ooc/ooc.hpp"
+
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "backend/backend.hpp"
+#include "exec/conv_pipeline.hpp"
+#include "exec/thread_pool.hpp"
+#include "plan/planner.hpp"
+
+namespace ooc {
+namespace {
+
+std::atomic<size_t> g_default_memory_limit{0};
+
+// Backends are made once per process (a cuDNN handle and pinned staging are expensive) and used
+// by one call at a time.
+struct BackendSlot {
+  std::mutex mutex;
+  std::unique_ptr<Backend> backend;
+};
+
+BackendSlot& backend_slot(const Options& options) {
+  static std::mutex registry_mutex;
+  static std::map<int, BackendSlot> slots;  // -1: host, d >= 0: cuda device d
+  BackendKind kind = options.backend;
+  if (kind == BackendKind::automatic) kind = device_count() > 0 ? BackendKind::cuda : BackendKind::host;
+  if (kind == BackendKind::cuda) {
+    const int n = device_count();
+    if (n == 0) throw invalid_argument("backend 'cuda' was asked for, but no CUDA device is available");
+    if (options.device < 0 || options.device >= n)
+      throw invalid_argument("device " + std::to_string(options.device) + " is out of range: " + std::to_string(n) +
+                             " CUDA device(s) present");
+  }
+  const int key = kind == BackendKind::cuda ? options.device : -1;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  BackendSlot& slot = slots[key];
+  if (!slot.backend) slot.backend = key < 0 ? make_host_backend() : make_cuda_backend(key);
+  return slot;
+}
+
+PlannerConfig planner_config(Backend& backend, const Options& options) {
+  PlannerConfig cfg;
+  cfg.memory_limit = options.memory_limit ? options.memory_limit : default_memory_limit();
+  if (cfg.memory_limit == 0) cfg.memory_limit = backend.default_memory_limit();
+  cfg.workspace_bytes = backend.workspace_allowance(cfg.memory_limit);
+  cfg.machine = backend.machine();
+  cfg.backend = backend.name();
+  return cfg;
+}
+
+}  // namespace
+
+void set_default_memory_limit(size_t bytes) { g_default_memory_limit = bytes; }
+size_t default_memory_limit() { return g_default_memory_limit; }
+
+int device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error for us
+    return 0;
+  }
+  return n;
+}
+
+int cudnn_version_runtime() noexcept { return static_cast<int>(cudnnGetVersion()); }
+int cudnn_version_build() noexcept { return CUDNN_VERSION; }
+
+int cuda_runtime_version() noexcept {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) return 0;
+  return v;
+}
+
+std::string cudnn_library_path() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&cudnnGetVersion), &info) && info.dli_fname) return info.dli_fname;
+  return "";
+}
+
+Plan plan_conv_forward(const ConvProblem& problem, const Options& options) {
+  BackendSlot& slot = backend_slot(options);
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  return plan_conv_forward_for(problem, planner_config(*slot.backend, options));
+}
+
+void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
+                  const Options& options, Plan* used, RunStats* stats) {
+  if (!x || !w || !y || (problem.has_bias && !bias)) throw invalid_argument("conv_forward: null data pointer");
+  BackendSlot& slot = backend_slot(options);
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  Plan plan = plan_conv_forward_for(problem, planner_config(*slot.backend, options));
+  RunStats s = run_conv_forward(plan, *slot.backend, x, w, bias, y, ThreadPool::shared());
+  if (stats) *stats = s;
+  if (used) *used = std::move(plan);
+}
+
+}  // namespace ooc

@@ -1,0 +1,68 @@
+// The Backend interface: where chunks are stored and computed. The pipeline (exec/) drives it and
+// knows nothing of CUDA. Every operation is issued on one of three in-order queues; events order
+// the queues against each other and against the host. The cuda backend maps queues to streams and
+// events to cudaEvents; the host backend runs each operation at once, so its events are complete
+// the moment they are recorded.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "ooc/ooc.hpp"
+#include "ooc/plan.hpp"
+
+namespace ooc {
+
+enum class Queue { h2d = 0, compute = 1, d2h = 2 };
+
+// Shapes of one chunk's convolution, as the compute kernel sees it: dense x [n, c, in...],
+// w [k, c, kernel...], y [n, k, out...]; padding applied by the kernel itself.
+struct ChunkConv {
+  int spatial_dims = 2;
+  int64_t n = 1, c = 1, k = 1;
+  Dims3 in{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1}, out{1, 1, 1};
+};
+
+class Backend {
+ public:
+  using Event = int;
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual MachineModel machine() const = 0;
+  // Device bytes a call may use when the caller asked for none.
+  virtual size_t default_memory_limit() const = 0;
+  // Part of `budget` that convolution algorithms may use as workspace.
+  virtual size_t workspace_allowance(size_t budget) const = 0;
+
+  // Device memory (the pipeline allocates one arena per call) and host staging memory.
+  virtual void* device_alloc(size_t bytes) = 0;
+  virtual void device_free(void* ptr) noexcept = 0;
+  virtual void* staging_alloc(size_t bytes) = 0;
+  virtual void staging_free(void* ptr) noexcept = 0;
+
+  // Contiguous copies, issued on Queue::h2d / Queue::d2h.
+  virtual void copy_h2d(void* device_dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_d2h(void* host_dst, const void* device_src, size_t bytes) = 0;
+
+  // On Queue::compute: y = alpha * conv(x, w) + beta * y, then y += bias[k] when bias is not null.
+  // beta == 0 never reads y. workspace has workspace_bytes bytes (<= the plan's allowance).
+  virtual void conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y,
+                            double alpha, double beta, void* workspace, size_t workspace_bytes) = 0;
+
+  virtual Event create_event() = 0;
+  virtual void destroy_event(Event event) noexcept = 0;
+  virtual void record(Event event, Queue queue) = 0;   // event completes when queue's work so far is done
+  virtual void wait(Queue queue, Event event) = 0;     // queue's later work waits for event
+  virtual void host_wait(Event event) = 0;             // the calling thread waits for event
+  virtual bool query(Event event) = 0;                 // true when event has completed
+  virtual void synchronize() noexcept = 0;             // drain every queue (also on error paths)
+};
+
+// Makes the backend options ask for (automatic: cuda when a GPU is present).
+std::unique_ptr<Backend> make_backend(const Options& options);
+std::unique_ptr<Backend> make_host_backend();
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
+}  // namespace ooc

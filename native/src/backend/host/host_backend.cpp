@@ -1,0 +1,65 @@
+// The host backend: the "device" is host memory and every queue runs its work at once, in order,
+// on the calling thread (compute on the worker pool). Events are therefore complete when recorded.
+// It exists so that the whole planner + pipeline path runs, budget included, where no GPU is.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backend/backend.hpp"
+#include "backend/host/host_conv.hpp"
+#include "exec/thread_pool.hpp"
+
+namespace ooc {
+namespace {
+
+class HostBackend final : public Backend {
+ public:
+  std::string name() const override { return "host"; }
+
+  MachineModel machine() const override {
+    MachineModel m;
+    m.h2d_bytes_per_s = m.d2h_bytes_per_s = 8e9;  // memcpy
+    m.bidir_bytes_per_s = 8e9;
+    m.flops_per_s = 2e9 * ThreadPool::shared().size();
+    m.chunk_overhead_s = 5e-6;
+    return m;
+  }
+
+  size_t default_memory_limit() const override { return size_t{1} << 30; }
+  size_t workspace_allowance(size_t) const override { return 0; }  // direct loops need none
+
+  void* device_alloc(size_t bytes) override { return checked_malloc(bytes); }
+  void device_free(void* p) noexcept override { std::free(p); }
+  void* staging_alloc(size_t bytes) override { return checked_malloc(bytes); }
+  void staging_free(void* p) noexcept override { std::free(p); }
+
+  void copy_h2d(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_d2h(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+
+  void conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y, double alpha,
+                    double beta, void*, size_t) override {
+    host_conv_forward(shape, x, w, bias, y, alpha, beta, ThreadPool::shared());
+  }
+
+  Event create_event() override { return next_event_++; }
+  void destroy_event(Event) noexcept override {}
+  void record(Event, Queue) override {}
+  void wait(Queue, Event) override {}
+  void host_wait(Event) override {}
+  bool query(Event) override { return true; }
+  void synchronize() noexcept override {}
+
+ private:
+  static void* checked_malloc(size_t bytes) {
+    void* p = std::malloc(bytes ? bytes : 1);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  Event next_event_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_host_backend() { return std::make_unique<HostBackend>(); }
+
+}  // namespace ooc

@@ -1,0 +1,93 @@
+#include "exec/thread_pool.hpp"
+
+#include <algorithm>
+
+namespace ooc {
+
+ThreadPool::ThreadPool(int threads) {
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+ThreadPool& ThreadPool::shared() {
+  static ThreadPool pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u)));
+  return pool;
+}
+
+void ThreadPool::run_blocks() {
+  for (;;) {
+    int64_t begin;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (next_ >= count_ || error_) return;
+      begin = next_;
+      next_ = std::min(count_, next_ + block_);
+    }
+    try {
+      (*body_)(begin, std::min(count_, begin + block_));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      ++active_;
+    }
+    run_blocks();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --active_;
+    }
+    done_.notify_all();
+  }
+}
+
+void ThreadPool::parallel_for(int64_t count, const std::function<void(int64_t, int64_t)>& body) {
+  if (count <= 0) return;
+  if (workers_.empty() || count == 1) {
+    body(0, count);
+    return;
+  }
+  std::lock_guard<std::mutex> call(call_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    body_ = &body;
+    count_ = count;
+    // A few blocks per thread balance uneven rows without much locking.
+    block_ = std::max<int64_t>(1, count / (4 * size()));
+    next_ = 0;
+    error_ = nullptr;
+    ++generation_;
+  }
+  wake_.notify_all();
+  run_blocks();
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return active_ == 0 && (next_ >= count_ || error_); });
+    // Workers that woke late find no blocks left; make sure none still holds body_.
+    body_ = nullptr;
+    count_ = 0;
+    error = error_;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace ooc

@@ -1,0 +1,45 @@
+// A fixed pool of host worker threads for gathering and scattering chunk regions. parallel_for
+// splits [0, count) into contiguous blocks, runs them on the workers and the calling thread, and
+// returns when all are done (rethrowing the first exception).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ooc {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  void parallel_for(int64_t count, const std::function<void(int64_t begin, int64_t end)>& body);
+
+  // Shared by every call of the process: min(hardware threads, 16).
+  static ThreadPool& shared();
+
+ private:
+  void worker_loop();
+  void run_blocks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::mutex call_mutex_;  // one parallel_for at a time
+  bool stop_ = false;
+  uint64_t generation_ = 0;
+  const std::function<void(int64_t, int64_t)>* body_ = nullptr;
+  int64_t count_ = 0, block_ = 1, next_ = 0;
+  int active_ = 0;
+  std::exception_ptr error_;
+};
+
+}  // namespace ooc

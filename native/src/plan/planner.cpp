@@ -1,0 +1,256 @@
+#include "plan/planner.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+#include "ooc/errors.hpp"
+#include "plan/conv_geometry.hpp"
+#include "plan/cost_model.hpp"
+#include "plan/shape_format.hpp"
+
+namespace ooc {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Device slots start on 256-byte boundaries (cuDNN's preferred alignment); sizes include the padding.
+size_t slot_bytes(int64_t elements, double element_size) {
+  const size_t bytes = static_cast<size_t>(elements * element_size);
+  return (bytes + 255) / 256 * 256;
+}
+
+// Tile sizes worth trying for an extent: E / 1, 2, 4, 8, ... rounded up, and 1 (distinct values).
+std::vector<int64_t> candidate_tiles(int64_t extent) {
+  std::vector<int64_t> tiles;
+  for (int64_t parts = 1; parts < extent; parts *= 2) tiles.push_back(ceil_div(extent, parts));
+  tiles.push_back(1);
+  tiles.erase(std::unique(tiles.begin(), tiles.end()), tiles.end());
+  return tiles;
+}
+
+// What one spatial dimension contributes for a given output tile size.
+struct SpatialSplit {
+  int64_t tile = 1, tiles = 1;
+  int64_t max_in = 1;  // largest input region (halo included)
+  int64_t sum_in = 1;  // input elements read along this dim over all tiles
+};
+
+SpatialSplit spatial_split(const ConvProblem& p, int d, int64_t tile) {
+  SpatialSplit s;
+  s.tile = tile;
+  s.tiles = ceil_div(p.out[d], tile);
+  if (s.tiles == 1) {  // whole dimension: cuDNN pads it itself, no zeros cross the link
+    s.max_in = s.sum_in = p.in[d];
+    return s;
+  }
+  s.max_in = 0;
+  s.sum_in = 0;
+  for (int64_t t = 0; t < s.tiles; ++t) {
+    const Range out{t * tile, std::min((t + 1) * tile, p.out[d])};
+    const int64_t extent = conv_input_range(out, p.kernel[d], p.stride[d], p.padding[d], p.dilation[d]).size();
+    s.max_in = std::max(s.max_in, extent);
+    s.sum_in += extent;
+  }
+  return s;
+}
+
+struct Candidate {
+  Tiling tiling;
+  int64_t tiles_n = 1, tiles_k = 1, tiles_c = 1;
+  Dims3 tiles_out{1, 1, 1};
+  LoopOrder order = LoopOrder::ns_outer;
+  int buffers = 3, x_buffers = 3, w_buffers = 3;
+  size_t x_slot = 0, w_slot = 0, y_slot = 0, peak = 0;
+  double bytes_h2d = 0, bytes_d2h = 0, seconds = 0;
+};
+
+// Loads of x and w over the whole loop nest: a chunk reuses the tensor region of the chunk before
+// it when they are equal (see LoopOrder). Must agree with expand_chunks (a planner test checks).
+void count_traffic(const ConvProblem& p, Candidate& c, double x_once, double w_total, double y_total) {
+  const int64_t tiles_ns = c.tiles_n * c.tiles_out[0] * c.tiles_out[1] * c.tiles_out[2];
+  double x_loads_factor, w_loads_factor;  // multiples of x_once and w_total
+  int64_t x_loads, w_loads;
+  const int64_t total_chunks = tiles_ns * c.tiles_k * c.tiles_c;
+  if (c.order == LoopOrder::k_outer) {
+    const bool x_reused = tiles_ns == 1 && c.tiles_c == 1;
+    x_loads_factor = x_reused ? 1.0 : static_cast<double>(c.tiles_k);
+    x_loads = x_reused ? 1 : total_chunks;
+    const bool w_reused = c.tiles_c == 1;
+    w_loads_factor = w_reused ? 1.0 : static_cast<double>(tiles_ns);
+    w_loads = w_reused ? c.tiles_k : total_chunks;
+  } else {
+    const bool x_reused = c.tiles_c == 1;
+    x_loads_factor = x_reused ? 1.0 : static_cast<double>(c.tiles_k);
+    x_loads = x_reused ? tiles_ns : total_chunks;
+    const bool w_reused = c.tiles_k == 1 && c.tiles_c == 1;
+    w_loads_factor = w_reused ? 1.0 : static_cast<double>(tiles_ns);
+    w_loads = w_reused ? 1 : total_chunks;
+  }
+  c.x_buffers = x_loads == 1 ? 1 : c.buffers;
+  c.w_buffers = w_loads == 1 ? 1 : c.buffers;
+  c.bytes_h2d = x_once * x_loads_factor + w_total * w_loads_factor + (p.beta != 0.0 ? y_total : 0.0) +
+                (p.has_bias ? static_cast<double>(p.k) * static_cast<double>(dtype_size(p.dtype)) : 0.0);
+  c.bytes_d2h = y_total;
+}
+
+std::vector<Chunk> expand_chunks(const ConvProblem& p, const Candidate& c) {
+  std::vector<Chunk> chunks;
+  auto range = [](int64_t t, int64_t tile, int64_t extent) { return Range{t * tile, std::min((t + 1) * tile, extent)}; };
+  const int64_t tiles_ns = c.tiles_n * c.tiles_out[0] * c.tiles_out[1] * c.tiles_out[2];
+  const int64_t outer = c.order == LoopOrder::k_outer ? c.tiles_k : tiles_ns;
+  const int64_t middle = c.order == LoopOrder::k_outer ? tiles_ns : c.tiles_k;
+  chunks.reserve(static_cast<size_t>(outer * middle * c.tiles_c));
+  const Chunk* prev = nullptr;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t m = 0; m < middle; ++m) {
+      const int64_t kt = c.order == LoopOrder::k_outer ? o : m;
+      int64_t ns = c.order == LoopOrder::k_outer ? m : o;
+      // ns enumerates (n, d0, d1, d2) tiles, last fastest.
+      Dims3 st;
+      for (int d = kMaxSpatial - 1; d >= 0; --d) {
+        st[d] = ns % c.tiles_out[d];
+        ns /= c.tiles_out[d];
+      }
+      const int64_t nt = ns;
+      for (int64_t ct = 0; ct < c.tiles_c; ++ct) {
+        Chunk ch;
+        ch.n = range(nt, c.tiling.n, p.n);
+        ch.k = range(kt, c.tiling.k, p.k);
+        ch.c = range(ct, c.tiling.c, p.c);
+        for (int d = 0; d < kMaxSpatial; ++d) {
+          ch.out[d] = range(st[d], c.tiling.out[d], p.out[d]);
+          if (c.tiles_out[d] == 1) {
+            ch.in[d] = Range{0, p.in[d]};
+            ch.compute_padding[d] = p.padding[d];
+          } else {
+            ch.in[d] = conv_input_range(ch.out[d], p.kernel[d], p.stride[d], p.padding[d], p.dilation[d]);
+            ch.compute_padding[d] = 0;
+          }
+        }
+        ch.first_c = ct == 0;
+        ch.last_c = ct == c.tiles_c - 1;
+        if (prev) {
+          ch.load_x = !(prev->n == ch.n && prev->c == ch.c && prev->in == ch.in);
+          ch.load_w = !(prev->k == ch.k && prev->c == ch.c);
+        }
+        chunks.push_back(ch);
+        prev = &chunks.back();
+      }
+    }
+  }
+  return chunks;
+}
+
+}  // namespace
+
+const char* loop_order_name(LoopOrder order) { return order == LoopOrder::k_outer ? "k_outer" : "ns_outer"; }
+
+Plan plan_conv_forward_for(const ConvProblem& p, const PlannerConfig& config) {
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  const int64_t kernel_elems = p.kernel[0] * p.kernel[1] * p.kernel[2];
+  const double w_total = static_cast<double>(p.w_elements()) * es;
+  const double y_total = static_cast<double>(p.y_elements()) * es;
+  const size_t budget = config.memory_limit;
+  const size_t bias_bytes = p.has_bias ? slot_bytes(p.k, es) : 0;  // bias stays on the device whole
+
+  std::array<std::vector<SpatialSplit>, kMaxSpatial> spatial;
+  for (int d = 0; d < kMaxSpatial; ++d)
+    for (int64_t t : candidate_tiles(p.out[d])) spatial[d].push_back(spatial_split(p, d, t));
+
+  Candidate best;
+  bool found = false;
+  size_t smallest_peak = std::numeric_limits<size_t>::max();
+  const size_t kMaxChunks = size_t{1} << 22;
+
+  for (int64_t tk : candidate_tiles(p.k))
+    for (int64_t tc : candidate_tiles(p.c)) {
+      const int64_t w_elems = tk * tc * kernel_elems;
+      if (w_elems > kMaxChunkElements) continue;
+      for (int64_t tn : candidate_tiles(p.n))
+        for (const SpatialSplit& s0 : spatial[0])
+          for (const SpatialSplit& s1 : spatial[1])
+            for (const SpatialSplit& s2 : spatial[2]) {
+              const int64_t x_elems = tn * tc * s0.max_in * s1.max_in * s2.max_in;
+              const int64_t y_elems = tn * tk * s0.tile * s1.tile * s2.tile;
+              if (x_elems > kMaxChunkElements || y_elems > kMaxChunkElements) continue;
+              Candidate c;
+              c.tiling = Tiling{tn, tk, tc, {s0.tile, s1.tile, s2.tile}};
+              c.tiles_n = ceil_div(p.n, tn);
+              c.tiles_k = ceil_div(p.k, tk);
+              c.tiles_c = ceil_div(p.c, tc);
+              c.tiles_out = {s0.tiles, s1.tiles, s2.tiles};
+              const double chunks = static_cast<double>(c.tiles_n) * c.tiles_k * c.tiles_c * s0.tiles * s1.tiles * s2.tiles;
+              if (chunks > static_cast<double>(kMaxChunks)) continue;
+              c.x_slot = slot_bytes(x_elems, es);
+              c.w_slot = slot_bytes(w_elems, es);
+              c.y_slot = slot_bytes(y_elems, es);
+              const double x_once = static_cast<double>(p.n) * p.c * s0.sum_in * s1.sum_in * s2.sum_in * es;
+              for (LoopOrder order : {LoopOrder::ns_outer, LoopOrder::k_outer})
+                for (int buffers : {3, 2, 1}) {
+                  c.order = order;
+                  c.buffers = buffers;
+                  count_traffic(p, c, x_once, w_total, y_total);
+                  c.peak = c.x_buffers * c.x_slot + c.w_buffers * c.w_slot + c.buffers * c.y_slot + bias_bytes +
+                           config.workspace_bytes;
+                  smallest_peak = std::min(smallest_peak, c.peak);
+                  if (c.peak > budget) continue;
+                  TrafficEstimate t;
+                  t.bytes_h2d = c.bytes_h2d;
+                  t.bytes_d2h = c.bytes_d2h;
+                  t.flops = p.flops();
+                  t.num_chunks = chunks;
+                  t.first_load_bytes = static_cast<double>(c.x_slot + c.w_slot);
+                  t.last_store_bytes = static_cast<double>(c.y_slot);
+                  t.buffers = buffers;
+                  c.seconds = predict_seconds(t, config.machine);
+                  if (!found || c.seconds < best.seconds * (1 - 1e-9)) {
+                    best = c;
+                    found = true;
+                  }
+                }
+            }
+    }
+
+  if (!found) {
+    std::ostringstream msg;
+    msg << "memory_limit of " << format_bytes(static_cast<double>(budget)) << " is too small for " << p.describe()
+        << ": the smallest plan needs ";
+    if (smallest_peak == std::numeric_limits<size_t>::max())
+      msg << "chunks of more than 2^31 elements";
+    else
+      msg << format_bytes(static_cast<double>(smallest_peak)) << " (" << smallest_peak << " bytes"
+          << (config.workspace_bytes ? ", workspace allowance included" : "") << ")";
+    throw out_of_budget(msg.str(), smallest_peak);
+  }
+
+  Plan plan;
+  plan.problem = p;
+  plan.backend = config.backend;
+  plan.tiling = best.tiling;
+  plan.splits_n = best.tiles_n;
+  plan.splits_k = best.tiles_k;
+  plan.splits_c = best.tiles_c;
+  plan.splits_out = best.tiles_out;
+  plan.order = best.order;
+  plan.buffers = best.buffers;
+  plan.w_buffers = best.w_buffers;
+  plan.w_resident = best.w_buffers == 1;
+  plan.x_slot_bytes = best.x_slot;
+  plan.w_slot_bytes = best.w_slot;
+  plan.y_slot_bytes = best.y_slot;
+  plan.bias_bytes = bias_bytes;
+  plan.workspace_bytes = config.workspace_bytes;
+  plan.peak_device_bytes = best.peak;
+  plan.memory_limit = budget;
+  plan.bytes_h2d = static_cast<size_t>(best.bytes_h2d);
+  plan.bytes_d2h = static_cast<size_t>(best.bytes_d2h);
+  plan.predicted_seconds = best.seconds;
+  plan.machine = config.machine;
+  plan.chunks = expand_chunks(p, best);
+  // x's slot count follows from how often it loads; keep the plan's own count consistent with it.
+  plan.x_buffers = best.x_buffers;
+  return plan;
+}
+
+}  // namespace ooc

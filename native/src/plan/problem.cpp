@@ -1,0 +1,157 @@
+#include "ooc/problem.hpp"
+
+#include <sstream>
+
+#include "ooc/errors.hpp"
+#include "plan/conv_geometry.hpp"
+#include "plan/shape_format.hpp"
+
+namespace ooc {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::float32: return 4;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::float32: return "float32";
+  }
+  return "?";
+}
+
+namespace {
+
+// Expands a per-dimension option given with 1 or spatial_dims entries.
+Dims3 spatial_option(const std::vector<int64_t>& values, int spatial_dims, const char* name, int64_t unused) {
+  if (values.size() != 1 && values.size() != static_cast<size_t>(spatial_dims)) {
+    std::ostringstream msg;
+    msg << name << " must have 1 or " << spatial_dims << " elements, got " << values.size();
+    throw invalid_argument(msg.str());
+  }
+  Dims3 out{unused, unused, unused};
+  for (int d = 0; d < spatial_dims; ++d) out[d] = values.size() == 1 ? values[0] : values[d];
+  return out;
+}
+
+}  // namespace
+
+ConvProblem ConvProblem::forward(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
+                                 const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                                 const std::vector<int64_t>& dilation, int64_t groups, double alpha, double beta,
+                                 bool has_bias, DType dtype) {
+  if (w_shape.size() < 3 || w_shape.size() > 5) {
+    std::ostringstream msg;
+    msg << "w must be 3D, 4D or 5D ([out_channels, in_channels/groups, *kernel]), got w of size "
+        << format_shape(w_shape);
+    throw invalid_argument(msg.str());
+  }
+  const int spatial = static_cast<int>(w_shape.size()) - 2;
+  if (x_shape.size() != w_shape.size()) {
+    std::ostringstream msg;
+    msg << "Expected " << w_shape.size() << "D (batched) input x to conv" << spatial << "d, but got input of size: "
+        << format_shape(x_shape);
+    throw invalid_argument(msg.str());
+  }
+  for (size_t i = 0; i < x_shape.size(); ++i)
+    if (x_shape[i] <= 0) throw invalid_argument("x has a zero or negative dimension: " + format_shape(x_shape));
+  for (size_t i = 0; i < w_shape.size(); ++i)
+    if (w_shape[i] <= 0) throw invalid_argument("w has a zero or negative dimension: " + format_shape(w_shape));
+  if (groups <= 0) throw invalid_argument("non-positive groups is not supported");
+
+  ConvProblem p;
+  p.spatial_dims = spatial;
+  p.n = x_shape[0];
+  p.c = x_shape[1];
+  p.k = w_shape[0];
+  p.groups = groups;
+  p.dtype = dtype;
+  p.alpha = alpha;
+  p.beta = beta;
+  p.has_bias = has_bias;
+  p.stride = spatial_option(stride, spatial, "stride", 1);
+  p.padding = spatial_option(padding, spatial, "padding", 0);
+  p.dilation = spatial_option(dilation, spatial, "dilation", 1);
+  for (int d = 0; d < spatial; ++d) {
+    p.in[d] = x_shape[2 + d];
+    p.kernel[d] = w_shape[2 + d];
+    if (p.stride[d] <= 0) throw invalid_argument("non-positive stride is not supported");
+    if (p.padding[d] < 0) throw invalid_argument("negative padding is not supported");
+    if (p.dilation[d] <= 0) throw invalid_argument("dilation should be greater than zero");
+  }
+  if (p.k % groups != 0) {
+    std::ostringstream msg;
+    msg << "Given groups=" << groups << ", expected w to be divisible by " << groups
+        << " at dimension 0, but got w of size " << format_shape(w_shape) << " instead";
+    throw invalid_argument(msg.str());
+  }
+  if (w_shape[1] * groups != p.c) {
+    std::ostringstream msg;
+    msg << "Given groups=" << groups << ", w of size " << format_shape(w_shape) << ", expected x"
+        << format_shape(x_shape) << " to have " << w_shape[1] * groups << " channels, but got " << p.c
+        << " channels instead";
+    throw invalid_argument(msg.str());
+  }
+  for (int d = 0; d < spatial; ++d) {
+    p.out[d] = conv_output_size(p.in[d], p.kernel[d], p.stride[d], p.padding[d], p.dilation[d]);
+    if (p.out[d] <= 0) {
+      std::vector<int64_t> padded, span;
+      for (int e = 0; e < spatial; ++e) {
+        padded.push_back(p.in[e] + 2 * p.padding[e]);
+        span.push_back(p.dilation[e] * (p.kernel[e] - 1) + 1);
+      }
+      std::ostringstream msg;
+      msg << "Calculated padded input size per channel: " << format_size(padded)
+          << ". Kernel size: " << format_size(span) << ". Kernel size can't be greater than actual input size";
+      throw invalid_argument(msg.str());
+    }
+  }
+  if (groups != 1)
+    throw not_supported("groups > 1 is not supported yet (planned: split along groups); got groups=" +
+                        std::to_string(groups));
+  return p;
+}
+
+std::vector<int64_t> ConvProblem::x_shape() const {
+  std::vector<int64_t> s{n, c};
+  for (int d = 0; d < spatial_dims; ++d) s.push_back(in[d]);
+  return s;
+}
+
+std::vector<int64_t> ConvProblem::w_shape() const {
+  std::vector<int64_t> s{k, c / groups};
+  for (int d = 0; d < spatial_dims; ++d) s.push_back(kernel[d]);
+  return s;
+}
+
+std::vector<int64_t> ConvProblem::y_shape() const {
+  std::vector<int64_t> s{n, k};
+  for (int d = 0; d < spatial_dims; ++d) s.push_back(out[d]);
+  return s;
+}
+
+int64_t ConvProblem::x_elements() const { return n * c * in[0] * in[1] * in[2]; }
+int64_t ConvProblem::w_elements() const { return k * (c / groups) * kernel[0] * kernel[1] * kernel[2]; }
+int64_t ConvProblem::y_elements() const { return n * k * out[0] * out[1] * out[2]; }
+
+double ConvProblem::flops() const {
+  return 2.0 * static_cast<double>(y_elements()) * static_cast<double>(c / groups) *
+         static_cast<double>(kernel[0] * kernel[1] * kernel[2]);
+}
+
+std::string ConvProblem::describe() const {
+  std::ostringstream s;
+  s << "conv" << spatial_dims << "d forward " << dtype_name(dtype) << ": x" << format_shape(x_shape()) << " * w"
+    << format_shape(w_shape()) << " -> y" << format_shape(y_shape());
+  std::vector<int64_t> st(stride.begin(), stride.begin() + spatial_dims),
+      pa(padding.begin(), padding.begin() + spatial_dims), di(dilation.begin(), dilation.begin() + spatial_dims);
+  s << ", stride=" << format_shape(st) << " padding=" << format_shape(pa) << " dilation=" << format_shape(di);
+  if (groups != 1) s << " groups=" << groups;
+  if (alpha != 1.0 || beta != 0.0) s << " alpha=" << alpha << " beta=" << beta;
+  if (has_bias) s << " +bias";
+  return s.str();
+}
+
+}  // namespace ooc
