@@ -11,6 +11,17 @@ endif()
 if(CUDNN_PATH)
   list(APPEND _cudnn_hints "${CUDNN_PATH}")
 endif()
+# NVIDIA's wheel as the interpreter sees it: also right inside pip's isolated build environment,
+# whose packages are on sys.path but not in Python_SITEARCH.
+if(Python_EXECUTABLE)
+  execute_process(
+    COMMAND "${Python_EXECUTABLE}" -c
+      "import importlib.util as u; s = u.find_spec('nvidia.cudnn'); print(list(s.submodule_search_locations)[0] if s else '')"
+    OUTPUT_VARIABLE _cudnn_wheel OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(_cudnn_wheel)
+    list(APPEND _cudnn_hints "${_cudnn_wheel}")
+  endif()
+endif()
 if(Python_SITEARCH)
   list(APPEND _cudnn_hints "${Python_SITEARCH}/nvidia/cudnn")
 endif()

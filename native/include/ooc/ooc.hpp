@@ -50,4 +50,17 @@ struct RunStats {
 void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
                   const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
 
+// Page-locked host memory (cudaHostAlloc) for callers that want DMA-speed arrays; throws cuda_error
+// without a GPU. Free with free_pinned.
+void* alloc_pinned(size_t bytes);
+void free_pinned(void* ptr) noexcept;
+
+namespace testing {
+// Test-only fault injection for the cuda backend: the `countdown`-th next call of kind `where`
+// ("copy": an H2D/D2H copy, "conv": a cuDNN convolution) fails as if CUDA/cuDNN had returned an
+// error (cuda_error / cudnn_error). countdown <= 0 disarms. Lets tests prove error paths drain the
+// streams, free everything and leave the library usable.
+void inject_fault(const std::string& where, int64_t countdown);
+}  // namespace testing
+
 }  // namespace ooc

@@ -1,0 +1,57 @@
+"""pyooc: deep-learning layers whose tensors do not fit in GPU memory.
+
+Tensors stay in host memory (numpy arrays, pinned or memory-mapped buffers); each operation is
+split into chunks that fit a device-memory budget and streamed through the GPU (cuDNN), or through
+the host backend where no GPU is present. See README.md and native/include/ooc/ooc.hpp."""
+
+from collections import namedtuple
+
+from pyooc._exceptions import CudaError, CudnnError
+from pyooc._loader import load_native
+
+_native = load_native()
+
+from pyooc.conv import conv_forward, last_stats, plan_conv_forward  # noqa: E402
+from pyooc.memory import get_memory_limit, parse_memory_limit, set_memory_limit  # noqa: E402
+from pyooc.pinned import pinned_empty  # noqa: E402
+
+__version__ = "0.1.0"
+
+CudnnVersion = namedtuple("CudnnVersion", ["build", "runtime"])
+
+
+def _version_tuple(v):
+    # cuDNN 9 encodes its version as major * 10000 + minor * 100 + patch.
+    return (v // 10000, (v % 10000) // 100, v % 100)
+
+
+def cudnn_version():
+    """cuDNN's version at build time and the one loaded now, as (major, minor, patch) tuples."""
+    build, runtime = _native.cudnn_versions()
+    return CudnnVersion(_version_tuple(build), _version_tuple(runtime))
+
+
+def device_count():
+    """Number of CUDA devices; 0 without a GPU or driver (never raises)."""
+    return _native.device_count()
+
+
+def info():
+    """Versions, devices and where cuDNN was loaded from, as a dict."""
+    return {
+        "pyooc": __version__,
+        "cudnn_build": ".".join(map(str, cudnn_version().build)),
+        "cudnn_runtime": ".".join(map(str, cudnn_version().runtime)),
+        "cudnn_library": _native.cudnn_library_path(),
+        "cuda_runtime": _native.cuda_runtime_version(),
+        "device_count": device_count(),
+        "default_backend": "cuda" if device_count() > 0 else "host",
+        "memory_limit": get_memory_limit(),
+    }
+
+
+__all__ = [
+    "CudaError", "CudnnError", "conv_forward", "plan_conv_forward", "last_stats", "set_memory_limit",
+    "get_memory_limit", "parse_memory_limit", "pinned_empty", "cudnn_version", "device_count", "info",
+    "__version__",
+]

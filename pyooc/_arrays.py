@@ -1,0 +1,81 @@
+"""Checks that turn caller arrays into zero-copy float32 views, with errors that name the argument."""
+
+import operator
+
+import numpy as np
+
+
+def as_input(array, name):
+    """A C-contiguous float32 ndarray viewing the caller's memory (buffer protocol, no copy)."""
+    if array is None:
+        raise TypeError(f"{name} must be an array, got None")
+    try:
+        view = np.asarray(array)
+    except Exception as exc:  # objects numpy cannot view at all
+        raise TypeError(f"{name} must be an array supporting the buffer protocol, got {type(array).__name__}") from exc
+    if view.dtype != np.float32:
+        raise TypeError(f"{name} must have dtype float32, got {view.dtype} "
+                        f"(pyooc does not convert silently: that would copy the whole tensor)")
+    if not view.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (np.ascontiguousarray({name}) makes a copy that is)")
+    if view.size == 0:
+        raise ValueError(f"{name} must not be empty, got shape {list(view.shape)}")
+    return view
+
+
+def as_output(out, shape, inputs):
+    """Checks the caller's `out=` array: shape, dtype, writable, contiguous, not sharing memory with inputs."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    if out.dtype != np.float32:
+        raise TypeError(f"out must have dtype float32, got {out.dtype}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"out has shape {list(out.shape)}, expected {list(shape)}")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
+    for name, array in inputs.items():
+        if array is not None and np.may_share_memory(out, array):
+            raise ValueError(f"out overlaps {name}: the output must not share memory with an input")
+    return out
+
+
+def spatial_tuple(value, spatial_dims, name):
+    """An int or a sequence of spatial_dims ints (as torch accepts), as a tuple; type errors name the argument."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int or a tuple of ints, got bool")
+    try:
+        return (operator.index(value),)
+    except TypeError:
+        pass
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a tuple of ints, got {type(value).__name__}") from None
+    if len(items) != spatial_dims:
+        raise ValueError(f"{name} must be an int or a tuple of {spatial_dims} ints, got {list(items)}")
+    return tuple(as_int(v, name) for v in items)
+
+
+def as_int(value, name):
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+
+
+def as_float(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    return float(value)
+
+
+def as_shape(shape, name):
+    try:
+        items = tuple(shape)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of ints, got {type(shape).__name__}") from None
+    return tuple(as_int(d, name) for d in items)

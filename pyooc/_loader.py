@@ -1,0 +1,44 @@
+"""Loads the native extension. libooc's RPATH points at NVIDIA's cuDNN wheel beside this package;
+where that fails (a system cuDNN, an unusual layout), libcudnn.so.9 is preloaded with ctypes from
+CUDNN_PATH or the wheel, then the import is retried."""
+
+import ctypes
+import importlib
+import os
+import sys
+
+
+def _cudnn_candidates():
+    env = os.environ.get("CUDNN_PATH")
+    if env:
+        yield os.path.join(env, "lib", "libcudnn.so.9")
+        yield os.path.join(env, "lib64", "libcudnn.so.9")
+    for entry in sys.path:
+        yield os.path.join(entry, "nvidia", "cudnn", "lib", "libcudnn.so.9")
+    yield "libcudnn.so.9"  # the system loader's search path
+
+
+def _preload_cudnn():
+    for candidate in _cudnn_candidates():
+        if os.path.sep in candidate and not os.path.exists(candidate):
+            continue
+        try:
+            ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL)
+            return candidate
+        except OSError:
+            continue
+    return None
+
+
+def load_native():
+    try:
+        return importlib.import_module("pyooc._native")
+    except ImportError as first:
+        if "cudnn" not in str(first):
+            raise
+        found = _preload_cudnn()
+        if found is None:
+            raise ImportError(
+                "pyooc needs cuDNN 9 (libcudnn.so.9): install the nvidia-cudnn-cu13 wheel "
+                "or set CUDNN_PATH to a cuDNN installation") from first
+        return importlib.import_module("pyooc._native")

@@ -1,0 +1,262 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Thin bindings over libooc. Argument checking that needs Python objects lives in pyooc/conv.py;
+shape and geometry checks live once, in C++ (ConvProblem::forward), and arrive here as ValueError."""
+
+from libc.stdint cimport int64_t, uintptr_t
+from libcpp.memory cimport unique_ptr, make_unique
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+from pyooc cimport _ooc as ooc
+
+from pyooc._exceptions import CudaError, CudnnError
+
+ooc.register_error_types(CudaError, CudnnError)
+
+_SPATIAL_NAMES = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}
+_BACKENDS = {"auto": ooc.BackendKind.automatic, "host": ooc.BackendKind.host, "cuda": ooc.BackendKind.cuda}
+
+
+cdef tuple _dims(ooc.Dims3 d, int n):
+    return tuple(d[i] for i in range(n))
+
+
+cdef class Plan:
+    """How one operation runs out of core (see native/include/ooc/plan.hpp). `str(plan)` prints it."""
+    cdef unique_ptr[ooc.Plan] c_obj
+
+    @staticmethod
+    cdef Plan wrap(ooc.Plan plan):
+        cdef Plan self = Plan.__new__(Plan)
+        self.c_obj = make_unique[ooc.Plan](plan)
+        return self
+
+    @property
+    def operation(self):
+        return "conv_forward"
+
+    @property
+    def backend(self):
+        return self.c_obj.get().backend.decode()
+
+    @property
+    def splits(self):
+        """Number of pieces per dimension: n, k (output channels), c (input channels) and each output
+        spatial dimension (d, h, w)."""
+        cdef ooc.Plan* p = self.c_obj.get()
+        out = {"n": p.splits_n, "k": p.splits_k, "c": p.splits_c}
+        for i, name in enumerate(_SPATIAL_NAMES[p.problem.spatial_dims]):
+            out[name] = p.splits_out[i]
+        return out
+
+    @property
+    def tiles(self):
+        """Tile size per dimension (the last tile of a dimension may be smaller)."""
+        cdef ooc.Plan* p = self.c_obj.get()
+        out = {"n": p.tiling.n, "k": p.tiling.k, "c": p.tiling.c}
+        for i, name in enumerate(_SPATIAL_NAMES[p.problem.spatial_dims]):
+            out[name] = p.tiling.out[i]
+        return out
+
+    @property
+    def num_chunks(self):
+        return self.c_obj.get().num_chunks()
+
+    @property
+    def loop_order(self):
+        return ooc.loop_order_name(self.c_obj.get().order).decode()
+
+    @property
+    def buffers(self):
+        return self.c_obj.get().buffers
+
+    @property
+    def w_resident(self):
+        return self.c_obj.get().w_resident
+
+    @property
+    def peak_device_bytes(self):
+        return self.c_obj.get().peak_device_bytes
+
+    @property
+    def workspace_bytes(self):
+        return self.c_obj.get().workspace_bytes
+
+    @property
+    def memory_limit(self):
+        return self.c_obj.get().memory_limit
+
+    @property
+    def bytes_h2d(self):
+        return self.c_obj.get().bytes_h2d
+
+    @property
+    def bytes_d2h(self):
+        return self.c_obj.get().bytes_d2h
+
+    @property
+    def predicted_seconds(self):
+        return self.c_obj.get().predicted_seconds
+
+    @property
+    def x_shape(self):
+        return tuple(self.c_obj.get().problem.x_shape())
+
+    @property
+    def w_shape(self):
+        return tuple(self.c_obj.get().problem.w_shape())
+
+    @property
+    def y_shape(self):
+        return tuple(self.c_obj.get().problem.y_shape())
+
+    @property
+    def flops(self):
+        return self.c_obj.get().problem.flops()
+
+    @property
+    def chunks(self):
+        """The chunks in execution order, each a dict of index ranges (half-open) and flags."""
+        cdef ooc.Plan* p = self.c_obj.get()
+        cdef int sd = p.problem.spatial_dims
+        cdef ooc.Chunk* ch
+        result = []
+        for i in range(p.chunks.size()):
+            ch = &p.chunks[i]
+            result.append({
+                "n": (ch.n.begin, ch.n.end), "k": (ch.k.begin, ch.k.end), "c": (ch.c.begin, ch.c.end),
+                "out": tuple((ch.out[d].begin, ch.out[d].end) for d in range(sd)),
+                "in": tuple((ch.input[d].begin, ch.input[d].end) for d in range(sd)),
+                "load_x": ch.load_x, "load_w": ch.load_w, "first_c": ch.first_c, "last_c": ch.last_c,
+            })
+        return result
+
+    def __str__(self):
+        return self.c_obj.get().describe().decode()
+
+    def __repr__(self):
+        return (f"<pyooc.Plan {self.operation} backend={self.backend!r} splits={self.splits} "
+                f"chunks={self.num_chunks} peak_device_bytes={self.peak_device_bytes}>")
+
+
+cdef ooc.Options _options(size_t memory_limit, str backend, int device) except *:
+    cdef ooc.Options o
+    o.memory_limit = memory_limit
+    o.backend = _BACKENDS[backend]
+    o.device = device
+    return o
+
+
+cdef ooc.ConvProblem _conv_problem(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation,
+                                   int64_t groups, double alpha, double beta, bint has_bias) except *:
+    return ooc.ConvProblem.forward(list(x_shape), list(w_shape), list(stride), list(padding), list(dilation),
+                                   groups, alpha, beta, has_bias, ooc.DType.float32)
+
+
+def conv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups):
+    return tuple(_conv_problem(x_shape, w_shape, stride, padding, dilation, groups, 1.0, 0.0, False).y_shape())
+
+
+def plan_conv_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups,
+                      double alpha, double beta, bint has_bias, size_t memory_limit, str backend, int device):
+    cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta,
+                                                 has_bias)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_conv_forward(problem, options)
+    return Plan.wrap(plan)
+
+
+def conv_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, bias, float[::1] y,
+                 tuple stride, tuple padding, tuple dilation, int64_t groups, double alpha, double beta,
+                 size_t memory_limit, str backend, int device):
+    """Runs on flat float32 views of the caller's arrays (no copies). Returns (plan, stats)."""
+    cdef const float[::1] b
+    cdef const float* bias_ptr = NULL
+    if bias is not None:
+        b = bias
+        bias_ptr = &b[0]
+    cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta,
+                                                 bias is not None)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.conv_forward(problem, &x[0], &w[0], bias_ptr, &y[0], options, &plan, &stats)
+    return Plan.wrap(plan), {
+        "bytes_h2d": stats.bytes_h2d, "bytes_d2h": stats.bytes_d2h,
+        "device_bytes_reserved": stats.device_bytes_reserved, "chunks": stats.chunks,
+        "seconds": stats.seconds, "gather_seconds": stats.gather_seconds,
+        "scatter_seconds": stats.scatter_seconds, "host_wait_seconds": stats.host_wait_seconds,
+    }
+
+
+def set_default_memory_limit(size_t nbytes):
+    ooc.set_default_memory_limit(nbytes)
+
+
+def default_memory_limit():
+    return ooc.default_memory_limit()
+
+
+def device_count():
+    return ooc.device_count()
+
+
+def cudnn_versions():
+    return ooc.cudnn_version_build(), ooc.cudnn_version_runtime()
+
+
+def cuda_runtime_version():
+    return ooc.cuda_runtime_version()
+
+
+def cudnn_library_path():
+    return ooc.cudnn_library_path().decode()
+
+
+def inject_fault(str where, int64_t countdown):
+    ooc.inject_fault(where.encode(), countdown)
+
+
+cdef class PinnedAllocation:
+    """Page-locked host memory, exposed through the buffer protocol; freed when the last array
+    viewing it goes away."""
+    cdef void* ptr
+    cdef Py_ssize_t nbytes
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __cinit__(self, Py_ssize_t nbytes):
+        cdef size_t n = max(nbytes, 1)
+        with nogil:
+            self.ptr = ooc.alloc_pinned(n)
+        self.nbytes = nbytes
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            with nogil:
+                ooc.free_pinned(self.ptr)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        self.shape[0] = self.nbytes
+        self.strides[0] = 1
+        view.buf = self.ptr
+        view.obj = self
+        view.len = self.nbytes
+        view.readonly = 0
+        view.itemsize = 1
+        view.format = "B"
+        view.ndim = 1
+        view.shape = self.shape
+        view.strides = self.strides
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    @property
+    def address(self):
+        return <uintptr_t>self.ptr

@@ -1,0 +1,119 @@
+# Declarations mirroring libooc's public headers (native/include/ooc/*.hpp); nothing else here.
+from libc.stdint cimport int64_t
+from libcpp cimport bool
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+
+cdef extern from "_errors.hpp" namespace "pyooc":
+    cdef void translate_exception()
+    cdef void register_error_types(object cuda_error, object cudnn_error)
+
+
+cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
+    cdef enum class DType(int):
+        float32
+
+    cdef cppclass Dims3 "ooc::Dims3":
+        int64_t& operator[](size_t)
+
+    cdef cppclass ConvProblem:
+        int spatial_dims
+        int64_t n, c, k, groups
+        Dims3 input "in"
+        Dims3 kernel, stride, padding, dilation, out
+        DType dtype
+        double alpha, beta
+        bool has_bias
+
+        @staticmethod
+        ConvProblem forward(const vector[int64_t]& x_shape, const vector[int64_t]& w_shape,
+                            const vector[int64_t]& stride, const vector[int64_t]& padding,
+                            const vector[int64_t]& dilation, int64_t groups, double alpha, double beta,
+                            bool has_bias, DType dtype) except +translate_exception
+        vector[int64_t] x_shape()
+        vector[int64_t] w_shape()
+        vector[int64_t] y_shape()
+        double flops()
+        string describe()
+
+
+cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
+    cdef cppclass Range:
+        int64_t begin "begin"
+        int64_t end "end"
+
+    cdef cppclass RangeArray3 "std::array<ooc::Range, 3>":
+        Range& operator[](size_t)
+
+    cdef cppclass Tiling:
+        int64_t n, k, c
+        Dims3 out
+
+    cdef enum class LoopOrder(int):
+        k_outer
+        ns_outer
+
+    const char* loop_order_name(LoopOrder)
+
+    cdef cppclass Chunk:
+        Range n, k, c
+        RangeArray3 out
+        RangeArray3 input "in"
+        Dims3 compute_padding
+        bool load_x, load_w, first_c, last_c
+
+    cdef cppclass MachineModel:
+        double h2d_bytes_per_s, d2h_bytes_per_s, bidir_bytes_per_s, flops_per_s, chunk_overhead_s
+
+    cdef cppclass Plan:
+        ConvProblem problem
+        string backend
+        Tiling tiling
+        int64_t splits_n, splits_k, splits_c
+        Dims3 splits_out
+        LoopOrder order
+        int buffers, x_buffers, w_buffers
+        bool w_resident
+        size_t x_slot_bytes, w_slot_bytes, y_slot_bytes, bias_bytes, workspace_bytes
+        size_t peak_device_bytes, memory_limit, bytes_h2d, bytes_d2h
+        double predicted_seconds
+        MachineModel machine
+        vector[Chunk] chunks
+        size_t num_chunks()
+        string describe()
+
+
+cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
+    cdef enum class BackendKind(int):
+        automatic
+        host
+        cuda
+
+    cdef cppclass Options:
+        size_t memory_limit
+        BackendKind backend
+        int device
+
+    cdef cppclass RunStats:
+        size_t bytes_h2d, bytes_d2h, device_bytes_reserved
+        int64_t chunks
+        double seconds, gather_seconds, scatter_seconds, host_wait_seconds
+
+    void set_default_memory_limit(size_t bytes)
+    size_t default_memory_limit()
+    int device_count()
+    int cudnn_version_runtime()
+    int cudnn_version_build()
+    int cuda_runtime_version()
+    string cudnn_library_path() except +translate_exception
+
+    Plan plan_conv_forward(const ConvProblem& problem, const Options& options) except +translate_exception
+    void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
+                      const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void* alloc_pinned(size_t bytes) except +translate_exception
+    void free_pinned(void* ptr)
+
+
+cdef extern from "ooc/ooc.hpp" namespace "ooc::testing" nogil:
+    void inject_fault(const string& where, int64_t countdown) except +translate_exception
