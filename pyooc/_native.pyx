@@ -220,6 +220,10 @@ def inject_fault(str where, int64_t countdown):
     ooc.inject_fault(where.encode(), countdown)
 
 
+def set_host_direct_access(bint enabled):
+    ooc.set_host_direct_access(enabled)
+
+
 cdef class PinnedAllocation:
     """Page-locked host memory, exposed through the buffer protocol; freed when the last array
     viewing it goes away."""

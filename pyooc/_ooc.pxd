@@ -117,3 +117,4 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
 
 cdef extern from "ooc/ooc.hpp" namespace "ooc::testing" nogil:
     void inject_fault(const string& where, int64_t countdown) except +translate_exception
+    void set_host_direct_access(bool enabled)

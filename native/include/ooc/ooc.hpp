@@ -61,6 +61,10 @@ namespace testing {
 // error (cuda_error / cudnn_error). countdown <= 0 disarms. Lets tests prove error paths drain the
 // streams, free everything and leave the library usable.
 void inject_fault(const std::string& where, int64_t countdown);
+
+// Test-only: makes the host backend treat all caller memory as pinned, so CI exercises the
+// pipeline's direct-DMA path (strided copies, device-side halo zeroing) without a GPU.
+void set_host_direct_access(bool enabled);
 }  // namespace testing
 
 }  // namespace ooc

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "ooc/ooc.hpp"
@@ -15,6 +16,15 @@
 namespace ooc {
 
 enum class Queue { h2d = 0, compute = 1, d2h = 2 };
+
+// One rectangular copy of up to three dimensions between a host tensor and a dense device slot, in
+// bytes (cudaMemcpy3D's model): depth slices of height rows of width_bytes each.
+struct StridedCopy {
+  const char* src = nullptr;
+  char* dst = nullptr;
+  size_t width_bytes = 0, height = 1, depth = 1;
+  size_t src_pitch = 0, src_slice = 0, dst_pitch = 0, dst_slice = 0;
+};
 
 // Shapes of one chunk's convolution, as the compute kernel sees it: dense x [n, c, in...],
 // w [k, c, kernel...], y [n, k, out...]; padding applied by the kernel itself.
@@ -50,6 +60,14 @@ class Backend {
   // beta == 0 never reads y. workspace has workspace_bytes bytes (<= the plan's allowance).
   virtual void conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y,
                             double alpha, double beta, void* workspace, size_t workspace_bytes) = 0;
+
+  // Direct DMA between caller memory and device slots, without staging. Only used when
+  // host_is_device_accessible(ptr) (pinned or registered memory).
+  virtual bool host_is_device_accessible(const void* ptr) { (void)ptr; return false; }
+  virtual void copy_h2d_strided(const StridedCopy& copy) { (void)copy; throw std::logic_error("no direct DMA"); }
+  virtual void copy_d2h_strided(const StridedCopy& copy) { (void)copy; throw std::logic_error("no direct DMA"); }
+  // On Queue::h2d: zeroes a device range (halo outside the tensor, when DMA'd directly).
+  virtual void zero_device(void* device_dst, size_t bytes) { (void)device_dst; (void)bytes; throw std::logic_error("no direct DMA"); }
 
   virtual Event create_event() = 0;
   virtual void destroy_event(Event event) noexcept = 0;

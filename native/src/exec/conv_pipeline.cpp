@@ -131,17 +131,37 @@ RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, co
   const int in_stages = 3;
   const size_t in_stage_bytes = std::max({plan.x_slot_bytes, plan.w_slot_bytes, plan.bias_bytes,
                                           p.beta != 0.0 ? plan.y_slot_bytes : size_t{0}});
+  // Pinned (or registered) caller memory is DMA'd directly; only pageable tensors need staging.
+  const bool x_direct = backend.host_is_device_accessible(x), w_direct = backend.host_is_device_accessible(w);
+  const bool bias_direct = p.has_bias && backend.host_is_device_accessible(bias);
+  const bool y_direct = backend.host_is_device_accessible(y);
+  const bool inputs_direct = x_direct && w_direct && (!p.has_bias || bias_direct) && (p.beta == 0.0 || y_direct);
   std::vector<void*> stage_in;
-  for (int i = 0; i < in_stages; ++i) stage_in.push_back(res.staging(in_stage_bytes));
+  if (!inputs_direct)
+    for (int i = 0; i < in_stages; ++i) stage_in.push_back(res.staging(in_stage_bytes));
   std::vector<Backend::Event> stage_in_free = res.events(in_stages);
   int next_stage = 0;
   // Output staging: one buffer per y slot; scattered by the host before the slot's next D2H.
   std::vector<void*> stage_out;
-  for (int i = 0; i < plan.buffers; ++i) stage_out.push_back(res.staging(plan.y_slot_bytes));
+  if (!y_direct)
+    for (int i = 0; i < plan.buffers; ++i) stage_out.push_back(res.staging(plan.y_slot_bytes));
 
-  // Gather a region into staging and copy it to a device slot once `slot_free` has completed.
-  auto load = [&](const TensorView& view, const Box& box, void* device, Backend::Event slot_free,
+  // Moves a region into a device slot once `slot_free` has completed: by DMA straight from the
+  // caller's memory when it is pinned, else gathered by host workers into a staging buffer first.
+  auto load = [&](const TensorView& view, bool direct, const Box& box, void* device, Backend::Event slot_free,
                   Backend::Event ready) {
+    const size_t bytes = static_cast<size_t>(box.elements(5)) * es;
+    if (direct) {
+      const BoxCopies copies = strided_box_copies(view, box, static_cast<char*>(device), true);
+      backend.wait(Queue::h2d, slot_free);
+      if (!copies.covers_all) backend.zero_device(device, bytes);  // halo outside the tensor
+      for (const StridedCopy& c : copies.copies) {
+        backend.copy_h2d_strided(c);
+        stats.bytes_h2d += c.width_bytes * c.height * c.depth;
+      }
+      backend.record(ready, Queue::h2d);
+      return;
+    }
     const int s = next_stage;
     next_stage = (next_stage + 1) % in_stages;
     auto t = Clock::now();
@@ -150,7 +170,6 @@ RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, co
     t = Clock::now();
     gather_box(view, box, stage_in[s], pool);
     stats.gather_seconds += seconds_since(t);
-    const size_t bytes = static_cast<size_t>(box.elements(5)) * es;
     backend.wait(Queue::h2d, slot_free);
     backend.copy_h2d(device, stage_in[s], bytes);
     backend.record(stage_in_free[s], Queue::h2d);
@@ -179,24 +198,24 @@ RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, co
     TensorView bv = TensorView::contiguous(bias, {p.k, 1, 1, 1, 1}, 5, es);
     Box b;
     b.hi = {p.k, 1, 1, 1, 1};
-    load(bv, b, bias_dev, bias_ready, bias_ready);
+    load(bv, bias_direct, b, bias_dev, bias_ready, bias_ready);
   }
 
   for (const Chunk& ch : plan.chunks) {
     if (ch.load_x) {
       const int s = xr.advance();
-      load(xv, x_box(ch), xr.slots[s], xr.free[s], xr.ready[s]);
+      load(xv, x_direct, x_box(ch), xr.slots[s], xr.free[s], xr.ready[s]);
     }
     if (ch.load_w) {
       const int s = wr.advance();
-      load(wv, w_box(ch, p), wr.slots[s], wr.free[s], wr.ready[s]);
+      load(wv, w_direct, w_box(ch, p), wr.slots[s], wr.free[s], wr.ready[s]);
     }
     if (ch.first_c) {
       const int s = yr.advance();
       // Its staging buffer still holds an earlier chunk's y: scatter that first.
       while (std::any_of(pending.begin(), pending.end(), [&](const PendingScatter& ps) { return ps.slot == s; }))
         scatter_front();
-      if (p.beta != 0.0) load(yv, y_box(ch), yr.slots[s], yr.free[s], yr.ready[s]);
+      if (p.beta != 0.0) load(yv, y_direct, y_box(ch), yr.slots[s], yr.free[s], yr.ready[s]);
       backend.wait(Queue::compute, yr.free[s]);
     }
     const int xs = xr.current, ws = wr.current, ys = yr.current;
@@ -215,11 +234,19 @@ RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, co
       backend.record(y_computed[ys], Queue::compute);
       backend.wait(Queue::d2h, y_computed[ys]);
       const Box box = y_box(ch);
-      const size_t bytes = static_cast<size_t>(box.elements(5)) * es;
-      backend.copy_d2h(stage_out[ys], yr.slots[ys], bytes);
-      backend.record(yr.free[ys], Queue::d2h);
-      stats.bytes_d2h += bytes;
-      pending.push_back({ys, box});
+      if (y_direct) {  // pinned y: DMA straight into place, nothing left for the host to do
+        for (const StridedCopy& c : strided_box_copies(yv, box, static_cast<char*>(yr.slots[ys]), false).copies) {
+          backend.copy_d2h_strided(c);
+          stats.bytes_d2h += c.width_bytes * c.height * c.depth;
+        }
+        backend.record(yr.free[ys], Queue::d2h);
+      } else {
+        const size_t bytes = static_cast<size_t>(box.elements(5)) * es;
+        backend.copy_d2h(stage_out[ys], yr.slots[ys], bytes);
+        backend.record(yr.free[ys], Queue::d2h);
+        stats.bytes_d2h += bytes;
+        pending.push_back({ys, box});
+      }
     }
     // Scatter whatever has already arrived, so host work overlaps the device's.
     while (!pending.empty() && backend.query(yr.free[pending.front().slot])) scatter_front();

@@ -117,6 +117,78 @@ void copy_rows(const TensorView& t, const Box& box, char* dense, ThreadPool& poo
 
 }  // namespace
 
+BoxCopies strided_box_copies(const TensorView& t, const Box& box, char* dense, bool to_dense) {
+  check_box(t, box, true);
+  BoxCopies result;
+  const int rank = t.rank;
+  const int64_t es = static_cast<int64_t>(t.element_size);
+  // Clip to the tensor; the dense buffer keeps the whole box's shape.
+  Box clipped = box;
+  for (int i = 0; i < rank; ++i) {
+    clipped.lo[i] = std::max<int64_t>(box.lo[i], 0);
+    clipped.hi[i] = std::min<int64_t>(box.hi[i], t.shape[i]);
+    if (clipped.lo[i] != box.lo[i] || clipped.hi[i] != box.hi[i]) result.covers_all = false;
+    if (clipped.hi[i] <= clipped.lo[i]) return result;  // nothing inside
+  }
+  std::array<int64_t, kMaxRank> dense_strides{};
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    dense_strides[i] = stride;
+    stride *= box.hi[i] - box.lo[i];
+  }
+  // Rows: dims after row_dim merged where both tensor and dense buffer are contiguous over them.
+  int rd = rank - 1;
+  int64_t inner = 1;
+  while (rd > 0 && clipped.lo[rd] == 0 && clipped.hi[rd] == t.shape[rd] && box.lo[rd] == 0 &&
+         box.hi[rd] == t.shape[rd] && t.strides[rd] == inner && dense_strides[rd] == inner) {
+    inner *= t.shape[rd];
+    --rd;
+  }
+  if (t.strides[rd] != inner || dense_strides[rd] != inner)
+    throw std::logic_error("region copy: innermost dimension must be contiguous");
+  const size_t width = static_cast<size_t>((clipped.hi[rd] - clipped.lo[rd]) * inner * es);
+  // Up to two dims above the row become the copy's height and depth; the rest are looped.
+  const int hd = rd - 1, dd = rd - 2;
+  const int looped = std::max(0, rd - 2);
+  int64_t loops = 1;
+  for (int i = 0; i < looped; ++i) loops *= clipped.hi[i] - clipped.lo[i];
+  for (int64_t l = 0; l < loops; ++l) {
+    int64_t rem = l, src_off = 0, dst_off = 0;
+    for (int i = looped - 1; i >= 0; --i) {
+      const int64_t ext = clipped.hi[i] - clipped.lo[i];
+      const int64_t idx = clipped.lo[i] + rem % ext;
+      rem /= ext;
+      src_off += idx * t.strides[i];
+      dst_off += (idx - box.lo[i]) * dense_strides[i];
+    }
+    for (int i = looped; i <= rd; ++i) {
+      src_off += clipped.lo[i] * t.strides[i];
+      dst_off += (clipped.lo[i] - box.lo[i]) * dense_strides[i];
+    }
+    StridedCopy c;
+    const char* tensor_ptr = static_cast<const char*>(t.data) + src_off * es;
+    char* dense_ptr = dense + dst_off * es;
+    c.width_bytes = width;
+    c.height = hd >= 0 ? static_cast<size_t>(clipped.hi[hd] - clipped.lo[hd]) : 1;
+    c.depth = dd >= 0 ? static_cast<size_t>(clipped.hi[dd] - clipped.lo[dd]) : 1;
+    const size_t t_pitch = hd >= 0 ? static_cast<size_t>(t.strides[hd] * es) : width;
+    const size_t t_slice = dd >= 0 ? static_cast<size_t>(t.strides[dd] * es) : t_pitch * c.height;
+    const size_t d_pitch = hd >= 0 ? static_cast<size_t>(dense_strides[hd] * es) : width;
+    const size_t d_slice = dd >= 0 ? static_cast<size_t>(dense_strides[dd] * es) : d_pitch * c.height;
+    if (to_dense) {
+      c.src = tensor_ptr;
+      c.dst = dense_ptr;
+      c.src_pitch = t_pitch, c.src_slice = t_slice, c.dst_pitch = d_pitch, c.dst_slice = d_slice;
+    } else {
+      c.src = dense_ptr;
+      c.dst = const_cast<char*>(tensor_ptr);
+      c.src_pitch = d_pitch, c.src_slice = d_slice, c.dst_pitch = t_pitch, c.dst_slice = t_slice;
+    }
+    result.copies.push_back(c);
+  }
+  return result;
+}
+
 void gather_box(const TensorView& src, const Box& box, void* dst, ThreadPool& pool) {
   check_box(src, box, true);
   copy_rows<true>(src, box, static_cast<char*>(dst), pool);

@@ -9,6 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <vector>
+
+#include "backend/backend.hpp"
 #include "exec/thread_pool.hpp"
 
 namespace ooc {
@@ -32,6 +35,16 @@ struct Box {
 };
 
 void gather_box(const TensorView& src, const Box& box, void* dst, ThreadPool& pool);
+
+// The part of `box` inside the tensor as 3-D strided copies between the tensor and a dense buffer
+// shaped like the whole box (`dense` is its base). For DMA engines: no host thread touches data.
+// to_dense: tensor -> dense (H2D) or dense -> tensor (D2H). Returns false if the box has no
+// element inside the tensor. `covers_all` tells whether the box lies wholly inside the tensor.
+struct BoxCopies {
+  std::vector<StridedCopy> copies;
+  bool covers_all = true;
+};
+BoxCopies strided_box_copies(const TensorView& tensor, const Box& box, char* dense, bool to_dense);
 void scatter_box(const void* src, const TensorView& dst, const Box& box, ThreadPool& pool);
 
 }  // namespace ooc

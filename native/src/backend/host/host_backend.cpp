@@ -1,6 +1,7 @@
 // The host backend: the "device" is host memory and every queue runs its work at once, in order,
 // on the calling thread (compute on the worker pool). Events are therefore complete when recorded.
 // It exists so that the whole planner + pipeline path runs, budget included, where no GPU is.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -11,6 +12,12 @@
 
 namespace ooc {
 namespace {
+
+std::atomic<bool>& direct_access_flag() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+bool direct_access() { return direct_access_flag().load(); }
 
 class HostBackend final : public Backend {
  public:
@@ -41,6 +48,11 @@ class HostBackend final : public Backend {
     host_conv_forward(shape, x, w, bias, y, alpha, beta, ThreadPool::shared());
   }
 
+  bool host_is_device_accessible(const void*) override { return direct_access(); }
+  void copy_h2d_strided(const StridedCopy& c) override { strided_memcpy(c); }
+  void copy_d2h_strided(const StridedCopy& c) override { strided_memcpy(c); }
+  void zero_device(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+
   Event create_event() override { return next_event_++; }
   void destroy_event(Event) noexcept override {}
   void record(Event, Queue) override {}
@@ -50,6 +62,12 @@ class HostBackend final : public Backend {
   void synchronize() noexcept override {}
 
  private:
+  static void strided_memcpy(const StridedCopy& c) {
+    for (size_t z = 0; z < c.depth; ++z)
+      for (size_t y = 0; y < c.height; ++y)
+        std::memcpy(c.dst + z * c.dst_slice + y * c.dst_pitch, c.src + z * c.src_slice + y * c.src_pitch,
+                    c.width_bytes);
+  }
   static void* checked_malloc(size_t bytes) {
     void* p = std::malloc(bytes ? bytes : 1);
     if (!p) throw std::bad_alloc();
@@ -59,6 +77,8 @@ class HostBackend final : public Backend {
 };
 
 }  // namespace
+
+void testing::set_host_direct_access(bool enabled) { direct_access_flag() = enabled; }
 
 std::unique_ptr<Backend> make_host_backend() { return std::make_unique<HostBackend>(); }
 
