@@ -1,6 +1,235 @@
-// Placeholder until the cuDNN backend lands: a clear error instead of a crash.
+// The cuda backend: queues are non-blocking streams, events are cudaEvents, chunks run through
+// cuDNN's legacy convolution API in full FP32, staging buffers come from a page-locked cache.
+// One object per device, made once per process and used by one call at a time (api/ooc.cpp).
+#include <algorithm>
+#include <memory>
+#include <new>
+#include <stdexcept>
+
 #include "backend/backend.hpp"
+#include "backend/cuda/conv_setup_cache.hpp"
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_machine_model.hpp"
+#include "backend/cuda/cuda_stream.hpp"
+#include "backend/cuda/cudnn_descriptors.hpp"
+#include "backend/cuda/device_scope.hpp"
+#include "backend/cuda/event_pool.hpp"
+#include "backend/cuda/fault_injection.hpp"
+#include "backend/cuda/pinned_pool.hpp"
+#include "backend/cuda/pointer_kind.hpp"
+#include "backend/cuda/strided_copy.hpp"
 
 namespace ooc {
-std::unique_ptr<Backend> make_cuda_backend(int) { throw not_supported("the cuda backend is not built yet"); }
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr size_t kGiB = size_t{1} << 30;
+// Pinned staging kept between calls; beyond this the memory goes back to the system.
+constexpr size_t kStagingCacheBytes = 4 * kGiB;
+// Workspace beyond this buys cuDNN little for the chunk sizes we run, and costs chunk space.
+constexpr size_t kMaxWorkspaceBytes = 256 * kMiB;
+
+// Everything the backend owns on its device. Members are destroyed in reverse order: the staging
+// cache and descriptors first, then the cuDNN handle, events, and the streams the handle used.
+struct DeviceResources {
+  CudaStream h2d, compute, d2h;
+  EventPool events;
+  CudnnHandle cudnn;
+  ConvSetupCache conv_setups;
+  PinnedPool staging{kStagingCacheBytes};
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device), machine_(cuda_machine_model_from_env()) {
+    DeviceScope scope(device_);
+    // A local until the end, so that a throw below releases it while our device is still current.
+    auto resources = std::make_unique<DeviceResources>();
+    // Measured after our own streams and handle exist, so that the limit leaves room for them.
+    size_t free_bytes = 0, total_bytes = 0;
+    OOC_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    default_memory_limit_ = free_bytes / 5 * 4;
+    int max_pitch = 0;
+    OOC_CUDA_CHECK(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device_));
+    max_pitch_ = static_cast<size_t>(max_pitch);
+    resources_ = std::move(resources);
+  }
+
+  ~CudaBackend() override {
+    DeviceScope scope(device_, std::nothrow);
+    if (!scope.ok()) {
+      // The CUDA runtime is already torn down (static destruction at exit): tearing our objects
+      // down through it could crash, and the driver reclaims them with the process anyway.
+      (void)resources_.release();
+      return;
+    }
+    synchronize();
+    resources_.reset();
+  }
+
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  MachineModel machine() const override { return machine_; }
+  size_t default_memory_limit() const override { return default_memory_limit_; }
+
+  size_t workspace_allowance(size_t budget) const override {
+    return std::min(budget / 8, kMaxWorkspaceBytes) / 256 * 256;  // keeps arena slots 256-byte aligned
+  }
+
+  void* device_alloc(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    DeviceScope scope(device_);
+    void* ptr = nullptr;
+    OOC_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+    return ptr;
+  }
+
+  void device_free(void* ptr) noexcept override {
+    if (!ptr) return;
+    DeviceScope scope(device_, std::nothrow);
+    cuda_detail::ignore_cuda_error(cudaFree(ptr));
+  }
+
+  void* staging_alloc(size_t bytes) override {
+    DeviceScope scope(device_);
+    return resources_->staging.allocate(bytes);
+  }
+
+  void staging_free(void* ptr) noexcept override {
+    DeviceScope scope(device_, std::nothrow);
+    resources_->staging.release(ptr);
+  }
+
+  void copy_h2d(void* device_dst, const void* host_src, size_t bytes) override {
+    DeviceScope scope(device_);
+    throw_if_fault_injected(FaultSite::copy, "copy_h2d");
+    OOC_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, resources_->h2d.get()));
+  }
+
+  void copy_d2h(void* host_dst, const void* device_src, size_t bytes) override {
+    DeviceScope scope(device_);
+    throw_if_fault_injected(FaultSite::copy, "copy_d2h");
+    OOC_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, resources_->d2h.get()));
+  }
+
+  void conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y, double alpha,
+                    double beta, void* workspace, size_t workspace_bytes) override {
+    DeviceScope scope(device_);
+    throw_if_fault_injected(FaultSite::conv, "conv_forward");
+    if (workspace_bytes > 0 && !workspace)
+      throw std::logic_error("cuda backend: conv_forward was promised a workspace but given none");
+    cudnnHandle_t handle = resources_->cudnn;
+    ConvSetup& setup = resources_->conv_setups.get(handle, shape, workspace_bytes);
+    OOC_CUDNN_CHECK(cudnnSetStream(handle, resources_->compute.get()));
+    const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+    cudnnStatus_t status = run_convolution(setup, x, w, y, alpha_f, beta_f, workspace);
+    if (status == CUDNN_STATUS_NOT_SUPPORTED && setup.algorithm != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM) {
+      // The heuristic's pick may hold only for another math type than FMA; implicit GEMM runs
+      // every FP32 shape, needs no workspace, and from now on serves this shape.
+      setup.algorithm = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+      setup.workspace_bytes = 0;
+      status = run_convolution(setup, x, w, y, alpha_f, beta_f, workspace);
+    }
+    cuda_detail::check_cudnn(status, "cudnnConvolutionForward", __FILE__, __LINE__);
+    if (bias) {
+      const float one = 1.0f;
+      OOC_CUDNN_CHECK(cudnnAddTensor(handle, &one, setup.bias, bias, &one, setup.y, y));
+    }
+  }
+
+  // Pinned or registered host memory (and device or managed memory, which must never be read by
+  // host workers) goes by DMA straight between the caller's tensor and the device slots.
+  bool host_is_device_accessible(const void* ptr) override { return is_device_accessible(ptr); }
+
+  void copy_h2d_strided(const StridedCopy& copy) override {
+    DeviceScope scope(device_);
+    throw_if_fault_injected(FaultSite::copy, "copy_h2d_strided");
+    issue_strided_copy(copy, max_pitch_, resources_->h2d.get());
+  }
+
+  void copy_d2h_strided(const StridedCopy& copy) override {
+    DeviceScope scope(device_);
+    throw_if_fault_injected(FaultSite::copy, "copy_d2h_strided");
+    issue_strided_copy(copy, max_pitch_, resources_->d2h.get());
+  }
+
+  void zero_device(void* device_dst, size_t bytes) override {
+    if (bytes == 0) return;
+    DeviceScope scope(device_);
+    OOC_CUDA_CHECK(cudaMemsetAsync(device_dst, 0, bytes, resources_->h2d.get()));
+  }
+
+  Event create_event() override {
+    DeviceScope scope(device_);
+    return resources_->events.acquire();
+  }
+
+  void destroy_event(Event event) noexcept override { resources_->events.release(event); }
+
+  void record(Event event, Queue queue) override {
+    DeviceScope scope(device_);
+    OOC_CUDA_CHECK(cudaEventRecord(resources_->events.at(event), stream_of(queue)));
+  }
+
+  void wait(Queue queue, Event event) override {
+    DeviceScope scope(device_);
+    OOC_CUDA_CHECK(cudaStreamWaitEvent(stream_of(queue), resources_->events.at(event), 0));
+  }
+
+  void host_wait(Event event) override {
+    DeviceScope scope(device_);
+    OOC_CUDA_CHECK(cudaEventSynchronize(resources_->events.at(event)));
+  }
+
+  bool query(Event event) override {
+    DeviceScope scope(device_);
+    const cudaError_t status = cudaEventQuery(resources_->events.at(event));
+    if (status == cudaSuccess) return true;
+    if (status == cudaErrorNotReady) {
+      cuda_detail::clear_last_cuda_error();  // "not yet" is an answer, not an error
+      return false;
+    }
+    cuda_detail::throw_cuda_error(status, "cudaEventQuery(event)", __FILE__, __LINE__);
+  }
+
+  void synchronize() noexcept override {
+    DeviceScope scope(device_, std::nothrow);
+    if (!scope.ok() || !resources_) return;
+    for (const CudaStream* stream : {&resources_->h2d, &resources_->compute, &resources_->d2h})
+      cuda_detail::ignore_cuda_error(cudaStreamSynchronize(stream->get()));
+  }
+
+ private:
+  cudaStream_t stream_of(Queue queue) const {
+    switch (queue) {
+      case Queue::h2d: return resources_->h2d.get();
+      case Queue::compute: return resources_->compute.get();
+      case Queue::d2h: return resources_->d2h.get();
+    }
+    throw std::logic_error("cuda backend: unknown queue");
+  }
+
+  cudnnStatus_t run_convolution(const ConvSetup& setup, const float* x, const float* w, float* y, float alpha,
+                                float beta, void* workspace) {
+    return cudnnConvolutionForward(resources_->cudnn, &alpha, setup.x, x, setup.w, w, setup.conv, setup.algorithm,
+                                   setup.workspace_bytes ? workspace : nullptr, setup.workspace_bytes, &beta, setup.y,
+                                   y);
+  }
+
+  int device_;
+  MachineModel machine_;
+  size_t default_memory_limit_ = 0;
+  size_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: the widest row stride one pitched copy accepts
+  std::unique_ptr<DeviceResources> resources_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  if (device < 0) throw invalid_argument("device must be >= 0, got " + std::to_string(device));
+  return std::make_unique<CudaBackend>(device);
+}
+
 }  // namespace ooc

@@ -1,0 +1,168 @@
+#include "backend/cuda/conv_setup_cache.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.hpp"
+
+namespace ooc {
+namespace {
+
+// A process that runs many different problems must not grow the cache without bound.
+constexpr size_t kMaxCachedSetups = 256;
+
+// cuDNN's legacy descriptors take int; the planner keeps chunks far below that, so a value out
+// of range is a bug upstream, reported rather than truncated.
+int to_int(int64_t value, int64_t minimum, const char* what) {
+  if (value < minimum || value > std::numeric_limits<int>::max())
+    throw std::logic_error(std::string("cuda backend: chunk ") + what + " = " + std::to_string(value) +
+                           " is outside cuDNN's range [" + std::to_string(minimum) + ", 2^31)");
+  return static_cast<int>(value);
+}
+
+std::string format_dims(const int* dims, int count) {
+  std::ostringstream s;
+  s << "[";
+  for (int i = 0; i < count; ++i) s << (i ? ", " : "") << dims[i];
+  s << "]";
+  return s.str();
+}
+
+// The chunk in cuDNN's terms. cuDNN's Nd convolution wants at least two spatial dims, so a 1-D
+// convolution becomes a 2-D one with H = 1 (kernel 1 x k, padding 0 x p, stride 1 x s, ...).
+struct CudnnGeometry {
+  int tensor_dims = 4;   // 4 (NCHW) or 5 (NCDHW)
+  int spatial_dims = 2;  // tensor_dims - 2
+  int x[5] = {}, w[5] = {}, y[5] = {};
+  int padding[3] = {}, stride[3] = {}, dilation[3] = {};
+};
+
+CudnnGeometry geometry_of(const ChunkConv& s) {
+  if (s.spatial_dims < 1 || s.spatial_dims > kMaxSpatial)
+    throw std::logic_error("cuda backend: spatial_dims must be 1, 2 or 3, got " + std::to_string(s.spatial_dims));
+  CudnnGeometry g;
+  g.spatial_dims = std::max(2, s.spatial_dims);
+  g.tensor_dims = g.spatial_dims + 2;
+  g.x[0] = g.y[0] = to_int(s.n, 1, "n");
+  g.x[1] = g.w[1] = to_int(s.c, 1, "c");
+  g.w[0] = g.y[1] = to_int(s.k, 1, "k");
+  const int unit_dims = g.spatial_dims - s.spatial_dims;  // leading H = 1 for 1-D
+  for (int d = 0; d < g.spatial_dims; ++d) {
+    if (d < unit_dims) {
+      g.x[2 + d] = g.w[2 + d] = g.y[2 + d] = 1;
+      g.padding[d] = 0;
+      g.stride[d] = g.dilation[d] = 1;
+      continue;
+    }
+    const auto e = static_cast<size_t>(d - unit_dims);
+    g.x[2 + d] = to_int(s.in[e], 1, "input size");
+    g.w[2 + d] = to_int(s.kernel[e], 1, "kernel size");
+    g.y[2 + d] = to_int(s.out[e], 1, "output size");
+    g.padding[d] = to_int(s.padding[e], 0, "padding");
+    g.stride[d] = to_int(s.stride[e], 1, "stride");
+    g.dilation[d] = to_int(s.dilation[e], 1, "dilation");
+  }
+  return g;
+}
+
+// Fully packed NC(D)HW strides; also checks the element count fits cuDNN's int indexing.
+void set_packed_tensor(cudnnTensorDescriptor_t desc, const int* dims, int count, const char* what) {
+  int strides[5] = {};
+  int64_t stride = 1;
+  for (int i = count - 1; i >= 0; --i) {
+    strides[i] = static_cast<int>(stride);
+    stride *= dims[i];
+    if (stride > std::numeric_limits<int>::max())
+      throw std::logic_error(std::string("cuda backend: chunk tensor ") + what + format_dims(dims, count) +
+                             " has 2^31 elements or more (the planner must split it further)");
+  }
+  OOC_CUDNN_CHECK(cudnnSetTensorNdDescriptor(desc, CUDNN_DATA_FLOAT, count, dims, strides));
+}
+
+// The pipeline sized y's slot from the plan; cuDNN must agree, or it would write past the slot.
+void check_output_dims(const ConvSetup& s, const CudnnGeometry& g) {
+  int out[5] = {};
+  OOC_CUDNN_CHECK(cudnnGetConvolutionNdForwardOutputDim(s.conv, s.x, s.w, g.tensor_dims, out));
+  if (!std::equal(out, out + g.tensor_dims, g.y))
+    throw std::logic_error("cuda backend: chunk output " + format_dims(g.y, g.tensor_dims) + " differs from " +
+                           format_dims(out, g.tensor_dims) + ", what cuDNN computes for input " +
+                           format_dims(g.x, g.tensor_dims) + " and filter " + format_dims(g.w, g.tensor_dims));
+}
+
+bool uses_tensor_cores(cudnnMathType_t math) {
+  return math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// The heuristic's first choice that is full FP32 and fits the workspace; implicit GEMM needs no
+// workspace and runs every FP32 shape, so it is the fallback.
+void choose_algorithm(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit) {
+  int max_count = 0;
+  OOC_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> results(static_cast<size_t>(std::max(max_count, 1)));
+  int returned = 0;
+  OOC_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, s.x, s.w, s.conv, s.y, static_cast<int>(results.size()),
+                                                         &returned, results.data()));
+  for (int i = 0; i < std::min(returned, static_cast<int>(results.size())); ++i) {
+    const cudnnConvolutionFwdAlgoPerf_t& r = results[static_cast<size_t>(i)];
+    if (r.status != CUDNN_STATUS_SUCCESS || uses_tensor_cores(r.mathType)) continue;
+    // Asked of the FMA-only descriptor that will run: the heuristic's figure may be for another
+    // math type. A failure only means this algorithm cannot run that way: try the next.
+    size_t needed = 0;
+    if (cudnnGetConvolutionForwardWorkspaceSize(handle, s.x, s.w, s.conv, s.y, r.algo, &needed) !=
+        CUDNN_STATUS_SUCCESS)
+      continue;
+    if (needed > workspace_limit) continue;
+    s.algorithm = r.algo;
+    s.workspace_bytes = needed;
+    return;
+  }
+  s.algorithm = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  s.workspace_bytes = 0;
+}
+
+std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& shape, size_t workspace_limit) {
+  const CudnnGeometry g = geometry_of(shape);
+  auto s = std::make_unique<ConvSetup>();
+  set_packed_tensor(s->x, g.x, g.tensor_dims, "x");
+  set_packed_tensor(s->y, g.y, g.tensor_dims, "y");
+  const int bias_dims[5] = {1, g.y[1], 1, 1, 1};
+  set_packed_tensor(s->bias, bias_dims, g.tensor_dims, "bias");
+  OOC_CUDNN_CHECK(cudnnSetFilterNdDescriptor(s->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g.tensor_dims, g.w));
+  OOC_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(s->conv, g.spatial_dims, g.padding, g.stride, g.dilation,
+                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  OOC_CUDNN_CHECK(cudnnSetConvolutionMathType(s->conv, CUDNN_FMA_MATH));
+  check_output_dims(*s, g);
+  choose_algorithm(handle, *s, workspace_limit);
+  return s;
+}
+
+}  // namespace
+
+ConvSetupCache::Key ConvSetupCache::key_of(const ChunkConv& s, size_t workspace_limit) {
+  static_assert(std::tuple_size<Key>::value == 4 + 6 * kMaxSpatial + 1, "the key holds every ChunkConv field");
+  Key key{};
+  size_t i = 0;
+  key[i++] = s.spatial_dims;
+  key[i++] = s.n;
+  key[i++] = s.c;
+  key[i++] = s.k;
+  for (const Dims3* dims : {&s.in, &s.kernel, &s.stride, &s.padding, &s.dilation, &s.out})
+    for (int64_t v : *dims) key[i++] = v;
+  key[i++] = static_cast<int64_t>(workspace_limit);
+  return key;
+}
+
+ConvSetup& ConvSetupCache::get(cudnnHandle_t handle, const ChunkConv& shape, size_t workspace_limit) {
+  const Key key = key_of(shape, workspace_limit);
+  auto found = setups_.find(key);
+  if (found != setups_.end()) return *found->second;
+  auto setup = make_setup(handle, shape, workspace_limit);
+  if (setups_.size() >= kMaxCachedSetups) setups_.clear();  // no setup is referenced between calls
+  return *setups_.emplace(key, std::move(setup)).first->second;
+}
+
+}  // namespace ooc

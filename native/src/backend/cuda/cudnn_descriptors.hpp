@@ -1,0 +1,64 @@
+// Owning wrappers for cuDNN handles and descriptors: created in the constructor (throwing
+// cudnn_error on failure), destroyed exactly once in the destructor, never copied.
+#pragma once
+
+#include <cudnn.h>
+
+#include "backend/cuda/cuda_check.hpp"
+
+namespace ooc {
+
+// Traits name the create/destroy pair of one cuDNN object type (and the call for error messages).
+template <typename Traits>
+class CudnnObject {
+ public:
+  using Handle = typename Traits::Handle;
+
+  CudnnObject() { cuda_detail::check_cudnn(Traits::create(&handle_), Traits::create_call, __FILE__, __LINE__); }
+  ~CudnnObject() {
+    if (handle_) (void)Traits::destroy(handle_);  // nothing useful to do with a failure here
+  }
+  CudnnObject(const CudnnObject&) = delete;
+  CudnnObject& operator=(const CudnnObject&) = delete;
+
+  Handle get() const noexcept { return handle_; }
+  operator Handle() const noexcept { return handle_; }  // pass straight to cuDNN calls
+
+ private:
+  Handle handle_ = nullptr;
+};
+
+struct CudnnHandleTraits {
+  using Handle = cudnnHandle_t;
+  static constexpr const char* create_call = "cudnnCreate";
+  static cudnnStatus_t create(Handle* h) { return cudnnCreate(h); }
+  static cudnnStatus_t destroy(Handle h) { return cudnnDestroy(h); }
+};
+
+struct TensorDescriptorTraits {
+  using Handle = cudnnTensorDescriptor_t;
+  static constexpr const char* create_call = "cudnnCreateTensorDescriptor";
+  static cudnnStatus_t create(Handle* h) { return cudnnCreateTensorDescriptor(h); }
+  static cudnnStatus_t destroy(Handle h) { return cudnnDestroyTensorDescriptor(h); }
+};
+
+struct FilterDescriptorTraits {
+  using Handle = cudnnFilterDescriptor_t;
+  static constexpr const char* create_call = "cudnnCreateFilterDescriptor";
+  static cudnnStatus_t create(Handle* h) { return cudnnCreateFilterDescriptor(h); }
+  static cudnnStatus_t destroy(Handle h) { return cudnnDestroyFilterDescriptor(h); }
+};
+
+struct ConvolutionDescriptorTraits {
+  using Handle = cudnnConvolutionDescriptor_t;
+  static constexpr const char* create_call = "cudnnCreateConvolutionDescriptor";
+  static cudnnStatus_t create(Handle* h) { return cudnnCreateConvolutionDescriptor(h); }
+  static cudnnStatus_t destroy(Handle h) { return cudnnDestroyConvolutionDescriptor(h); }
+};
+
+using CudnnHandle = CudnnObject<CudnnHandleTraits>;
+using TensorDescriptor = CudnnObject<TensorDescriptorTraits>;
+using FilterDescriptor = CudnnObject<FilterDescriptorTraits>;
+using ConvolutionDescriptor = CudnnObject<ConvolutionDescriptorTraits>;
+
+}  // namespace ooc
