@@ -32,8 +32,13 @@ if(CUDAToolkit_LIBRARY_ROOT)
   list(APPEND _cudnn_hints "${CUDAToolkit_LIBRARY_ROOT}")
 endif()
 
-find_path(CUDNN_INCLUDE_DIR cudnn_version.h HINTS ${_cudnn_hints} PATH_SUFFIXES include)
-find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 HINTS ${_cudnn_hints} PATH_SUFFIXES lib lib64)
+# Hints first and alone, so a system cuDNN never shadows the wheel's (or CUDNN_PATH's): headers
+# and library must come from the same installation. NAMES_PER_DIR: the wheel has only libcudnn.so.9.
+find_path(CUDNN_INCLUDE_DIR cudnn_version.h HINTS ${_cudnn_hints} PATH_SUFFIXES include NO_DEFAULT_PATH)
+find_library(CUDNN_LIBRARY NAMES libcudnn.so.9 cudnn NAMES_PER_DIR HINTS ${_cudnn_hints} PATH_SUFFIXES lib lib64
+             NO_DEFAULT_PATH)
+find_path(CUDNN_INCLUDE_DIR cudnn_version.h PATH_SUFFIXES include)
+find_library(CUDNN_LIBRARY NAMES libcudnn.so.9 cudnn NAMES_PER_DIR PATH_SUFFIXES lib lib64)
 
 if(CUDNN_INCLUDE_DIR AND EXISTS "${CUDNN_INCLUDE_DIR}/cudnn_version.h")
   file(READ "${CUDNN_INCLUDE_DIR}/cudnn_version.h" _cudnn_version_h)

@@ -28,7 +28,9 @@ struct BackendSlot {
 
 BackendSlot& backend_slot(const Options& options) {
   static std::mutex registry_mutex;
-  static std::map<int, BackendSlot> slots;  // -1: host, d >= 0: cuda device d
+  // Never destroyed: at process exit the CUDA runtime may already be gone (as torch does with its
+  // cuDNN handles, we let the OS reclaim them).
+  static auto& slots = *new std::map<int, BackendSlot>;  // -1: host, d >= 0: cuda device d
   BackendKind kind = options.backend;
   if (kind == BackendKind::automatic) kind = device_count() > 0 ? BackendKind::cuda : BackendKind::host;
   if (kind == BackendKind::cuda) {

@@ -146,7 +146,25 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const Candidate& c) {
 
 const char* loop_order_name(LoopOrder order) { return order == LoopOrder::k_outer ? "k_outer" : "ns_outer"; }
 
+namespace {
+Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config);
+}  // namespace
+
+// Algorithms may use workspace, but every one also has a zero-workspace fallback (implicit GEMM):
+// when the allowance leaves no room for any plan, plan again without it.
 Plan plan_conv_forward_for(const ConvProblem& p, const PlannerConfig& config) {
+  if (config.workspace_bytes == 0) return plan_with_workspace(p, config);
+  try {
+    return plan_with_workspace(p, config);
+  } catch (const out_of_budget&) {
+    PlannerConfig without = config;
+    without.workspace_bytes = 0;
+    return plan_with_workspace(p, without);
+  }
+}
+
+namespace {
+Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
   const double es = static_cast<double>(dtype_size(p.dtype));
   const int64_t kernel_elems = p.kernel[0] * p.kernel[1] * p.kernel[2];
   const double w_total = static_cast<double>(p.w_elements()) * es;
@@ -252,5 +270,6 @@ Plan plan_conv_forward_for(const ConvProblem& p, const PlannerConfig& config) {
   plan.x_buffers = best.x_buffers;
   return plan;
 }
+}  // namespace
 
 }  // namespace ooc

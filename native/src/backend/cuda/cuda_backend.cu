@@ -45,10 +45,6 @@ class CudaBackend final : public Backend {
     DeviceScope scope(device_);
     // A local until the end, so that a throw below releases it while our device is still current.
     auto resources = std::make_unique<DeviceResources>();
-    // Measured after our own streams and handle exist, so that the limit leaves room for them.
-    size_t free_bytes = 0, total_bytes = 0;
-    OOC_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    default_memory_limit_ = free_bytes / 5 * 4;
     int max_pitch = 0;
     OOC_CUDA_CHECK(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device_));
     max_pitch_ = static_cast<size_t>(max_pitch);
@@ -72,7 +68,13 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   MachineModel machine() const override { return machine_; }
-  size_t default_memory_limit() const override { return default_memory_limit_; }
+  // Measured at each call: other libraries (torch, cupy) may have taken memory since we started.
+  size_t default_memory_limit() const override {
+    DeviceScope scope(device_);
+    size_t free_bytes = 0, total_bytes = 0;
+    OOC_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return free_bytes / 5 * 4;
+  }
 
   size_t workspace_allowance(size_t budget) const override {
     return std::min(budget / 8, kMaxWorkspaceBytes) / 256 * 256;  // keeps arena slots 256-byte aligned
@@ -220,7 +222,6 @@ class CudaBackend final : public Backend {
 
   int device_;
   MachineModel machine_;
-  size_t default_memory_limit_ = 0;
   size_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: the widest row stride one pitched copy accepts
   std::unique_ptr<DeviceResources> resources_;
 };
