@@ -36,6 +36,18 @@ def device_count():
     return _native.device_count()
 
 
+def measure_link_bandwidth(device=0, nbytes=256 << 20):
+    """Pinned host <-> device copy bandwidth in bytes/s, measured now: {"h2d", "d2h", "bidir"}
+    (bidir: both directions at once, total). Raises CudaError without a GPU."""
+    return _native.measure_link_bandwidth(device, nbytes)
+
+
+def roofline_seconds(bytes_in, bytes_out, bandwidth):
+    """The link roofline of an out-of-core op that moves each byte once (DESIGN §4)."""
+    return max(bytes_in / bandwidth["h2d"], bytes_out / bandwidth["d2h"],
+               (bytes_in + bytes_out) / bandwidth["bidir"])
+
+
 def info():
     """Versions, devices and where cuDNN was loaded from, as a dict."""
     return {
@@ -53,5 +65,6 @@ def info():
 __all__ = [
     "CudaError", "CudnnError", "conv_forward", "plan_conv_forward", "last_stats", "set_memory_limit",
     "get_memory_limit", "parse_memory_limit", "pinned_empty", "cudnn_version", "device_count", "info",
+    "measure_link_bandwidth", "roofline_seconds",
     "__version__",
 ]

@@ -192,6 +192,13 @@ def conv_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_
     }
 
 
+def measure_link_bandwidth(int device, size_t nbytes):
+    cdef ooc.LinkBandwidth bw
+    with nogil:
+        bw = ooc.measure_link_bandwidth(device, nbytes)
+    return {"h2d": bw.h2d, "d2h": bw.d2h, "bidir": bw.bidir}
+
+
 def set_default_memory_limit(size_t nbytes):
     ooc.set_default_memory_limit(nbytes)
 

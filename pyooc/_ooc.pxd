@@ -111,6 +111,10 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
     Plan plan_conv_forward(const ConvProblem& problem, const Options& options) except +translate_exception
     void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
                       const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    cdef cppclass LinkBandwidth:
+        double h2d, d2h, bidir
+
+    LinkBandwidth measure_link_bandwidth(int device, size_t nbytes) except +translate_exception
     void* alloc_pinned(size_t bytes) except +translate_exception
     void free_pinned(void* ptr)
 

@@ -50,6 +50,13 @@ struct RunStats {
 void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
                   const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
 
+// Pinned-host <-> device copy bandwidth measured now (bytes/s): each direction alone and both at
+// once (total). The link roofline of an out-of-core op. Throws cuda_error without a GPU.
+struct LinkBandwidth {
+  double h2d = 0, d2h = 0, bidir = 0;
+};
+LinkBandwidth measure_link_bandwidth(int device = 0, size_t bytes = size_t{256} << 20);
+
 // Page-locked host memory (cudaHostAlloc) for callers that want DMA-speed arrays; throws cuda_error
 // without a GPU. Free with free_pinned.
 void* alloc_pinned(size_t bytes);
