@@ -1,0 +1,755 @@
+"""Shared helpers for pyooc's benchmarks (bench/*.py).
+
+- run metadata (commit, date, device), timing (median of repeats after a warm-up), progress bars;
+- link bandwidth measured in the same run (pinned H2D, D2H, both at once; pageable too);
+- the roofline: max(bytes_in/H2D, bytes_out/D2H, (in+out)/both, in-core compute);
+- conv chunk geometry (N chunks, or slabs of the first spatial dim with halos) that the torch
+  peers use, and a region copier that moves strided slabs with one cudaMemcpy2DAsync each;
+- the torch peers: a naive chunk loop and an expert pipeline (pinned memory, three streams,
+  events, double buffering) under the same device-memory budget as pyooc;
+- JSON + markdown results.
+
+torch is imported only by the functions that need it, so the geometry and report code runs (and is
+self-tested by `conv_forward.py --dry-run`) on machines without torch or a GPU."""
+
+import ctypes
+import datetime
+import glob
+import itertools
+import json
+import math
+import os
+import site
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+GB = 1e9
+MiB = 1 << 20
+GiB = 1 << 30
+
+# Measured on the device machine 2026-11-29 (DESIGN.md §4); used only where nothing can be measured
+# (a --dry-run without a GPU), and then marked "assumed" in the results.
+ASSUMED_BANDWIDTH = {"h2d": 54.0, "d2h": 55.0, "bidir": 88.0, "pageable_h2d": 5.5, "pageable_d2h": 11.8}
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# --------------------------------------------------------------------------------------------
+# run metadata, timing, progress
+
+
+def git_commit(root=REPO_ROOT):
+    """HEAD of the checkout, else $OOC_COMMIT (the device machine's copy has no .git), else "unknown"."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return os.environ.get("OOC_COMMIT") or "unknown"
+
+
+def utc_now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def progress(iterable=None, **kwargs):
+    """tqdm on stderr (stdout stays for the results table); a plain iterator without tqdm."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a pyooc dependency
+        return iterable
+    kwargs.setdefault("file", sys.stderr)
+    kwargs.setdefault("dynamic_ncols", True)
+    kwargs.setdefault("leave", False)
+    return tqdm(iterable, **kwargs)
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def timed_runs(fn, repeats, warmup=1, sync=None):
+    """Wall-clock seconds of `repeats` calls of fn after `warmup` untimed ones; sync() (e.g.
+    torch.cuda.synchronize) runs before and after each call so device work is inside the timing."""
+    sync = sync or (lambda: None)
+    times = []
+    for i in range(warmup + repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def fmt_bytes(n):
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def fmt_s(s):
+    if s is None:
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} us"
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.3f} s"
+
+
+# --------------------------------------------------------------------------------------------
+# roofline
+
+
+def roofline(bytes_in, bytes_out, bandwidth, compute_s=None):
+    """The fastest an out-of-core op can be: each byte crosses the link once, H2D and D2H overlap
+    (bounded by the both-directions rate), and nothing beats the in-core compute. bandwidth in GB/s."""
+    terms = {
+        "h2d_s": bytes_in / (bandwidth["h2d"] * GB),
+        "d2h_s": bytes_out / (bandwidth["d2h"] * GB),
+        "bidir_s": (bytes_in + bytes_out) / (bandwidth["bidir"] * GB),
+        "compute_s": compute_s,
+    }
+    bound = max((k for k, v in terms.items() if v is not None), key=lambda k: terms[k])
+    return {"seconds": terms[bound], "bound": bound[:-2], **terms}
+
+
+# --------------------------------------------------------------------------------------------
+# conv geometry for the torch peers: chunks along N, else slabs of the first spatial dim
+
+
+def conv_out_len(length, k, s, p, d):
+    return (length + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """Forward conv x[N, C, *L] * w[K, C/groups, *k] -> y[N, K, *Lo] (torch semantics)."""
+    x_shape: tuple
+    w_shape: tuple
+    stride: tuple
+    padding: tuple
+    dilation: tuple
+    groups: int = 1
+    itemsize: int = 4
+
+    @property
+    def spatial(self):
+        return len(self.x_shape) - 2
+
+    @property
+    def y_shape(self):
+        lo = tuple(conv_out_len(L, k, s, p, d) for L, k, s, p, d in
+                   zip(self.x_shape[2:], self.w_shape[2:], self.stride, self.padding, self.dilation))
+        return (self.x_shape[0], self.w_shape[0]) + lo
+
+    def nbytes(self, shape):
+        return math.prod(shape) * self.itemsize
+
+    @property
+    def x_bytes(self):
+        return self.nbytes(self.x_shape)
+
+    @property
+    def w_bytes(self):
+        return self.nbytes(self.w_shape)
+
+    @property
+    def y_bytes(self):
+        return self.nbytes(self.y_shape)
+
+    @property
+    def working_set_bytes(self):
+        return self.x_bytes + self.w_bytes + self.y_bytes
+
+    @property
+    def flops(self):
+        return 2 * math.prod(self.y_shape) * math.prod(self.w_shape[1:])
+
+    def input_rows(self, o0, o1):
+        """Input rows [lo, hi) of the first spatial dim that output rows [o0, o1) read; may leave
+        [0, L) (those rows are padding zeros)."""
+        k, s, p, d = self.w_shape[2], self.stride[0], self.padding[0], self.dilation[0]
+        return o0 * s - p, (o1 - 1) * s - p + (k - 1) * d + 1
+
+
+@dataclass(frozen=True)
+class SlabChunk:
+    """Samples [n0, n1) and output rows [o0, o1) of the first spatial dim. split=False: the whole
+    dim, and the conv pads it itself; split=True: input rows [lo, hi) with explicit zero rows where
+    they leave the tensor, and the conv pads only the other dims."""
+    n0: int
+    n1: int
+    o0: int
+    o1: int
+    lo: int
+    hi: int
+    split: bool
+    length: int  # input extent of the first spatial dim
+
+    @property
+    def clip_lo(self):
+        return max(self.lo, 0)
+
+    @property
+    def clip_hi(self):
+        return min(self.hi, self.length)
+
+    @property
+    def pad_lo(self):
+        return self.clip_lo - self.lo
+
+    @property
+    def pad_hi(self):
+        return self.hi - self.clip_hi
+
+    @property
+    def in_rows(self):
+        return self.hi - self.lo
+
+
+def plan_chunks(geom, data_budget, x_copies, y_copies):
+    """Chunks whose device buffers (x_copies input slabs + y_copies outputs alive at once) fit
+    data_budget bytes: whole samples when one fits, else slabs of the first spatial dim (one sample
+    each) with halos. Even sizes (the edge chunk is at most one row/sample smaller). Returns
+    (chunks, info); raises MemoryError when not even one output row fits."""
+    N, C = geom.x_shape[:2]
+    K = geom.w_shape[0]
+    L = geom.x_shape[2]
+    Lo = geom.y_shape[2]
+    inner_in = math.prod(geom.x_shape[3:])
+    inner_out = math.prod(geom.y_shape[3:])
+    b = geom.itemsize
+    per_sample = b * (x_copies * C * L * inner_in + y_copies * K * Lo * inner_out)
+    nb = data_budget // per_sample if data_budget > 0 else 0
+    if nb >= 1:
+        nb = min(nb, N)
+        count = -(-N // nb)
+        nb = -(-N // count)
+        chunks = [SlabChunk(n0, min(n0 + nb, N), 0, Lo, -geom.padding[0], -geom.padding[0] + L, False, L)
+                  for n0 in range(0, N, nb)]
+        return chunks, {"mode": "n", "samples_per_chunk": nb, "chunks": len(chunks)}
+    # rows_in = (rows - 1) * s + (k - 1) * d + 1, so bytes are affine in rows.
+    k, s, d = geom.w_shape[2], geom.stride[0], geom.dilation[0]
+    fixed = b * x_copies * C * inner_in * ((k - 1) * d + 1 - s)
+    per_row = b * (x_copies * C * inner_in * s + y_copies * K * inner_out)
+    rows = (data_budget - fixed) // per_row if data_budget > fixed else 0
+    if rows < 1:
+        raise MemoryError(f"one output row of the first spatial dim needs {fmt_bytes(fixed + per_row)}, "
+                          f"the budget is {fmt_bytes(data_budget)} (a second spatial split would be needed)")
+    rows = min(rows, Lo)
+    count = -(-Lo // rows)
+    rows = -(-Lo // count)
+    chunks = []
+    for n in range(N):
+        for o0 in range(0, Lo, rows):
+            o1 = min(o0 + rows, Lo)
+            lo, hi = geom.input_rows(o0, o1)
+            chunks.append(SlabChunk(n, n + 1, o0, o1, lo, hi, True, L))
+    return chunks, {"mode": "slab", "rows_per_chunk": rows, "slabs_per_sample": count, "chunks": len(chunks)}
+
+
+def chunk_conv_padding(geom, chunk):
+    """The padding the conv applies itself for this chunk (none along a split dim)."""
+    return ((0,) if chunk.split else (geom.padding[0],)) + tuple(geom.padding[1:])
+
+
+# --------------------------------------------------------------------------------------------
+# strided region copies
+
+
+def copy_segments(shape, dst_strides, src_strides, itemsize):
+    """Byte-level 2D copies that move a region of `shape` between two strided layouts (strides in
+    elements): the longest suffix of dims contiguous in both is one row; the dim before it is the
+    height (a pitch per side); any dims further out are enumerated. Returns a list of
+    (dst_offset, src_offset, width, height, dst_pitch, src_pitch), all in bytes."""
+    dims = [(n, ds, ss) for n, ds, ss in zip(shape, dst_strides, src_strides) if n != 1]
+    if any(n == 0 for n in shape):
+        return []
+    row = 1
+    cut = len(dims)
+    while cut > 0 and dims[cut - 1][1] == row and dims[cut - 1][2] == row:
+        row *= dims[cut - 1][0]
+        cut -= 1
+    width = row * itemsize
+    if cut == 0:
+        return [(0, 0, width, 1, width, width)]
+    height, dpitch, spitch = dims[cut - 1]
+    outer = dims[:cut - 1]
+    segments = []
+    for index in itertools.product(*(range(n) for n, _, _ in outer)):
+        doff = sum(i * ds for i, (_, ds, _) in zip(index, outer)) * itemsize
+        soff = sum(i * ss for i, (_, _, ss) in zip(index, outer)) * itemsize
+        segments.append((doff, soff, width, height, dpitch * itemsize, spitch * itemsize))
+    return segments
+
+
+def _find_cudart():
+    names = ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]
+    paths = []
+    try:
+        import torch
+        paths += glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libcudart*.so*"))
+    except ImportError:
+        pass
+    for base in site.getsitepackages() + [site.getusersitepackages()]:
+        paths += glob.glob(os.path.join(base, "nvidia", "cu13", "lib", "libcudart.so*"))
+        paths += glob.glob(os.path.join(base, "nvidia", "cuda_runtime", "lib", "libcudart.so*"))
+    for name in names + paths:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+class RegionCopier:
+    """Async copies between equally shaped tensors whose layouts may be strided (a slab of a host
+    tensor, a halo-padded device buffer). torch's own copy_ stages a non-contiguous host side through
+    a pageable temporary, which would throw the pinned bandwidth away, so this issues one
+    cudaMemcpy2DAsync per segment (copy_segments) on the given stream, through the CUDA runtime torch
+    has loaded. Falls back to one copy_ per contiguous row when that runtime cannot be used (method
+    says which)."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.method = "copy_"
+        torch.cuda.init()
+        lib = _find_cudart()
+        if lib is None:
+            return
+        try:
+            lib.cudaMemcpy2DAsync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+                                              ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+            lib.cudaMemcpy2DAsync.restype = ctypes.c_int
+            lib.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                            ctypes.c_void_p]
+            lib.cudaMemcpyAsync.restype = ctypes.c_int
+            lib.cudaGetErrorString.argtypes = [ctypes.c_int]
+            lib.cudaGetErrorString.restype = ctypes.c_char_p
+        except AttributeError:
+            return
+        self._lib = lib
+        self.method = "cudaMemcpy2DAsync"
+        try:
+            self._self_test()
+        except Exception as exc:  # any failure: use torch's copies, slower but right
+            log(f"RegionCopier: cudaMemcpy2DAsync unusable ({exc}); falling back to per-row copy_")
+            self.method = "copy_"
+
+    def _self_test(self):
+        torch = self.torch
+        host = torch.arange(2 * 5 * 7 * 3, dtype=torch.float32).reshape(2, 5, 7, 3).pin_memory()
+        dev = torch.full((2, 5, 4, 3), -1.0, device="cuda")
+        back = torch.full((2, 5, 4, 3), -2.0).pin_memory()
+        stream = torch.cuda.Stream()
+        torch.cuda.synchronize()  # the fills above ran on the default stream
+        with torch.cuda.stream(stream):
+            self.copy(dev[:, :, 1:3], host[:, :, 2:4], stream)
+            self.copy(back[:, :, 1:3], dev[:, :, 1:3], stream)
+        stream.synchronize()
+        if not torch.equal(back[:, :, 1:3], host[:, :, 2:4]) or not bool((back[:, :, 0] == -2).all()):
+            raise RuntimeError("self-test copy came back wrong")
+
+    def _check(self, status):
+        if status != 0:
+            raise RuntimeError(f"CUDA error {status}: {self._lib.cudaGetErrorString(status).decode()}")
+
+    def copy(self, dst, src, stream):
+        """dst <- src (same shape and dtype; one side host, the other device, or both device),
+        enqueued on `stream`. The caller keeps both alive until the stream has passed this point."""
+        if tuple(dst.shape) != tuple(src.shape):
+            raise ValueError(f"shape mismatch {tuple(dst.shape)} vs {tuple(src.shape)}")
+        itemsize = dst.element_size()
+        segments = copy_segments(tuple(dst.shape), dst.stride(), src.stride(), itemsize)
+        if self.method == "cudaMemcpy2DAsync":
+            handle = ctypes.c_void_p(stream.cuda_stream)
+            d, s = dst.data_ptr(), src.data_ptr()
+            for doff, soff, width, height, dpitch, spitch in segments:
+                if height == 1:
+                    self._check(self._lib.cudaMemcpyAsync(d + doff, s + soff, width, 4, handle))
+                else:
+                    self._check(self._lib.cudaMemcpy2DAsync(d + doff, dpitch, s + soff, spitch, width, height, 4,
+                                                            handle))
+            return
+        torch = self.torch
+        with torch.cuda.stream(stream):
+            for doff, soff, width, height, dpitch, spitch in segments:
+                n = width // itemsize
+                for r in range(height):
+                    dv = dst.as_strided((n,), (1,), dst.storage_offset() + (doff + r * dpitch) // itemsize)
+                    sv = src.as_strided((n,), (1,), src.storage_offset() + (soff + r * spitch) // itemsize)
+                    dv.copy_(sv, non_blocking=True)
+
+
+# --------------------------------------------------------------------------------------------
+# torch: setup, device, bandwidth
+
+
+def torch_fp32(torch):
+    """Full FP32 math in torch (pyooc never uses TF32): a fair in-core reference and peers."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def release_host_cache(torch):
+    """Hands torch's cached pinned blocks back to the system (pinned memory is precious)."""
+    import gc
+    gc.collect()
+    empty = getattr(torch._C, "_host_emptyCache", None)
+    if empty is not None:
+        empty()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def nvidia_driver_version():
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else version
+    except Exception:
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "unknown"
+
+
+def device_info(torch=None):
+    """(one-line description, dict of details) of the GPU, torch and pyooc in this run."""
+    details = {"python": sys.version.split()[0]}
+    try:
+        import pyooc
+        details["pyooc"] = pyooc.info()
+    except Exception as exc:  # report, never fail the run over metadata
+        details["pyooc"] = f"unavailable: {exc}"
+    if torch is None or not torch.cuda.is_available():
+        details["gpu"] = None
+        return "no GPU (host backend)", details
+    name = torch.cuda.get_device_name()
+    driver = nvidia_driver_version()
+    props = torch.cuda.get_device_properties(0)
+    details.update(gpu=name, driver=driver, torch=torch.__version__, torch_cuda=torch.version.cuda,
+                   torch_cudnn=torch.backends.cudnn.version(), gpu_memory_bytes=props.total_memory,
+                   multiprocessors=props.multi_processor_count, cpu_count=os.cpu_count())
+    return f"{name} (driver {driver})", details
+
+
+def _median_of(fn, n):
+    fn()  # warm-up
+    return statistics.median(fn() for _ in range(n))
+
+
+def _pinned_bandwidth(torch, dev_a, dev_b, repeats):
+    nbytes = dev_a.numel()
+    host_a = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    host_b = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    host_a.fill_(7)
+    host_b.fill_(3)
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+
+    def one_way(dst, src):
+        start, end = ev(), ev()
+        with torch.cuda.stream(s1):
+            start.record(s1)
+            dst.copy_(src, non_blocking=True)
+            end.record(s1)
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    def both_ways():
+        cur = torch.cuda.current_stream()
+        start, end, e1, e2 = ev(), ev(), ev(), ev()
+        start.record(cur)
+        s1.wait_event(start)
+        s2.wait_event(start)
+        with torch.cuda.stream(s1):
+            dev_a.copy_(host_a, non_blocking=True)
+            e1.record(s1)
+        with torch.cuda.stream(s2):
+            host_b.copy_(dev_b, non_blocking=True)
+            e2.record(s2)
+        cur.wait_event(e1)
+        cur.wait_event(e2)
+        end.record(cur)
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    torch.cuda.synchronize()
+    return {
+        "h2d": nbytes / _median_of(lambda: one_way(dev_a, host_a), repeats) / GB,
+        "d2h": nbytes / _median_of(lambda: one_way(host_b, dev_b), repeats) / GB,
+        "bidir": 2 * nbytes / _median_of(both_ways, repeats) / GB,
+    }
+
+
+def _pageable_bandwidth(torch, dev_a, dev_b, repeats):
+    nbytes = dev_a.numel()
+    page = torch.empty(nbytes, dtype=torch.uint8)
+    page.fill_(5)  # touch every page before timing
+
+    def timed(dst, src):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        dst.copy_(src)
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    return {
+        "pageable_h2d": nbytes / _median_of(lambda: timed(dev_a, page), repeats) / GB,
+        "pageable_d2h": nbytes / _median_of(lambda: timed(page, dev_b), repeats) / GB,
+    }
+
+
+def measure_bandwidth(torch, nbytes=GiB, repeats=5, pageable_repeats=3):
+    """Link bandwidth in GB/s (1e9), median of `repeats` after a warm-up: pinned H2D, D2H, both at
+    once (two streams, total bytes over the time both take), and pageable H2D/D2H for context.
+    Pinned copies are timed with CUDA events, pageable ones (synchronous) with the host clock."""
+    dev_a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dev_b = torch.ones(nbytes, dtype=torch.uint8, device="cuda")
+    result = _pinned_bandwidth(torch, dev_a, dev_b, repeats)
+    release_host_cache(torch)  # the pinned buffers are gone with the helper's frame
+    result.update(_pageable_bandwidth(torch, dev_a, dev_b, pageable_repeats))
+    result["bytes_per_copy"] = nbytes
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# torch peers
+
+
+def torch_conv_fn(torch, spatial):
+    F = torch.nn.functional
+    return {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
+
+
+class NaiveTorchConv:
+    """What most people write: pageable torch tensors (from numpy), per chunk .cuda() -> conv ->
+    .cpu() into the host output, everything on the default stream. Chunks are sized for the same
+    device budget as pyooc (a slab chunk with halos holds its input twice: the slice and F.pad's
+    copy)."""
+
+    name = "naive_torch"
+
+    def __init__(self, torch, geom, x_host, w_host, y_host):
+        self.torch, self.geom = torch, geom
+        self.x, self.w, self.y = x_host, w_host, y_host
+        self.conv = torch_conv_fn(torch, geom.spatial)
+        self.chunks = []
+        self.info = {}
+
+    def prepare(self, data_budget):
+        chunks, info = plan_chunks(self.geom, data_budget, x_copies=1, y_copies=1)
+        if info["mode"] == "slab":  # the sliced input and its padded copy are both alive
+            chunks, info = plan_chunks(self.geom, data_budget, x_copies=2, y_copies=1)
+        self.chunks, self.info = chunks, info
+
+    def release(self):
+        pass
+
+    def run(self):
+        torch, g = self.torch, self.geom
+        F = torch.nn.functional
+        w = self.w.cuda()
+        for ch in self.chunks:
+            if ch.split:
+                xd = self.x[ch.n0:ch.n1, :, ch.clip_lo:ch.clip_hi].cuda()
+                if ch.pad_lo or ch.pad_hi:
+                    xd = F.pad(xd, [0, 0] * (g.spatial - 1) + [ch.pad_lo, ch.pad_hi])
+            else:
+                xd = self.x[ch.n0:ch.n1].cuda()
+            out = self.conv(xd, w, None, g.stride, chunk_conv_padding(g, ch), g.dilation, g.groups)
+            del xd
+            self.y[ch.n0:ch.n1, :, ch.o0:ch.o1] = out.cpu()
+            del out
+
+
+class ExpertTorchConv:
+    """The fair peer: what a careful torch programmer writes by hand. Pinned host tensors; an H2D
+    stream, a compute stream and a D2H stream chained by events; double buffering (two preallocated
+    input slots, at most two chunk outputs alive), so chunk i+1 loads while chunk i computes and
+    chunk i-1 is written back; strided slabs move with one cudaMemcpy2DAsync each (RegionCopier);
+    halo rows outside the tensor are zero-filled on the device. w is uploaded once per call. Sized
+    for the same device budget as pyooc (chunks of whole samples, else slabs of the first spatial
+    dim with halos)."""
+
+    name = "expert_torch"
+
+    def __init__(self, torch, geom, x_host, w_host, y_host, copier, buffers=2):
+        self.torch, self.geom, self.copier = torch, geom, copier
+        self.x, self.w, self.y = x_host, w_host, y_host
+        self.buffers = buffers
+        self.conv = torch_conv_fn(torch, geom.spatial)
+        self.h2d, self.compute, self.d2h = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+        E = torch.cuda.Event
+        self.in_ready = [E() for _ in range(buffers)]
+        self.in_free = [E() for _ in range(buffers)]
+        self.out_ready = [E() for _ in range(buffers)]
+        self.out_done = [E() for _ in range(buffers)]
+        self.w_ready = E()
+        self.slots = []
+        self.chunks = []
+        self.info = {}
+
+    def prepare(self, data_budget):
+        torch, g = self.torch, self.geom
+        self.release()
+        self.chunks, self.info = plan_chunks(g, data_budget, x_copies=self.buffers, y_copies=self.buffers)
+        C, rest = g.x_shape[1], math.prod(g.x_shape[3:])
+        numel = max((ch.n1 - ch.n0) * C * ch.in_rows * rest if ch.split else (ch.n1 - ch.n0) * C * g.x_shape[2] * rest
+                    for ch in self.chunks)
+        self.slots = [torch.empty(numel, dtype=torch.float32, device="cuda") for _ in range(self.buffers)]
+        self.info.update(buffers=self.buffers, slot_bytes=numel * 4, copy_method=self.copier.method)
+
+    def release(self):
+        self.slots = []
+        self.torch.cuda.synchronize()
+
+    def _device_input(self, ch, b):
+        g = self.geom
+        rows = ch.in_rows if ch.split else g.x_shape[2]
+        shape = (ch.n1 - ch.n0, g.x_shape[1], rows) + tuple(g.x_shape[3:])
+        return self.slots[b][:math.prod(shape)].view(shape)
+
+    def run(self):
+        torch, g, cp = self.torch, self.geom, self.copier
+        B = self.buffers
+        # Everything the previous call (or the caller) queued on the default stream comes first.
+        start = torch.cuda.Event()
+        start.record(torch.cuda.current_stream())
+        for s in (self.h2d, self.compute, self.d2h):
+            s.wait_event(start)
+        with torch.cuda.stream(self.h2d):
+            w = torch.empty(tuple(self.w.shape), dtype=self.w.dtype, device="cuda")
+            cp.copy(w, self.w, self.h2d)
+            self.w_ready.record(self.h2d)
+        self.compute.wait_event(self.w_ready)
+        outs = [None] * B
+        for i, ch in enumerate(self.chunks):
+            b = i % B
+            xd = self._device_input(ch, b)
+            with torch.cuda.stream(self.h2d):
+                if i >= B:
+                    self.h2d.wait_event(self.in_free[b])  # chunk i-B's conv has read this slot
+                if ch.split:
+                    if ch.pad_lo:
+                        xd[:, :, :ch.pad_lo].zero_()
+                    if ch.pad_hi:
+                        xd[:, :, ch.in_rows - ch.pad_hi:].zero_()
+                    cp.copy(xd[:, :, ch.pad_lo:ch.in_rows - ch.pad_hi],
+                            self.x[ch.n0:ch.n1, :, ch.clip_lo:ch.clip_hi], self.h2d)
+                else:
+                    cp.copy(xd, self.x[ch.n0:ch.n1], self.h2d)
+                self.in_ready[b].record(self.h2d)
+            if i >= B:
+                # Chunk i-B's output has reached the host: free it before allocating chunk i's, so
+                # at most B outputs are alive (the host thread stays at most B chunks ahead).
+                self.out_done[b].synchronize()
+                outs[b] = None
+            with torch.cuda.stream(self.compute):
+                self.compute.wait_event(self.in_ready[b])
+                out = self.conv(xd, w, None, g.stride, chunk_conv_padding(g, ch), g.dilation, g.groups)
+                self.in_free[b].record(self.compute)
+                self.out_ready[b].record(self.compute)
+            outs[b] = out
+            with torch.cuda.stream(self.d2h):
+                self.d2h.wait_event(self.out_ready[b])
+                cp.copy(self.y[ch.n0:ch.n1, :, ch.o0:ch.o1], out, self.d2h)
+                self.out_done[b].record(self.d2h)
+        torch.cuda.synchronize()
+        del outs, w
+
+
+def fit_peer(torch, peer, limit, w_bytes, poison, attempts=4):
+    """Sizes a torch peer's chunks to the device budget by measurement: plan with a workspace
+    reserve, run once (cuDNN picks/benchmarks its algorithms), then once more with the peak reset
+    and the output poisoned; if the peak (torch's allocator, relative to before the peer existed)
+    is over the limit, grow the reserve by the excess and plan again. The second pass is the warm-up
+    whose output the caller checks. Returns info with peak_device_bytes and whether it fit."""
+    reserve = limit // 16
+    info = {}
+    for attempt in range(attempts):
+        peer.release()  # the previous attempt's buffers must not hide in the baseline
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        peer.prepare(limit - w_bytes - reserve)
+        peer.run()
+        torch.cuda.synchronize()
+        poison()
+        torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        peer.run()
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        peak = torch.cuda.max_memory_allocated() - base
+        info = dict(peer.info, peak_device_bytes=peak, reserve_bytes=reserve, fit_attempts=attempt + 1,
+                    within_limit=peak <= limit, warm_seconds=seconds)
+        if peak <= limit:
+            break
+        reserve += peak - limit + limit // 64
+        if reserve >= limit - w_bytes:
+            break
+    return info
+
+
+# --------------------------------------------------------------------------------------------
+# results
+
+
+def write_json(path, data):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=False, default=_json_default)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _json_default(obj):
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def markdown_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_text(path, text):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def target_row(value, goal, higher_is_better=True):
+    if value is None:
+        return "-", "not measured"
+    met = value >= goal if higher_is_better else value <= goal
+    return f"{value:.2f}", "met" if met else "missed"

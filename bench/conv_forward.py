@@ -1,0 +1,646 @@
+#!/usr/bin/env python3
+"""Forward convolution out of core: pyooc against the link roofline and torch, in one run.
+
+For each case (working set >= 8 GB, device budget <= 1/8 of it) this measures, on one GPU:
+  - the link (pinned H2D, D2H, both at once) and the roofline
+    max(bytes_in/H2D, bytes_out/D2H, (in+out)/both, in-core compute), bytes_in = x + w, bytes_out = y;
+  - pyooc.conv_forward on pageable numpy arrays and on pinned ones (pyooc.pinned_empty);
+  - in-core cuDNN through torch (data already on the GPU; its time is the roofline's compute term);
+  - a naive torch chunk loop and an expert one (pinned, three streams, double buffering), both held
+    to the same memory_limit as pyooc.
+Every peer's output is checked against torch in-core (relative error < 1e-4) before it is timed.
+Timings: a warm-up, then the median of --repeats runs. FP32 everywhere (TF32 off in torch).
+
+Writes OUT/conv_forward.json and OUT/conv_forward.md (default OUT: bench/results) and prints the
+markdown table last. `--quick` runs ~1 GB working sets; `--dry-run` runs tiny cases on pyooc's host
+backend without a GPU or torch (it checks this script's geometry, pyooc's numerics and the report).
+Exit status 1 when a correctness check failed or a peer raised; missed speed targets are reported,
+not failed (unless --strict)."""
+
+import argparse
+import gc
+import math
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+
+NAME = "conv_forward"
+TOLERANCE = 1e-4
+# Each target: (result key, goal, label). Ratios > 1 are good.
+TARGETS = [
+    ("pinned_efficiency", 0.80, "pyooc pinned >= 0.80 of roofline"),
+    ("pageable_efficiency", 0.70, "pyooc pageable >= 0.70 of roofline"),
+    ("speedup_vs_naive", 5.0, "pyooc pageable >= 5x naive torch"),
+    ("ratio_vs_expert", 0.90, "pyooc pinned >= 0.9x expert torch"),
+]
+PEERS = ("incore", "pageable", "naive", "pinned", "expert")
+
+# name -> (description, x shape, w shape, padding, cap on memory_limit)
+CASES = {
+    "full": {
+        "vgg2d": ("2D VGG-like: 3x3, 256->256, 56x56, padding 1", (1344, 256, 56, 56), (256, 256, 3, 3), 1, C.GiB),
+        "vol3d": ("3D volume: 3x3x3, 32->32, 256^3, padding 1", (2, 32, 256, 256, 256), (32, 32, 3, 3, 3), 1, C.GiB),
+    },
+    "quick": {
+        "vgg2d": ("2D VGG-like: 3x3, 256->256, 56x56, padding 1", (168, 256, 56, 56), (256, 256, 3, 3), 1, None),
+        "vol3d": ("3D volume: 3x3x3, 32->32, 128^3, padding 1", (2, 32, 128, 128, 128), (32, 32, 3, 3, 3), 1, None),
+    },
+    "dry-run": {
+        "vgg2d": ("2D VGG-like (tiny): 3x3, 16->16, 14x14, padding 1", (8, 16, 14, 14), (16, 16, 3, 3), 1, None),
+        "vol3d": ("3D volume (tiny): 3x3x3, 8->8, 24^3, padding 1", (1, 8, 24, 24, 24), (8, 8, 3, 3, 3), 1, None),
+    },
+}
+
+
+def memory_limit_for(working_set, cap):
+    """At most 1/8 of the working set, rounded down to MiB (KiB for tiny cases), at most cap."""
+    eighth = working_set // 8
+    unit = C.MiB if eighth >= 64 * C.MiB else 1024
+    limit = eighth // unit * unit
+    return min(limit, cap) if cap else limit
+
+
+class CheckFailed(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------------------------
+# numpy reference (dry run and self-test)
+
+
+def np_conv(x, w, stride, padding, dilation):
+    """float64 cross-correlation (torch semantics, groups=1), any number of spatial dims."""
+    sp = x.ndim - 2
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    out = tuple(C.conv_out_len(L, k, s, p, d) for L, k, s, p, d in
+                zip(x.shape[2:], w.shape[2:], stride, padding, dilation))
+    y = np.zeros((x.shape[0], w.shape[0]) + out)
+    w64 = w.astype(np.float64)
+    for offs in np.ndindex(*w.shape[2:]):
+        window = xp[(slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + (n - 1) * s + 1, s) for o, d, n, s in zip(offs, dilation, out, stride))]
+        y += np.einsum("nc...,kc->nk...", window, w64[(slice(None), slice(None)) + offs])
+    assert y.shape[2:] == out and sp == len(out)
+    return y
+
+
+def _np_region_copy(dst_view, dst_base, src_view, src_base):
+    """Applies copy_segments to numpy views of flat base arrays: emulates RegionCopier byte for byte."""
+    item = dst_view.itemsize
+    dbytes, sbytes = dst_base.reshape(-1).view(np.uint8), src_base.reshape(-1).view(np.uint8)
+    assert np.shares_memory(dbytes, dst_base)
+    d0 = dst_view.__array_interface__["data"][0] - dst_base.__array_interface__["data"][0]
+    s0 = src_view.__array_interface__["data"][0] - src_base.__array_interface__["data"][0]
+    segs = C.copy_segments(dst_view.shape, [s // item for s in dst_view.strides],
+                           [s // item for s in src_view.strides], item)
+    for doff, soff, width, height, dpitch, spitch in segs:
+        for r in range(height):
+            a, b = d0 + doff + r * dpitch, s0 + soff + r * spitch
+            dbytes[a:a + width] = sbytes[b:b + width]
+
+
+def self_test_geometry(rng):
+    """The torch peers' chunk geometry and strided copies, emulated with numpy against a float64
+    conv: N chunks and halo slabs, strides, dilations, uneven edges. Raises AssertionError."""
+    cases = [
+        ((5, 3, 9, 7), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1)),
+        ((2, 2, 11, 6, 5), (3, 2, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+        ((2, 3, 13, 8), (2, 3, 3, 3), (2, 1), (2, 0), (1, 2)),
+        ((1, 2, 17, 5, 4), (2, 2, 5, 1, 3), (2, 1, 1), (2, 0, 1), (2, 1, 1)),
+        ((3, 4, 10), (5, 4, 4), (1,), (0,), (3,)),
+    ]
+    checked = 0
+    for x_shape, w_shape, stride, padding, dilation in cases:
+        geom = C.ConvGeometry(x_shape, w_shape, stride, padding, dilation)
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        ref = np_conv(x, w, stride, padding, dilation)
+        per_sample = 2 * 4 * (math.prod(x_shape[1:]) + math.prod(geom.y_shape[1:]))
+        for budget in (per_sample * 3, per_sample - 1, per_sample // 3, per_sample // 5):
+            try:
+                chunks, info = C.plan_chunks(geom, budget, x_copies=2, y_copies=2)
+            except MemoryError:
+                continue
+            y = np.full(geom.y_shape, np.nan, dtype=np.float32)
+            covered = np.zeros(geom.y_shape[:1] + geom.y_shape[2:3], dtype=np.int64)
+            for ch in chunks:
+                rows = ch.in_rows if ch.split else x_shape[2]
+                shape = (ch.n1 - ch.n0, x_shape[1], rows) + x_shape[3:]
+                slot = np.full(math.prod(shape) + 7, np.nan, dtype=np.float32)  # slack: views never overrun
+                xd = slot[:math.prod(shape)].reshape(shape)
+                if ch.split:
+                    xd[:, :, :ch.pad_lo] = 0
+                    xd[:, :, rows - ch.pad_hi:] = 0
+                    _np_region_copy(xd[:, :, ch.pad_lo:rows - ch.pad_hi], slot,
+                                    x[ch.n0:ch.n1, :, ch.clip_lo:ch.clip_hi], x)
+                else:
+                    _np_region_copy(xd, slot, x[ch.n0:ch.n1], x)
+                assert not np.isnan(xd).any(), "device input slot not fully written"
+                out = np_conv(xd, w, stride, C.chunk_conv_padding(geom, ch), dilation).astype(np.float32)
+                assert out.shape[2] == ch.o1 - ch.o0, (out.shape, ch)
+                _np_region_copy(y[ch.n0:ch.n1, :, ch.o0:ch.o1], y, np.ascontiguousarray(out), out)
+                covered[ch.n0:ch.n1, ch.o0:ch.o1] += 1
+            assert (covered == 1).all(), f"chunks do not tile the output exactly once: {info}"
+            err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+            assert err < 1e-5, f"geometry self-test: error {err} for {x_shape} * {w_shape}, {info}"
+            checked += 1
+    # copy_segments against numpy assignment on random strided views
+    for _ in range(20):
+        shape = tuple(int(v) for v in rng.integers(1, 5, size=int(rng.integers(1, 5))))
+        big_s = tuple(n + int(rng.integers(0, 3)) for n in shape)
+        big_d = tuple(n + int(rng.integers(0, 3)) for n in shape)
+        src_base = rng.standard_normal(math.prod(big_s)).astype(np.float32)
+        dst_base = np.zeros(math.prod(big_d), dtype=np.float32)
+        so = tuple(int(rng.integers(0, b - n + 1)) for b, n in zip(big_s, shape))
+        do = tuple(int(rng.integers(0, b - n + 1)) for b, n in zip(big_d, shape))
+        src = src_base.reshape(big_s)[tuple(slice(o, o + n) for o, n in zip(so, shape))]
+        dst = dst_base.reshape(big_d)[tuple(slice(o, o + n) for o, n in zip(do, shape))]
+        expect = dst_base.copy().reshape(big_d)
+        expect[tuple(slice(o, o + n) for o, n in zip(do, shape))] = src
+        _np_region_copy(dst, dst_base, src, src_base)
+        assert np.array_equal(dst_base.reshape(big_d), expect), (shape, big_s, big_d)
+    return checked
+
+
+# --------------------------------------------------------------------------------------------
+# references
+
+
+class TorchReference:
+    """torch in-core output on the GPU (or, where it did not fit, recomputed per sample) and the
+    relative error ||y - ref|| / ||ref|| of a host result against it, in float64, NaN-aware."""
+
+    def __init__(self, torch, geom, x_np, w_np, y_dev):
+        self.torch, self.geom, self.x, self.w, self.y_dev = torch, geom, x_np, w_np, y_dev
+
+    def _ref(self, n0, n1):
+        if self.y_dev is not None:
+            return self.y_dev[n0:n1]
+        torch, g = self.torch, self.geom
+        conv = C.torch_conv_fn(torch, g.spatial)
+        x = torch.from_numpy(self.x[n0:n1]).cuda()
+        return conv(x, torch.from_numpy(self.w).cuda(), None, g.stride, g.padding, g.dilation, g.groups)
+
+    def compare(self, y_host):
+        torch = self.torch
+        y = torch.from_numpy(y_host) if isinstance(y_host, np.ndarray) else y_host
+        N = self.geom.y_shape[0]
+        if self.y_dev is not None:
+            pairs = [(lambda: y.reshape(-1), lambda: self.y_dev.reshape(-1))]
+            how = "all outputs"
+        else:
+            samples = sorted({0, N // 2, N - 1})
+            pairs = [(lambda n=n: y[n].reshape(-1), lambda n=n: self._ref(n, n + 1).reshape(-1)) for n in samples]
+            how = f"samples {samples}"
+        num = den = 0.0
+        step = 1 << 27  # elements per device round trip
+        for got_fn, ref_fn in pairs:
+            got, ref = got_fn(), ref_fn()
+            for i in range(0, ref.numel(), step):
+                a = got[i:i + step].cuda()
+                r = ref[i:i + step]
+                if not bool(torch.isfinite(a).all()):
+                    return float("nan"), "non-finite output (unwritten or NaN)"
+                num += float(torch.sum((a.double() - r.double()) ** 2))
+                den += float(torch.sum(r.double() ** 2))
+                del a
+        return math.sqrt(num / den) if den > 0 else float("nan"), how
+
+
+class NumpyReference:
+    def __init__(self, geom, x_np, w_np):
+        self.ref = np_conv(x_np, w_np, geom.stride, geom.padding, geom.dilation)
+
+    def compare(self, y_host):
+        y = np.asarray(y_host)
+        if not np.isfinite(y).all():
+            return float("nan"), "non-finite output (unwritten or NaN)"
+        return float(np.linalg.norm(y - self.ref) / np.linalg.norm(self.ref)), "all outputs (float64 numpy)"
+
+
+def checked(result, peer, reference, y):
+    err, how = reference.compare(y)
+    result["errors"][peer] = err
+    result["checked"][peer] = how
+    if not err < TOLERANCE:
+        raise CheckFailed(f"{peer}: relative error {err:.3g} ({how}) is not below {TOLERANCE}")
+
+
+# --------------------------------------------------------------------------------------------
+# one case
+
+
+def make_inputs(torch, geom, seed):
+    """Random x (standard normal) and w (scaled by 1/sqrt(fan_in)), as pageable numpy arrays; x is
+    drawn on the GPU chunk by chunk where there is one (a numpy draw of 8 GB takes too long)."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal(geom.w_shape, dtype=np.float32) / math.sqrt(math.prod(geom.w_shape[1:])))
+    w = w.astype(np.float32)
+    x = np.empty(geom.x_shape, dtype=np.float32)
+    if torch is None:
+        x[...] = rng.standard_normal(geom.x_shape, dtype=np.float32)
+        return x, w
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    xt = torch.from_numpy(x)
+    per_sample = math.prod(geom.x_shape[1:])
+    step = max(1, (1 << 28) // per_sample)
+    for n0 in range(0, geom.x_shape[0], step):
+        n1 = min(n0 + step, geom.x_shape[0])
+        xt[n0:n1].copy_(torch.randn((n1 - n0,) + geom.x_shape[1:], generator=gen, device="cuda"))
+    return x, w
+
+
+def incore_torch(torch, geom, x_np, w_np, repeats):
+    """Median seconds of torch's conv with x, w already on the GPU (cuDNN benchmark mode: its fastest
+    FP32 algorithm), and the output (kept on the GPU as the reference). Where the whole problem does
+    not fit, times one chunk and scales by output volume (estimated=True) and returns no output."""
+    conv = C.torch_conv_fn(torch, geom.spatial)
+    g = geom
+    torch.backends.cudnn.benchmark = True
+    w = torch.from_numpy(w_np).cuda()
+    try:
+        x = torch.from_numpy(x_np).cuda()
+        holder = {}
+
+        def call():
+            holder.pop("y", None)
+            holder["y"] = conv(x, w, None, g.stride, g.padding, g.dilation, g.groups)
+
+        times = C.timed_runs(call, repeats, warmup=1, sync=torch.cuda.synchronize)
+        del x
+        return {"seconds": C.median(times), "times": times, "estimated": False}, holder["y"]
+    except torch.cuda.OutOfMemoryError:
+        holder = x = None
+        gc.collect()
+        torch.cuda.empty_cache()
+    budget = torch.cuda.mem_get_info()[0] // 4
+    while True:  # the largest chunk whose conv (with its workspace) runs
+        chunks, info = C.plan_chunks(g, budget, x_copies=1, y_copies=1)
+        ch = chunks[0]
+        rows = ch.in_rows if ch.split else g.x_shape[2]
+        try:
+            xc = torch.randn((ch.n1 - ch.n0, g.x_shape[1], rows) + tuple(g.x_shape[3:]), device="cuda")
+            times = C.timed_runs(
+                lambda: conv(xc, w, None, g.stride, C.chunk_conv_padding(g, ch), g.dilation, g.groups),
+                repeats, warmup=1, sync=torch.cuda.synchronize)
+            break
+        except torch.cuda.OutOfMemoryError:
+            xc = None
+            torch.cuda.empty_cache()
+            budget //= 2
+    scale = g.y_shape[0] * g.y_shape[2] / ((ch.n1 - ch.n0) * (ch.o1 - ch.o0))
+    return {"seconds": C.median(times) * scale, "times": [t * scale for t in times], "estimated": True,
+            "estimate_from": dict(info, scale=scale)}, None
+
+
+def plan_dict(plan):
+    keys = ("backend", "splits", "tiles", "num_chunks", "loop_order", "buffers", "w_resident", "peak_device_bytes",
+            "workspace_bytes", "memory_limit", "bytes_h2d", "bytes_d2h", "predicted_seconds")
+    out = {k: getattr(plan, k, None) for k in keys}
+    out["describe"] = str(plan)
+    return out
+
+
+def stats_dict(stats):
+    return {k: v for k, v in (stats or {}).items() if k != "plan"}
+
+
+def timed_after_warmup(fn, warm_seconds, repeats, max_run_seconds, sync=None):
+    """The timed repeats; where one warm-up run already took longer than max_run_seconds, that run
+    stands alone (the device machine kills a command at 10 minutes)."""
+    if warm_seconds > max_run_seconds:
+        C.log(f"  one run took {warm_seconds:.1f} s > --max-run-seconds {max_run_seconds}: not repeated")
+        return [warm_seconds]
+    return C.timed_runs(fn, repeats, warmup=0, sync=sync)
+
+
+def run_pyooc(pyooc, result, variant, x, w, y, geom, limit, backend, reference, args):
+    def call():
+        pyooc.conv_forward(x, w, stride=geom.stride, padding=geom.padding, dilation=geom.dilation, out=y,
+                           memory_limit=limit, backend=backend)
+
+    y.fill(np.nan)
+    start = time.perf_counter()
+    call()  # warm-up: its output is the one checked
+    warm = time.perf_counter() - start
+    checked(result, variant, reference, y)
+    times = timed_after_warmup(call, warm, args.repeats, args.max_run_seconds)
+    stats = pyooc.last_stats()
+    result["times"][variant] = times
+    result["pyooc_stats"][variant] = stats_dict(stats)
+    moved = stats["bytes_h2d"] + stats["bytes_d2h"] if stats else None
+    result["pyooc_stats"][variant]["link_GBps"] = moved / C.median(times) / C.GB if moved else None
+    return C.median(times)
+
+
+def run_case(name, spec, ctx):
+    pyooc, torch, args = ctx["pyooc"], ctx["torch"], ctx["args"]
+    description, x_shape, w_shape, padding, cap = spec
+    sp = len(x_shape) - 2
+    geom = C.ConvGeometry(tuple(x_shape), tuple(w_shape), (1,) * sp, (padding,) * sp, (1,) * sp)
+    ws = geom.working_set_bytes
+    limit = memory_limit_for(ws, cap)
+    backend = ctx["backend"]
+    result = {
+        "name": name, "description": description, "x_shape": geom.x_shape, "w_shape": geom.w_shape,
+        "y_shape": geom.y_shape, "stride": geom.stride, "padding": geom.padding, "dilation": geom.dilation,
+        "dtype": "float32", "x_bytes": geom.x_bytes, "w_bytes": geom.w_bytes, "y_bytes": geom.y_bytes,
+        "working_set_bytes": ws, "memory_limit": limit, "working_set_over_limit": ws / limit, "flops": geom.flops,
+        "roofline_s": None, "pyooc_pinned_s": None, "pyooc_pageable_s": None, "incore_torch_s": None,
+        "naive_torch_s": None, "expert_torch_s": None,
+        "times": {}, "errors": {}, "checked": {}, "pyooc_stats": {}, "failures": {}, "skipped": {},
+    }
+    plan = pyooc.plan_conv_forward(geom.x_shape, geom.w_shape, stride=geom.stride, padding=geom.padding,
+                                   dilation=geom.dilation, memory_limit=limit, backend=backend)
+    result["pyooc_plan"] = plan_dict(plan)
+    C.log(f"[{name}] {description}: working set {C.fmt_bytes(ws)}, memory_limit {C.fmt_bytes(limit)}; "
+          f"pyooc plan: splits {plan.splits}, {plan.num_chunks} chunks")
+    started = time.perf_counter()
+    x, w = make_inputs(torch, geom, args.seed)
+    y = np.empty(geom.y_shape, dtype=np.float32)
+    result["setup_seconds"] = time.perf_counter() - started
+    wanted = ctx["peers"]
+
+    def attempt(peer, fn):
+        if peer not in wanted:
+            result["skipped"][peer] = "not selected (--peers)"
+            return None
+        if time.perf_counter() > ctx["deadline"]:
+            result["skipped"][peer] = f"--time-budget of {args.time_budget:.0f} s spent"
+            return None
+        try:
+            return fn()
+        except Exception as exc:  # one peer failing must not hide the others' numbers
+            result["failures"][peer] = f"{type(exc).__name__}: {exc}"
+            C.log(f"[{name}] {peer} FAILED: {exc}")
+            if not isinstance(exc, CheckFailed):
+                traceback.print_exc(file=sys.stderr)
+            return None
+        finally:
+            gc.collect()
+
+    bar = C.progress(total=len(PEERS), desc=name)
+
+    def step(label):
+        if bar is not None:
+            bar.set_postfix_str(label)
+            bar.update(1)
+
+    # In-core torch: the roofline's compute term and the reference output.
+    y_ref = None
+    if torch is not None:
+        def incore():
+            nonlocal y_ref
+            info, y_ref = incore_torch(torch, geom, x, w, args.repeats)
+            result["times"]["incore"] = info["times"]
+            result["incore"] = {k: v for k, v in info.items() if k not in ("times", "seconds")}
+            return info["seconds"]
+        result["incore_torch_s"] = attempt("incore", incore)
+        reference = TorchReference(torch, geom, x, w, y_ref)
+    else:
+        result["skipped"]["incore"] = "no torch/GPU (dry run)"
+        reference = NumpyReference(geom, x, w)
+    step("in-core")
+    compute_s = result["incore_torch_s"]
+    rl = C.roofline(geom.x_bytes + geom.w_bytes, geom.y_bytes, ctx["bandwidth"], compute_s)
+    result["roofline"] = rl
+    result["roofline_s"] = rl["seconds"]
+
+    result["pyooc_pageable_s"] = attempt(
+        "pageable", lambda: run_pyooc(pyooc, result, "pageable", x, w, y, geom, limit, backend, reference, args))
+    step("pyooc pageable")
+
+    if torch is not None:
+        def naive():
+            torch.backends.cudnn.benchmark = False  # torch's default: what a naive loop gets
+            yt = torch.from_numpy(y)
+            peer = C.NaiveTorchConv(torch, geom, torch.from_numpy(x), torch.from_numpy(w), yt)
+            result["naive"] = C.fit_peer(torch, peer, limit, geom.w_bytes, lambda: yt.fill_(float("nan")))
+            checked(result, "naive", reference, y)
+            times = timed_after_warmup(peer.run, result["naive"]["warm_seconds"], args.naive_repeats,
+                                       args.max_run_seconds, sync=torch.cuda.synchronize)
+            result["times"]["naive"] = times
+            return C.median(times)
+        result["naive_torch_s"] = attempt("naive", naive)
+    else:
+        result["skipped"]["naive"] = "no torch/GPU (dry run)"
+    step("naive torch")
+
+    if backend == "cuda":
+        def pinned():
+            xp = pyooc.pinned_empty(geom.x_shape)
+            yp = pyooc.pinned_empty(geom.y_shape)
+            torch.from_numpy(xp).copy_(torch.from_numpy(x))
+            return run_pyooc(pyooc, result, "pinned", xp, w, yp, geom, limit, backend, reference, args)
+        result["pyooc_pinned_s"] = attempt("pinned", pinned)
+    else:
+        result["skipped"]["pinned"] = "no GPU: pinned memory needs CUDA (dry run)"
+    step("pyooc pinned")
+
+    if torch is not None:
+        def expert():
+            torch.backends.cudnn.benchmark = True
+            xt = torch.empty(geom.x_shape, dtype=torch.float32, pin_memory=True)
+            yt = torch.empty(geom.y_shape, dtype=torch.float32, pin_memory=True)
+            try:
+                xt.copy_(torch.from_numpy(x))
+                wt = torch.from_numpy(w).pin_memory()
+                peer = C.ExpertTorchConv(torch, geom, xt, wt, yt, ctx["copier"])
+                result["expert"] = C.fit_peer(torch, peer, limit, geom.w_bytes, lambda: yt.fill_(float("nan")))
+                result["expert"]["cudnn_benchmark"] = True
+                checked(result, "expert", reference, yt)
+                times = timed_after_warmup(peer.run, result["expert"]["warm_seconds"], args.repeats,
+                                           args.max_run_seconds, sync=torch.cuda.synchronize)
+                result["times"]["expert"] = times
+                peer.release()
+                return C.median(times)
+            finally:
+                del xt, yt
+                C.release_host_cache(torch)
+        result["expert_torch_s"] = attempt("expert", expert)
+    else:
+        result["skipped"]["expert"] = "no torch/GPU (dry run)"
+    step("expert torch")
+    if bar is not None:
+        bar.close()
+
+    summarize(result)
+    result["case_seconds"] = time.perf_counter() - started
+    return result
+
+
+def summarize(r):
+    rl = r["roofline_s"]
+    r["ratios"] = {
+        "pinned_efficiency": C.ratio(rl, r["pyooc_pinned_s"]),
+        "pageable_efficiency": C.ratio(rl, r["pyooc_pageable_s"]),
+        "speedup_vs_naive": C.ratio(r["naive_torch_s"], r["pyooc_pageable_s"]),
+        "speedup_vs_naive_pinned": C.ratio(r["naive_torch_s"], r["pyooc_pinned_s"]),
+        "ratio_vs_expert": C.ratio(r["expert_torch_s"], r["pyooc_pinned_s"]),
+        "ratio_vs_expert_pageable": C.ratio(r["expert_torch_s"], r["pyooc_pageable_s"]),
+        "pinned_over_incore": C.ratio(r["pyooc_pinned_s"], r["incore_torch_s"]),
+        "expert_efficiency": C.ratio(rl, r["expert_torch_s"]),
+    }
+    r["targets"] = {}
+    for key, goal, label in TARGETS:
+        value = r["ratios"][key]
+        r["targets"][key] = {"goal": goal, "label": label, "value": value,
+                             "met": None if value is None else value >= goal}
+
+
+# --------------------------------------------------------------------------------------------
+# report
+
+
+def markdown(report):
+    bw = report["bandwidth"]
+    lines = [f"# {NAME} benchmark", "",
+             f"commit `{report['commit']}`, {report['date']}, {report['device']}" +
+             ("" if report["mode"] == "full" else f", {report['mode']} mode (not the issue's sizes)"), "",
+             f"Link ({'assumed, not measured' if bw.get('assumed') else 'measured in this run'}): pinned H2D "
+             f"{bw['h2d']:.1f} GB/s, D2H {bw['d2h']:.1f} GB/s, both directions {bw['bidir']:.1f} GB/s; pageable "
+             f"H2D {bw['pageable_h2d']:.1f} GB/s, D2H {bw['pageable_d2h']:.1f} GB/s.", "",
+             "Median seconds (roofline = max(in/H2D, out/D2H, (in+out)/both, in-core compute)):", ""]
+    rows = []
+    for c in report["cases"]:
+        bound = c.get("roofline", {}).get("bound", "?")
+        rows.append([c["name"], C.fmt_bytes(c["working_set_bytes"]), C.fmt_bytes(c["memory_limit"]),
+                     f"{C.fmt_s(c['roofline_s'])} ({bound})", C.fmt_s(c["pyooc_pinned_s"]),
+                     C.fmt_s(c["pyooc_pageable_s"]), C.fmt_s(c["incore_torch_s"]), C.fmt_s(c["naive_torch_s"]),
+                     C.fmt_s(c["expert_torch_s"])])
+    lines.append(C.markdown_table(["case", "working set", "memory_limit", "roofline", "pyooc pinned",
+                                   "pyooc pageable", "in-core torch", "naive torch", "expert torch"], rows))
+    lines += ["", "Targets:", ""]
+    rows = []
+    for c in report["cases"]:
+        for key, t in c["targets"].items():
+            value, verdict = C.target_row(t["value"], t["goal"])
+            rows.append([c["name"], t["label"], value, verdict])
+    lines.append(C.markdown_table(["case", "target", "value", "verdict"], rows))
+    notes = []
+    for c in report["cases"]:
+        plan = c.get("pyooc_plan", {})
+        notes.append(f"- {c['name']}: {c['description']}; x {list(c['x_shape'])}, w {list(c['w_shape'])}; pyooc "
+                     f"splits {plan.get('splits')}, {plan.get('num_chunks')} chunks; naive "
+                     f"{_peer_note(c.get('naive'))}; expert {_peer_note(c.get('expert'))}; "
+                     f"max rel. error {_max_err(c)}")
+        for peer, why in c["failures"].items():
+            notes.append(f"  - FAILED {peer}: {why}")
+        for peer, why in c["skipped"].items():
+            notes.append(f"  - skipped {peer}: {why}")
+    lines += ["", *notes, ""]
+    return "\n".join(lines)
+
+
+def _peer_note(info):
+    if not info:
+        return "-"
+    shape = (f"{info.get('samples_per_chunk')} samples/chunk" if info.get("mode") == "n"
+             else f"{info.get('rows_per_chunk')} rows/slab")
+    over = "" if info.get("within_limit", True) else " OVER LIMIT"
+    return f"{info.get('chunks')} chunks of {shape}, peak {C.fmt_bytes(info.get('peak_device_bytes'))}{over}"
+
+
+def _max_err(c):
+    errs = [e for e in c["errors"].values() if e is not None]
+    return f"{max(errs):.2e}" if errs else "-"
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=None,
+                        help="directory for conv_forward.json/.md (default: bench/results; for --quick and "
+                             "--dry-run a temporary directory, so they never overwrite real results)")
+    parser.add_argument("--cases", default="vgg2d,vol3d", help="comma-separated subset of: vgg2d, vol3d")
+    parser.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated subset of: {', '.join(PEERS)}")
+    parser.add_argument("--quick", action="store_true", help="~1 GB working sets (a fast first look)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="tiny cases on pyooc's host backend, no GPU/torch needed (checks this script)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per peer after the warm-up (median)")
+    parser.add_argument("--naive-repeats", type=int, default=2, help="timed runs of the (slow) naive loop")
+    parser.add_argument("--max-run-seconds", type=float, default=20.0,
+                        help="a peer whose warm-up run took longer is timed by that run alone")
+    parser.add_argument("--time-budget", type=float, default=float("inf"),
+                        help="seconds; peers not started by then are skipped (and reported so)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a speed target is missed")
+    args = parser.parse_args(argv)
+
+    mode = "dry-run" if args.dry_run else "quick" if args.quick else "full"
+    if args.out is None:
+        args.out = (os.path.join(C.REPO_ROOT, "bench", "results") if mode == "full"
+                    else os.path.join(tempfile.gettempdir(), f"pyooc-bench-{mode}"))
+    names = [n.strip() for n in args.cases.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CASES[mode]]
+    peers = {p.strip() for p in args.peers.split(",") if p.strip()}
+    if unknown or not names or peers - set(PEERS):
+        parser.error(f"unknown case(s) {unknown} or peer(s) {sorted(peers - set(PEERS))}")
+
+    import pyooc
+    torch = None
+    if not args.dry_run:
+        import torch
+        if not torch.cuda.is_available() or pyooc.device_count() == 0:
+            sys.exit("conv_forward: no CUDA device visible to torch/pyooc (use --dry-run on a CPU machine)")
+        C.torch_fp32(torch)
+    started = time.perf_counter()
+
+    if args.dry_run:
+        checks = self_test_geometry(np.random.default_rng(args.seed))
+        C.log(f"geometry self-test: {checks} chunkings emulated with numpy, all match the float64 reference")
+    device, details = C.device_info(torch)
+    if torch is not None:
+        C.log("measuring link bandwidth ...")
+        bandwidth = C.measure_bandwidth(torch)
+        if hasattr(pyooc, "measure_link_bandwidth"):  # pyooc's own measurement, as a cross-check
+            try:
+                bandwidth["pyooc"] = {k: v / C.GB for k, v in pyooc.measure_link_bandwidth().items()}
+            except Exception as exc:
+                bandwidth["pyooc"] = f"failed: {exc}"
+        copier = C.RegionCopier(torch)
+    else:
+        bandwidth = dict(C.ASSUMED_BANDWIDTH, assumed=True)
+        copier = None
+    C.log("bandwidth (GB/s): " + ", ".join(f"{k} {v:.1f}" for k, v in bandwidth.items()
+                                          if isinstance(v, float)))
+    report = {
+        "benchmark": NAME, "commit": C.git_commit(), "date": C.utc_now(), "device": device, "mode": mode,
+        "bandwidth": bandwidth, "environment": details, "tolerance": TOLERANCE, "repeats": args.repeats,
+        "naive_repeats": args.naive_repeats, "region_copy": copier.method if copier else None,
+        "cases": [],
+    }
+    ctx = {"pyooc": pyooc, "torch": torch, "args": args, "bandwidth": bandwidth, "copier": copier,
+           "backend": "host" if args.dry_run else "cuda", "peers": peers, "deadline": started + args.time_budget}
+    json_path = os.path.join(args.out, f"{NAME}.json")
+    md_path = os.path.join(args.out, f"{NAME}.md")
+    for name in C.progress(names, desc=NAME, leave=True):
+        report["cases"].append(run_case(name, CASES[mode][name], ctx))
+        gc.collect()  # the case's arrays went with run_case's frame: hand their memory back
+        if torch is not None:
+            C.release_host_cache(torch)
+        report["seconds"] = time.perf_counter() - started
+        C.write_json(json_path, report)  # after every case: a run killed later keeps what it measured
+    text = markdown(report)
+    C.write_text(md_path, text)
+    C.log(f"wrote {json_path} and {md_path} ({report['seconds']:.0f} s)")
+    print(text, flush=True)
+
+    failed = any(c["failures"] for c in report["cases"])
+    missed = any(t["met"] is False or (t["met"] is None and args.strict)
+                 for c in report["cases"] for t in c["targets"].values())
+    return 1 if failed or (args.strict and missed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
