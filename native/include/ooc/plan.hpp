@@ -45,9 +45,12 @@ struct Chunk {
 struct MachineModel {
   double h2d_bytes_per_s = 5e9;
   double d2h_bytes_per_s = 5e9;
-  double bidir_bytes_per_s = 5e9;  // both directions at once, total
+  double bidir_bytes_per_s = 5e9;       // both directions at once, total
+  double host_copy_bytes_per_s = 5e9;   // gather + scatter of pageable tensors by the host workers
   double flops_per_s = 2e9;
-  double chunk_overhead_s = 2e-5;  // fixed cost per chunk: launches, events, descriptors
+  double chunk_half_flops = 1e6;        // a chunk of this many flops runs at half the peak rate
+  double chunk_overhead_s = 2e-5;       // fixed cost per chunk: launches, events, descriptors
+  bool copies_share_compute = false;    // host backend: the same cores copy and compute
 };
 
 struct Plan {

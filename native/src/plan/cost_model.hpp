@@ -1,7 +1,9 @@
 // The cost model: predicted seconds of a plan from its link traffic, compute and chunk count.
 // Out-of-core layers are link-bound, so the steady state is the slowest of: H2D bytes, D2H bytes,
-// both directions together (they share the link's total), and compute; pipeline fill and drain
-// add one chunk's load and one chunk's write-back; every chunk adds a fixed overhead.
+// both directions together (they share the link's total), the host workers' gather/scatter of
+// pageable tensors, and compute; pipeline fill and drain add one chunk's load and one chunk's
+// write-back. Small chunks compute below peak (a GPU needs enough work per launch): each chunk
+// costs chunk_half_flops of extra work plus a fixed overhead.
 #pragma once
 
 #include <cstddef>
@@ -13,10 +15,21 @@ namespace ooc {
 struct TrafficEstimate {
   double bytes_h2d = 0, bytes_d2h = 0, flops = 0;
   double num_chunks = 1;
+  // Per-chunk implicit-GEMM shape: reduction length (c tile x kernel size) and output channels (k
+  // tile). Thin GEMMs run well below peak, so splitting C or K finely costs compute.
+  double reduction_depth = 1e9, output_channels = 1e9;
+  // Shortest contiguous run (bytes) a chunk's regions are copied in: DMA engines and memcpy move
+  // short rows far below bandwidth, so splitting the innermost dimensions is costly.
+  double copy_run_bytes = 1e12;
   double first_load_bytes = 0, last_store_bytes = 0;
   int buffers = 3;
 };
 
 double predict_seconds(const TrafficEstimate& t, const MachineModel& m);
+
+// A reduction this long / this many output channels run at half the rate.
+constexpr double kHalfRateReductionDepth = 64;
+constexpr double kHalfRateOutputChannels = 16;
+constexpr double kHalfRateCopyRunBytes = 1024;
 
 }  // namespace ooc

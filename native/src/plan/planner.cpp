@@ -55,6 +55,17 @@ SpatialSplit spatial_split(const ConvProblem& p, int d, int64_t tile) {
   return s;
 }
 
+// Length in elements of the contiguous runs a box is copied in: trailing dims taken whole merge
+// into one run, the first split dim (from the inside) ends it.
+int64_t contiguous_run(const std::array<int64_t, 5>& box_extent, const std::array<int64_t, 5>& tensor_extent) {
+  int64_t run = 1;
+  for (int d = 4; d >= 0; --d) {
+    run *= box_extent[d];
+    if (box_extent[d] != tensor_extent[d]) break;
+  }
+  return run;
+}
+
 struct Candidate {
   Tiling tiling;
   int64_t tiles_n = 1, tiles_k = 1, tiles_c = 1;
@@ -218,6 +229,11 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
                   t.bytes_d2h = c.bytes_d2h;
                   t.flops = p.flops();
                   t.num_chunks = chunks;
+                  t.reduction_depth = static_cast<double>(tc * kernel_elems);
+                  t.output_channels = static_cast<double>(tk);
+                  t.copy_run_bytes = es * static_cast<double>(std::min(
+                      contiguous_run({tn, tc, s0.max_in, s1.max_in, s2.max_in}, {p.n, p.c, p.in[0], p.in[1], p.in[2]}),
+                      contiguous_run({tn, tk, s0.tile, s1.tile, s2.tile}, {p.n, p.k, p.out[0], p.out[1], p.out[2]})));
                   t.first_load_bytes = static_cast<double>(c.x_slot + c.w_slot);
                   t.last_store_bytes = static_cast<double>(c.y_slot);
                   t.buffers = buffers;

@@ -27,8 +27,11 @@ class HostBackend final : public Backend {
     MachineModel m;
     m.h2d_bytes_per_s = m.d2h_bytes_per_s = 8e9;  // memcpy
     m.bidir_bytes_per_s = 8e9;
+    m.host_copy_bytes_per_s = 8e9;
     m.flops_per_s = 2e9 * ThreadPool::shared().size();
+    m.chunk_half_flops = 2e5;
     m.chunk_overhead_s = 5e-6;
+    m.copies_share_compute = true;
     return m;
   }
 
