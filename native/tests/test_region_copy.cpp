@@ -1,0 +1,374 @@
+// gather_box / scatter_box against an element-by-element reference: boxes inside the tensor,
+// straddling each border (zeros outside), fully outside, whole trailing dims (merged into long
+// rows), strided views, and the multi-threaded path for large boxes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "exec/region_copy.hpp"
+#include "exec/thread_pool.hpp"
+
+namespace {
+
+using ooc::Box;
+using ooc::kMaxRank;
+using ooc::TensorView;
+using Dims = std::array<int64_t, kMaxRank>;
+
+// Distinct, exactly representable values: element i holds i + 1 (0 is reserved for the halo).
+std::vector<float> iota_tensor(int64_t elements) {
+  std::vector<float> v(static_cast<size_t>(elements));
+  for (int64_t i = 0; i < elements; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i + 1);
+  return v;
+}
+
+int64_t elements(const Dims& shape, int rank) {
+  int64_t e = 1;
+  for (int i = 0; i < rank; ++i) e *= shape[i];
+  return e;
+}
+
+// Element-by-element gather: row-major over the box, zero where the index leaves the tensor.
+std::vector<float> reference_gather(const TensorView& t, const Box& box) {
+  std::vector<float> out;
+  const int r = t.rank;
+  Dims idx = box.lo;
+  if (box.elements(r) == 0) return out;
+  for (;;) {
+    bool inside = true;
+    int64_t off = 0;
+    for (int i = 0; i < r; ++i) {
+      if (idx[i] < 0 || idx[i] >= t.shape[i]) inside = false;
+      off += idx[i] * t.strides[i];
+    }
+    out.push_back(inside ? static_cast<const float*>(t.data)[off] : 0.0f);
+    int i = r - 1;
+    while (i >= 0 && ++idx[i] == box.hi[i]) {
+      idx[i] = box.lo[i];
+      --i;
+    }
+    if (i < 0) break;
+  }
+  return out;
+}
+
+Box make_box(const Dims& lo, const Dims& hi) {
+  Box b;
+  b.lo = lo;
+  b.hi = hi;
+  return b;
+}
+
+std::string box_str(const Box& b, int rank) {
+  std::string s;
+  for (int i = 0; i < rank; ++i) s += "[" + std::to_string(b.lo[i]) + "," + std::to_string(b.hi[i]) + ")";
+  return s;
+}
+
+// Gathers into a buffer with guard elements after it and compares with the reference.
+void expect_gather_matches(const TensorView& t, const Box& box, ooc::ThreadPool& pool) {
+  SCOPED_TRACE("box " + box_str(box, t.rank));
+  const std::vector<float> ref = reference_gather(t, box);
+  const size_t guard = 64;
+  std::vector<float> dst(ref.size() + guard, std::nanf(""));
+  ooc::gather_box(t, box, dst.data(), pool);
+  for (size_t i = 0; i < ref.size(); ++i)
+    ASSERT_EQ(dst[i], ref[i]) << "element " << i << " of the box";
+  for (size_t i = ref.size(); i < dst.size(); ++i) ASSERT_TRUE(std::isnan(dst[i])) << "wrote past the box";
+}
+
+class RegionCopy : public ::testing::Test {
+ protected:
+  ooc::ThreadPool pool{3};
+};
+
+TEST_F(RegionCopy, GatherInside) {
+  const Dims shape{2, 3, 5, 6, 7};
+  const auto data = iota_tensor(elements(shape, 5));
+  const TensorView t = TensorView::contiguous(data.data(), shape, 5, 4);
+  expect_gather_matches(t, make_box({0, 0, 0, 0, 0}, shape), pool);              // everything: one memcpy
+  expect_gather_matches(t, make_box({1, 1, 1, 2, 3}, {2, 3, 4, 5, 6}), pool);     // interior
+  expect_gather_matches(t, make_box({0, 1, 0, 0, 0}, {2, 2, 5, 6, 7}), pool);     // whole trailing dims merge
+  expect_gather_matches(t, make_box({1, 0, 2, 0, 0}, {2, 3, 4, 6, 7}), pool);     // rows of whole planes
+  expect_gather_matches(t, make_box({0, 0, 0, 0, 3}, {2, 3, 5, 6, 4}), pool);     // one column
+  expect_gather_matches(t, make_box({1, 2, 4, 5, 6}, {2, 3, 5, 6, 7}), pool);     // one element
+  expect_gather_matches(t, make_box({1, 2, 4, 5, 6}, {1, 3, 5, 6, 7}), pool);     // empty box
+}
+
+TEST_F(RegionCopy, GatherStraddlingEveryBorder) {
+  const Dims shape{2, 3, 5, 6, 7};
+  const auto data = iota_tensor(elements(shape, 5));
+  const TensorView t = TensorView::contiguous(data.data(), shape, 5, 4);
+  for (int d = 0; d < 5; ++d) {
+    // Low border, high border, and both at once, in dim d only.
+    Dims lo{0, 0, 0, 0, 0}, hi = shape;
+    lo[d] = -2;
+    expect_gather_matches(t, make_box(lo, hi), pool);
+    lo[d] = 0;
+    hi[d] = shape[d] + 3;
+    expect_gather_matches(t, make_box(lo, hi), pool);
+    lo[d] = -1;
+    expect_gather_matches(t, make_box(lo, hi), pool);
+    // Partial box in the other dims too.
+    Dims lo2{1, 1, 1, 1, 1}, hi2{2, 2, 4, 4, 5};
+    lo2[d] = -3;
+    hi2[d] = 2;
+    expect_gather_matches(t, make_box(lo2, hi2), pool);
+  }
+  // Every border at once (a halo around the whole tensor).
+  expect_gather_matches(t, make_box({-1, -1, -2, -1, -3}, {3, 4, 7, 8, 9}), pool);
+}
+
+TEST_F(RegionCopy, GatherFullyOutsideIsZeros) {
+  const Dims shape{2, 3, 5, 6, 7};
+  const auto data = iota_tensor(elements(shape, 5));
+  const TensorView t = TensorView::contiguous(data.data(), shape, 5, 4);
+  for (int d = 0; d < 5; ++d) {
+    Dims lo{0, 0, 0, 0, 0}, hi = shape;
+    lo[d] = -4;
+    hi[d] = 0;  // entirely before
+    expect_gather_matches(t, make_box(lo, hi), pool);
+    lo[d] = shape[d];
+    hi[d] = shape[d] + 2;  // entirely after
+    expect_gather_matches(t, make_box(lo, hi), pool);
+    lo[d] = shape[d] + 5;
+    hi[d] = shape[d] + 6;  // far after
+    expect_gather_matches(t, make_box(lo, hi), pool);
+  }
+}
+
+TEST_F(RegionCopy, GatherRandomBoxesAllRanks) {
+  std::mt19937 rng(7);
+  for (int rank : {1, 2, 3, 4, 5}) {
+    Dims shape{1, 1, 1, 1, 1};
+    for (int i = 0; i < rank; ++i) shape[i] = std::uniform_int_distribution<int64_t>(1, rank <= 2 ? 17 : 6)(rng);
+    const auto data = iota_tensor(elements(shape, rank));
+    const TensorView t = TensorView::contiguous(data.data(), shape, rank, 4);
+    for (int trial = 0; trial < 300; ++trial) {
+      Box b;
+      for (int i = 0; i < rank; ++i) {
+        std::uniform_int_distribution<int64_t> lo_d(-3, shape[i] + 1);
+        b.lo[i] = lo_d(rng);
+        b.hi[i] = b.lo[i] + std::uniform_int_distribution<int64_t>(0, shape[i] + 3)(rng);
+        if (trial % 3 == 0 && i >= rank / 2) {  // whole trailing dims, to exercise merging
+          b.lo[i] = 0;
+          b.hi[i] = shape[i];
+        }
+      }
+      SCOPED_TRACE("rank " + std::to_string(rank) + " trial " + std::to_string(trial));
+      expect_gather_matches(t, b, pool);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_F(RegionCopy, GatherFromStridedView) {
+  // A [3, 4, 5] window into a [4, 6, 9] tensor: outer strides are not the window's own.
+  //
+  // FIXME(libooc bug): row_layout (region_copy.cpp) merges trailing dims the box covers whole, stops
+  // at the first one that is not contiguous with them, and then requires *that* dim to be
+  // contiguous: a box covering the window's last dim whole throws std::logic_error("region copy:
+  // innermost dimension must be contiguous") instead of copying rows of 5 elements. Expected: the
+  // row dim becomes the last merged one. Latent today (the pipeline only builds contiguous views).
+  const Dims parent{4, 6, 9, 1, 1};
+  const auto data = iota_tensor(elements(parent, 3));
+  TensorView t = TensorView::contiguous(data.data() + (1 * 6 + 2) * 9 + 3, {3, 4, 5, 1, 1}, 3, 4);
+  t.strides = {54, 9, 1, 0, 0};
+  expect_gather_matches(t, make_box({0, 0, 0}, {3, 4, 5}), pool);    // whole window: rows, not one memcpy
+  expect_gather_matches(t, make_box({-1, 1, -2}, {2, 5, 6}), pool);  // halo around part of it
+  expect_gather_matches(t, make_box({1, 0, 0}, {3, 4, 5}), pool);
+}
+
+TEST_F(RegionCopy, ScatterWritesTheBoxOnly) {
+  std::mt19937 rng(11);
+  const Dims shape{2, 3, 5, 6, 7};
+  const int64_t total = elements(shape, 5);
+  for (int trial = 0; trial < 200; ++trial) {
+    Box b;
+    for (int i = 0; i < 5; ++i) {
+      b.lo[i] = std::uniform_int_distribution<int64_t>(0, shape[i] - 1)(rng);
+      b.hi[i] = std::uniform_int_distribution<int64_t>(b.lo[i] + 1, shape[i])(rng);
+      if (trial % 4 == 0 && i >= 2) {
+        b.lo[i] = 0;
+        b.hi[i] = shape[i];
+      }
+    }
+    SCOPED_TRACE("box " + box_str(b, 5));
+    std::vector<float> dst(static_cast<size_t>(total), -1.0f);
+    std::vector<float> src(static_cast<size_t>(b.elements(5)));
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(1000 + i);
+    const TensorView t = TensorView::contiguous(dst.data(), shape, 5, 4);
+    ooc::scatter_box(src.data(), t, b, pool);
+    // The box reads back what was scattered; everything else is untouched.
+    EXPECT_EQ(reference_gather(t, b), src);
+    int64_t untouched = 0;
+    for (float v : dst) untouched += v == -1.0f;
+    ASSERT_EQ(untouched, total - b.elements(5));
+  }
+}
+
+TEST_F(RegionCopy, GatherScatterRoundTrip) {
+  const Dims shape{3, 4, 6, 5, 8};
+  const auto data = iota_tensor(elements(shape, 5));
+  const TensorView src = TensorView::contiguous(data.data(), shape, 5, 4);
+  std::vector<float> copy(data.size(), 0.0f);
+  const TensorView dst = TensorView::contiguous(copy.data(), shape, 5, 4);
+  // Tile the tensor with uneven boxes; gather each and scatter it into a zeroed copy.
+  for (int64_t a = 0; a < 3; a += 2)
+    for (int64_t b = 0; b < 6; b += 4)
+      for (int64_t c = 0; c < 8; c += 3) {
+        const Box box = make_box({a, 0, b, 0, c}, {std::min<int64_t>(a + 2, 3), 4, std::min<int64_t>(b + 4, 6), 5,
+                                                   std::min<int64_t>(c + 3, 8)});
+        std::vector<float> buf(static_cast<size_t>(box.elements(5)));
+        ooc::gather_box(src, box, buf.data(), pool);
+        ooc::scatter_box(buf.data(), dst, box, pool);
+      }
+  EXPECT_EQ(copy, data);
+}
+
+TEST_F(RegionCopy, ScatterOutsideTheTensorIsRejected) {
+  const Dims shape{2, 3, 4, 1, 1};
+  std::vector<float> dst(24), src(64);
+  const TensorView t = TensorView::contiguous(dst.data(), shape, 3, 4);
+  EXPECT_THROW(ooc::scatter_box(src.data(), t, make_box({0, 0, -1}, {1, 1, 2}), pool), std::logic_error);
+  EXPECT_THROW(ooc::scatter_box(src.data(), t, make_box({0, 0, 0}, {3, 1, 2}), pool), std::logic_error);
+  EXPECT_THROW(ooc::gather_box(t, make_box({0, 0, 3}, {1, 1, 2}), src.data(), pool), std::logic_error);  // hi < lo
+}
+
+TEST_F(RegionCopy, ParallelPathEqualsSerial) {
+  // Boxes over 1 MiB are split across threads; the result must equal one thread's.
+  const Dims shape{3, 5, 40, 50, 41};
+  const auto data = iota_tensor(elements(shape, 5));
+  const TensorView t = TensorView::contiguous(data.data(), shape, 5, 4);
+  ooc::ThreadPool serial(1), parallel(4);
+  const std::vector<Box> boxes = {
+      make_box({0, 0, 0, 0, 0}, shape),                          // whole tensor, one merged row per thread block
+      make_box({-1, 0, -3, 0, 0}, {4, 5, 43, 50, 41}),          // halo in outer dims, whole rows
+      make_box({0, -1, -2, -2, -3}, {3, 6, 42, 52, 44}),        // halo everywhere
+      make_box({1, 1, 5, -1, 0}, {3, 5, 40, 49, 41}),           // partial rows
+  };
+  for (const Box& b : boxes) {
+    SCOPED_TRACE("box " + box_str(b, 5));
+    ASSERT_GE(b.elements(5) * 4, int64_t{1} << 20) << "box too small for the parallel path";
+    std::vector<float> a(static_cast<size_t>(b.elements(5)), -7.0f), c(a.size(), -9.0f);
+    ooc::gather_box(t, b, a.data(), serial);
+    ooc::gather_box(t, b, c.data(), parallel);
+    ASSERT_EQ(a, c);
+    ASSERT_EQ(a, reference_gather(t, b));
+    // And back: scatter the in-bounds part in parallel.
+    Box inside = b;
+    for (int i = 0; i < 5; ++i) {
+      inside.lo[i] = std::max<int64_t>(b.lo[i], 0);
+      inside.hi[i] = std::min(b.hi[i], shape[i]);
+    }
+    std::vector<float> part(static_cast<size_t>(inside.elements(5)));
+    ooc::gather_box(t, inside, part.data(), parallel);
+    std::vector<float> out(data.size(), 0.0f);
+    const TensorView o = TensorView::contiguous(out.data(), shape, 5, 4);
+    ooc::scatter_box(part.data(), o, inside, parallel);
+    EXPECT_EQ(reference_gather(o, inside), part);
+  }
+}
+
+// strided_box_copies describes the in-tensor part of a box as 3-D strided copies (cudaMemcpy3D's
+// model) for direct DMA. Executing them must give what gather_box / scatter_box give.
+void run_copies(const ooc::BoxCopies& copies) {
+  for (const ooc::StridedCopy& c : copies.copies)
+    for (size_t z = 0; z < c.depth; ++z)
+      for (size_t y = 0; y < c.height; ++y)
+        std::memcpy(c.dst + z * c.dst_slice + y * c.dst_pitch, c.src + z * c.src_slice + y * c.src_pitch,
+                    c.width_bytes);
+}
+
+bool box_inside(const Box& b, const Dims& shape, int rank) {
+  for (int i = 0; i < rank; ++i)
+    if (b.lo[i] < 0 || b.hi[i] > shape[i]) return false;
+  return true;
+}
+
+TEST_F(RegionCopy, StridedCopiesToDenseMatchGather) {
+  std::mt19937 rng(13);
+  for (int rank : {1, 2, 3, 4, 5}) {
+    Dims shape{1, 1, 1, 1, 1};
+    for (int i = 0; i < rank; ++i) shape[i] = std::uniform_int_distribution<int64_t>(1, rank <= 2 ? 13 : 5)(rng);
+    const auto data = iota_tensor(elements(shape, rank));
+    const TensorView t = TensorView::contiguous(data.data(), shape, rank, 4);
+    for (int trial = 0; trial < 300; ++trial) {
+      Box b;
+      for (int i = 0; i < rank; ++i) {
+        b.lo[i] = std::uniform_int_distribution<int64_t>(-2, shape[i])(rng);
+        b.hi[i] = b.lo[i] + std::uniform_int_distribution<int64_t>(1, shape[i] + 2)(rng);
+        if (trial % 3 == 0 && i >= rank / 2) {
+          b.lo[i] = 0;
+          b.hi[i] = shape[i];
+        }
+      }
+      SCOPED_TRACE("rank " + std::to_string(rank) + " box " + box_str(b, rank));
+      const auto ref = reference_gather(t, b);
+      // The caller zeroes the slot when the box is not wholly inside (covers_all false).
+      std::vector<float> dense(ref.size() + 16, std::nanf(""));
+      const ooc::BoxCopies copies = ooc::strided_box_copies(t, b, reinterpret_cast<char*>(dense.data()), true);
+      ASSERT_EQ(copies.covers_all, box_inside(b, shape, rank));
+      if (!copies.covers_all) std::fill(dense.begin(), dense.begin() + static_cast<long>(ref.size()), 0.0f);
+      run_copies(copies);
+      for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(dense[i], ref[i]) << "element " << i;
+      for (size_t i = ref.size(); i < dense.size(); ++i) ASSERT_TRUE(std::isnan(dense[i])) << "wrote past the box";
+      // Bytes moved: exactly the in-tensor elements.
+      size_t moved = 0, inside = 1;
+      for (const auto& c : copies.copies) moved += c.width_bytes * c.height * c.depth;
+      for (int i = 0; i < rank; ++i)
+        inside *= static_cast<size_t>(std::max<int64_t>(0, std::min(b.hi[i], shape[i]) - std::max<int64_t>(b.lo[i], 0)));
+      ASSERT_EQ(moved, inside * 4);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_F(RegionCopy, StridedCopiesFromDenseMatchScatter) {
+  std::mt19937 rng(17);
+  const Dims shape{2, 3, 5, 6, 7};
+  const int64_t total = elements(shape, 5);
+  for (int trial = 0; trial < 200; ++trial) {
+    Box b;
+    for (int i = 0; i < 5; ++i) {
+      b.lo[i] = std::uniform_int_distribution<int64_t>(0, shape[i] - 1)(rng);
+      b.hi[i] = std::uniform_int_distribution<int64_t>(b.lo[i] + 1, shape[i])(rng);
+      if (trial % 4 == 0 && i >= 2) {
+        b.lo[i] = 0;
+        b.hi[i] = shape[i];
+      }
+    }
+    SCOPED_TRACE("box " + box_str(b, 5));
+    std::vector<float> src(static_cast<size_t>(b.elements(5)));
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(1000 + i);
+    std::vector<float> via_scatter(static_cast<size_t>(total), -1.0f), via_copies = via_scatter;
+    ooc::scatter_box(src.data(), TensorView::contiguous(via_scatter.data(), shape, 5, 4), b, pool);
+    const TensorView t = TensorView::contiguous(via_copies.data(), shape, 5, 4);
+    const ooc::BoxCopies copies = ooc::strided_box_copies(t, b, reinterpret_cast<char*>(src.data()), false);
+    EXPECT_TRUE(copies.covers_all);
+    run_copies(copies);
+    ASSERT_EQ(via_copies, via_scatter);
+  }
+}
+
+TEST_F(RegionCopy, StridedCopiesFromStridedView) {
+  // FIXME(libooc bug): same as GatherFromStridedView — a view whose innermost dims are covered
+  // whole but are not contiguous with the next dim throws "innermost dimension must be contiguous".
+  const Dims parent{4, 6, 9, 1, 1};
+  const auto data = iota_tensor(elements(parent, 3));
+  TensorView t = TensorView::contiguous(data.data() + (1 * 6 + 2) * 9 + 3, {3, 4, 5, 1, 1}, 3, 4);
+  t.strides = {54, 9, 1, 0, 0};
+  for (const Box& b : {make_box({-1, 1, -2}, {2, 5, 6}), make_box({0, 0, 0}, {3, 4, 5})}) {
+    SCOPED_TRACE("box " + box_str(b, 3));
+    const auto ref = reference_gather(t, b);
+    std::vector<float> dense(ref.size(), 0.0f);
+    run_copies(ooc::strided_box_copies(t, b, reinterpret_cast<char*>(dense.data()), true));
+    EXPECT_EQ(dense, ref);
+  }
+}
+
+}  // namespace
