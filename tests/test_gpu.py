@@ -1,0 +1,308 @@
+"""The cuda backend on a real GPU: numerics against the float64 reference and the host backend
+(FP32 math, no TF32), every split kind, a working set far above its budget, device memory held
+within the budget, no leaks over repeated calls, recovery from injected CUDA/cuDNN faults, and
+pinned arrays. Every test here is marked `gpu` and skips where pyooc.device_count() == 0.
+
+Device memory is read with cupy (or torch), imported lazily inside the tests that need it."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import pyooc
+from conftest import (TOL, find_budget, output_shape, random_problem, reference_at, reference_conv, rel_err,
+                      run_checked, smallest_budget, split_set)
+from test_conv_host import ALPHA_BETA_SPLITS, GEOMETRIES, SPLITS, SPLITS_AT_LEAST
+
+pytestmark = pytest.mark.gpu
+
+MiB = 2**20
+# Device allocations are rounded to 2 MiB pages; cuDNN may keep a little of its own between calls.
+SLACK = 8 * MiB
+
+
+def device_free_bytes():
+    """A function returning the device's free memory in bytes (cupy, else torch)."""
+    try:
+        import cupy
+
+        cupy.cuda.runtime.memGetInfo()
+        return lambda: cupy.cuda.runtime.memGetInfo()[0]
+    except Exception:  # noqa: BLE001 - any failure: try torch
+        import torch
+
+        torch.cuda.mem_get_info(0)
+        return lambda: torch.cuda.mem_get_info(0)[0]
+
+
+def rss_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def host_result(x, w, bias=None, **kwargs):
+    return pyooc.conv_forward(x, w, bias=bias, backend="host", **kwargs)
+
+
+def pinned_copy(a):
+    p = pyooc.pinned_empty(a.shape, a.dtype)
+    p[...] = a
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# Numerics
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("x_shape, w_shape, geometry", GEOMETRIES + [
+    pytest.param((2, 256, 16, 16), (64, 256, 3, 3), dict(padding=1), id="2d-long-reduction-catches-tf32"),
+    pytest.param((1, 128, 8, 8, 8), (32, 128, 3, 3, 3), dict(padding=1), id="3d-long-reduction-catches-tf32"),
+])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+def test_cuda_geometries(rng, x_shape, w_shape, geometry, with_bias):
+    x, w, b = random_problem(rng, x_shape, w_shape, bias=with_bias)
+    plan = run_checked(x, w, bias=b, backend="cuda", **geometry)
+    assert plan.backend == "cuda"
+    y = pyooc.conv_forward(x, w, bias=b, backend="cuda", **geometry)
+    assert rel_err(y, host_result(x, w, b, **geometry)) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("x_shape, w_shape, geometry, want", SPLITS)
+def test_cuda_forced_split(rng, x_shape, w_shape, geometry, want):
+    limit, planned = find_budget(x_shape, w_shape, set(want), bias=True, backend="cuda", **geometry)
+    x, w, b = random_problem(rng, x_shape, w_shape, bias=True)
+    plan = run_checked(x, w, bias=b, memory_limit=limit, backend="cuda", **geometry)
+    assert split_set(plan) == set(want), plan.splits
+    assert plan.splits == planned.splits
+    y = pyooc.conv_forward(x, w, bias=b, memory_limit=limit, backend="cuda", **geometry)
+    assert rel_err(y, host_result(x, w, b, memory_limit=limit, **geometry)) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("x_shape, w_shape, geometry, want", SPLITS_AT_LEAST)
+def test_cuda_split_realistic_shapes(rng, x_shape, w_shape, geometry, want):
+    limit, _ = find_budget(x_shape, w_shape, set(want), at_least=True, bias=True, backend="cuda", **geometry)
+    x, w, b = random_problem(rng, x_shape, w_shape, bias=True)
+    plan = run_checked(x, w, bias=b, memory_limit=limit, backend="cuda", **geometry)
+    assert set(want) <= split_set(plan)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("x_shape, w_shape, geometry, want", SPLITS[::3])
+def test_cuda_forced_split_pinned(rng, x_shape, w_shape, geometry, want):
+    """Pinned x, w, bias and out go by direct (strided) DMA, halos zeroed on the device."""
+    limit, _ = find_budget(x_shape, w_shape, set(want), bias=True, backend="cuda", **geometry)
+    x, w, b = (pinned_copy(a) for a in random_problem(rng, x_shape, w_shape, bias=True))
+    out = pyooc.pinned_empty(output_shape(x_shape, w_shape, **geometry))
+    out[...] = np.nan
+    plan = run_checked(x, w, bias=b, out=out, memory_limit=limit, backend="cuda", direct=True, **geometry)
+    assert split_set(plan) == set(want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("alpha, beta", [(1.0, 1.0), (0.5, -1.5), (0.0, 1.0), (-1.0, 0.0)])
+@pytest.mark.parametrize("x_shape, w_shape, geometry, split", ALPHA_BETA_SPLITS)
+def test_cuda_alpha_beta_bias(rng, alpha, beta, x_shape, w_shape, geometry, split):
+    limit = None
+    if split:
+        limit, _ = find_budget(x_shape, w_shape, set(split), bias=True, beta=beta, backend="cuda", **geometry)
+    x, w, b = random_problem(rng, x_shape, w_shape, bias=True)
+    out = rng.standard_normal(output_shape(x_shape, w_shape, **geometry), dtype=np.float32)
+    out_host = out.copy()
+    plan = run_checked(x, w, bias=b, alpha=alpha, beta=beta, out=out, memory_limit=limit, backend="cuda", **geometry)
+    if split:
+        assert split_set(plan) == set(split)
+    host_result(x, w, b, alpha=alpha, beta=beta, out=out_host, **geometry)
+    assert rel_err(out, out_host) < TOL
+
+
+@pytest.mark.gpu
+def test_cuda_is_default_backend(rng):
+    x, w, _ = random_problem(rng, (2, 3, 9, 9), (4, 3, 3, 3))
+    pyooc.conv_forward(x, w)
+    assert pyooc.last_stats()["plan"].backend == "cuda"
+    assert pyooc.info()["default_backend"] == "cuda"
+
+
+# --------------------------------------------------------------------------------------------
+# Out of core for real: a working set of >= 4 GB through a 512 MiB budget
+
+
+@pytest.mark.gpu
+def test_large_working_set_small_budget(rng):
+    x_shape, w_shape, geometry = (8, 32, 128, 128, 128), (32, 32, 3, 3, 3), dict(padding=1)  # x, y: 2 GiB each
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = (rng.standard_normal(w_shape, dtype=np.float32) / np.float32(np.sqrt(32 * 27))).astype(np.float32)
+    b = rng.standard_normal(32, dtype=np.float32)
+    y = np.full(output_shape(x_shape, w_shape, **geometry), np.nan, dtype=np.float32)
+    assert x.nbytes + w.nbytes + y.nbytes >= 4e9
+    limit = 512 * MiB
+    pyooc.conv_forward(x, w, bias=b, out=y, memory_limit=limit, backend="cuda", **geometry)
+    stats = pyooc.last_stats()
+    plan = stats["plan"]
+    assert plan.num_chunks > 1 and stats["device_bytes_reserved"] <= limit
+    assert stats["bytes_d2h"] == y.nbytes and stats["bytes_h2d"] >= x.nbytes + w.nbytes
+    assert not np.isnan(y).any(), "outputs never written"
+    picks = [tuple(int(rng.integers(0, s)) for s in y.shape) for _ in range(300)]
+    # Include the borders (halo and padding) of the volume, where chunk edges are hardest.
+    picks += [(0, 0, 0, 0, 0), (7, 31, 127, 127, 127), (1, 5, 0, 127, 64), (2, 7, 127, 0, 0)]
+    got = np.array([y[i] for i in picks], dtype=np.float64)
+    ref = np.array([reference_at(x, w, i, b, **geometry) for i in picks])
+    assert rel_err(got, ref) < TOL
+
+
+# --------------------------------------------------------------------------------------------
+# Device memory: held within the budget during a call, back afterwards, no leaks
+
+
+@pytest.mark.gpu
+def test_device_memory_within_budget_during_call(rng):
+    free = device_free_bytes()
+    x_shape, w_shape, geometry = (4, 32, 32, 128, 128), (32, 32, 3, 3, 3), dict(padding=1)
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = (rng.standard_normal(w_shape, dtype=np.float32) / np.float32(np.sqrt(32 * 27))).astype(np.float32)
+    b = rng.standard_normal(32, dtype=np.float32)
+    out = np.empty(output_shape(x_shape, w_shape, **geometry), dtype=np.float32)
+    limit = 256 * MiB
+    # Warm-up: the backend, cuDNN handle, algorithm choices and lazily loaded kernels exist after it.
+    pyooc.conv_forward(x, w, bias=b, out=out, memory_limit=limit, backend="cuda", **geometry)
+    time.sleep(0.2)
+    baseline = free()
+
+    lowest = [baseline]
+    polls = [0]
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            lowest[0] = min(lowest[0], free())
+            polls[0] += 1
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        pyooc.conv_forward(x, w, bias=b, out=out, memory_limit=limit, backend="cuda", **geometry)
+    finally:
+        done.set()
+        watcher.join()
+    stats = pyooc.last_stats()
+    used = baseline - lowest[0]
+    assert polls[0] > 10, "the watcher hardly ran (was the GIL released?)"
+    assert stats["device_bytes_reserved"] <= limit
+    assert used <= limit + SLACK, f"device memory rose by {used / MiB:.1f} MiB during a call limited to 256 MiB"
+    assert used >= stats["device_bytes_reserved"] // 2, (
+        f"the watcher saw only {used / MiB:.1f} MiB of a {stats['device_bytes_reserved'] / MiB:.1f} MiB arena")
+    time.sleep(0.1)
+    assert abs(free() - baseline) <= SLACK, "device memory not returned after the call"
+    picks = [tuple(int(rng.integers(0, s)) for s in out.shape) for _ in range(100)]
+    assert rel_err(np.array([out[i] for i in picks]), np.array([reference_at(x, w, i, b, **geometry)
+                                                                for i in picks])) < TOL
+
+
+@pytest.mark.gpu
+def test_repeated_calls_do_not_leak(rng):
+    free = device_free_bytes()
+    x, w, b = random_problem(rng, (2, 8, 24, 24), (8, 8, 3, 3), bias=True)
+    limit = 2 * smallest_budget(x.shape, w.shape, bias=True, backend="cuda", padding=1)
+    for _ in range(10):
+        pyooc.conv_forward(x, w, bias=b, padding=1, memory_limit=limit, backend="cuda")
+    assert pyooc.last_stats()["chunks"] > 1
+    pinned_x = pinned_copy(x)
+    pyooc.conv_forward(pinned_x, w, bias=b, padding=1, memory_limit=limit, backend="cuda")
+    time.sleep(0.1)
+    dev0, rss0 = free(), rss_bytes()
+    for i in range(200):
+        y = pyooc.conv_forward(pinned_x if i % 2 else x, w, bias=b, padding=1, memory_limit=limit, backend="cuda")
+    time.sleep(0.1)
+    dev1, rss1 = free(), rss_bytes()
+    assert abs(dev1 - dev0) <= 2 * MiB, f"device free memory moved by {(dev0 - dev1) / MiB:.1f} MiB over 200 calls"
+    assert rss1 - rss0 <= 16 * MiB, f"RSS grew by {(rss1 - rss0) / MiB:.1f} MiB over 200 calls"
+    assert rel_err(y, reference_conv(x, w, b, padding=1)) < TOL
+
+
+# --------------------------------------------------------------------------------------------
+# Injected faults: the right exception, everything released, the next call right
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("where, countdown, exc", [
+    ("copy", 3, pyooc.CudaError), ("copy", 1, pyooc.CudaError), ("copy", 9, pyooc.CudaError),
+    ("conv", 2, pyooc.CudnnError), ("conv", 1, pyooc.CudnnError), ("conv", 5, pyooc.CudnnError),
+])
+@pytest.mark.parametrize("memory", ["pageable", "pinned"])
+def test_injected_fault(rng, where, countdown, exc, memory):
+    free = device_free_bytes()
+    x_shape, w_shape, geometry = (3, 5, 41, 11), (4, 5, 3, 3), dict(padding=1)
+    limit, _ = find_budget(x_shape, w_shape, {"n", "h"}, at_least=True, bias=True, backend="cuda", **geometry)
+    x, w, b = random_problem(rng, x_shape, w_shape, bias=True)
+    if memory == "pinned":
+        x, w, b = pinned_copy(x), pinned_copy(w), pinned_copy(b)
+    x0, w0 = x.copy(), w.copy()
+    pyooc.conv_forward(x, w, bias=b, memory_limit=limit, backend="cuda", **geometry)  # warm-up
+    chunks = pyooc.last_stats()["chunks"]
+    assert chunks >= 6 and chunks >= countdown
+    time.sleep(0.1)
+    baseline = free()
+    try:
+        pyooc._native.inject_fault(where, countdown)
+        with pytest.raises(exc, match="injected fault"):
+            pyooc.conv_forward(x, w, bias=b, memory_limit=limit, backend="cuda", **geometry)
+    finally:
+        pyooc._native.inject_fault(where, 0)
+    time.sleep(0.1)
+    assert abs(free() - baseline) <= 2 * MiB, "device memory not released after a failed call"
+    assert np.array_equal(x, x0) and np.array_equal(w, w0)
+    y = np.full(output_shape(x_shape, w_shape, **geometry), np.nan, dtype=np.float32)
+    pyooc.conv_forward(x, w, bias=b, out=y, memory_limit=limit, backend="cuda", **geometry)
+    assert rel_err(y, reference_conv(x, w, b, **geometry)) < TOL
+
+
+@pytest.mark.gpu
+def test_fault_countdown_beyond_the_call_does_not_fire(rng):
+    x, w, b = random_problem(rng, (2, 3, 9, 9), (4, 3, 3, 3), bias=True)
+    try:
+        pyooc._native.inject_fault("conv", 10**6)
+        y = pyooc.conv_forward(x, w, bias=b, backend="cuda")
+    finally:
+        pyooc._native.inject_fault("conv", 0)
+    assert rel_err(y, reference_conv(x, w, b)) < TOL
+    pyooc.conv_forward(x, w, bias=b, backend="cuda")  # disarmed: runs
+
+
+# --------------------------------------------------------------------------------------------
+# Pinned arrays
+
+
+@pytest.mark.gpu
+def test_pinned_empty_arrays():
+    a = pyooc.pinned_empty((3, 4, 5))
+    assert a.shape == (3, 4, 5) and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
+    a[...] = 7.0
+    assert (a == 7.0).all()
+    b = pyooc.pinned_empty(10, np.float64)
+    assert b.shape == (10,) and b.dtype == np.float64
+    assert pyooc.pinned_empty((0, 3)).size == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("which", ["all", "x", "out", "w+bias"])
+def test_pinned_inputs_and_out(rng, which):
+    x_shape, w_shape, geometry = (3, 5, 41, 11), (4, 5, 3, 3), dict(padding=1)
+    limit, _ = find_budget(x_shape, w_shape, {"n", "h"}, at_least=True, bias=True, backend="cuda", **geometry)
+    x, w, b = random_problem(rng, x_shape, w_shape, bias=True)
+    out = np.full(output_shape(x_shape, w_shape, **geometry), np.nan, dtype=np.float32)
+    if which in ("all", "x"):
+        x = pinned_copy(x)
+    if which in ("all", "w+bias"):
+        w, b = pinned_copy(w), pinned_copy(b)
+    if which in ("all", "out"):
+        out = pinned_copy(out)
+    direct = {"all": True, "x": "x", "out": False, "w+bias": False}[which]
+    run_checked(x, w, bias=b, out=out, memory_limit=limit, backend="cuda", direct=direct, **geometry)
