@@ -21,10 +21,40 @@ TensorView TensorView::contiguous(const void* data, const std::array<int64_t, kM
   return v;
 }
 
+TensorView TensorView::window(const std::array<int64_t, kMaxRank>& lo, const std::array<int64_t, kMaxRank>& hi) const {
+  TensorView v = *this;
+  int64_t offset = 0;
+  for (int i = 0; i < rank; ++i) {
+    if (lo[i] < 0 || hi[i] < lo[i] || hi[i] > shape[i]) throw std::logic_error("region copy: window outside the view");
+    offset += lo[i] * strides[i];
+    v.shape[i] = hi[i] - lo[i];
+  }
+  v.data = static_cast<char*>(data) + offset * static_cast<int64_t>(element_size);
+  return v;
+}
+
 int64_t Box::elements(int rank) const {
   int64_t e = 1;
   for (int i = 0; i < rank; ++i) e *= hi[i] - lo[i];
   return e;
+}
+
+Box Box::clipped_to(const std::array<int64_t, kMaxRank>& shape, int rank) const {
+  Box b = *this;
+  for (int i = 0; i < rank; ++i) {
+    b.lo[i] = std::min(std::max<int64_t>(lo[i], 0), shape[i]);
+    b.hi[i] = std::max(std::min(hi[i], shape[i]), b.lo[i]);
+  }
+  return b;
+}
+
+Box Box::shifted(const std::array<int64_t, kMaxRank>& origin) const {
+  Box b;
+  for (int i = 0; i < kMaxRank; ++i) {
+    b.lo[i] = lo[i] - origin[i];
+    b.hi[i] = hi[i] - origin[i];
+  }
+  return b;
 }
 
 namespace {
@@ -40,17 +70,17 @@ struct RowLayout {
 
 RowLayout row_layout(const TensorView& t, const Box& box) {
   RowLayout r;
+  if (t.strides[t.rank - 1] != 1) throw std::logic_error("region copy: innermost dimension must be contiguous");
+  // Merge the row dim into the one before it while the box covers it whole and that one steps
+  // exactly over it in memory.
   int d = t.rank - 1;
-  int64_t contiguous = 1;
-  // Merge trailing dims the box covers whole while they are contiguous in memory.
-  while (d > 0 && box.lo[d] == 0 && box.hi[d] == t.shape[d] && t.strides[d] == contiguous) {
-    contiguous *= t.shape[d];
+  int64_t inner = 1;
+  while (d > 0 && box.lo[d] == 0 && box.hi[d] == t.shape[d] && t.strides[d - 1] == t.strides[d] * t.shape[d]) {
+    inner *= t.shape[d];
     --d;
   }
   r.row_dim = d;
-  r.inner = contiguous;
-  // Rows are memcpy'd whole: the row dimension must be contiguous with the merged ones.
-  if (t.strides[d] != contiguous) throw std::logic_error("region copy: innermost dimension must be contiguous");
+  r.inner = inner;
   for (int i = 0; i < t.rank; ++i) r.extent[i] = box.hi[i] - box.lo[i];
   for (int i = 0; i < r.row_dim; ++i) r.rows *= r.extent[i];
   return r;
@@ -136,16 +166,15 @@ BoxCopies strided_box_copies(const TensorView& t, const Box& box, char* dense, b
     dense_strides[i] = stride;
     stride *= box.hi[i] - box.lo[i];
   }
-  // Rows: dims after row_dim merged where both tensor and dense buffer are contiguous over them.
+  // Rows: the row dim absorbs the dims after it that the box covers whole, as long as the tensor
+  // is contiguous over them (the dense buffer always is).
+  if (t.strides[rank - 1] != 1) throw std::logic_error("region copy: innermost dimension must be contiguous");
   int rd = rank - 1;
   int64_t inner = 1;
-  while (rd > 0 && clipped.lo[rd] == 0 && clipped.hi[rd] == t.shape[rd] && box.lo[rd] == 0 &&
-         box.hi[rd] == t.shape[rd] && t.strides[rd] == inner && dense_strides[rd] == inner) {
+  while (rd > 0 && box.lo[rd] == 0 && box.hi[rd] == t.shape[rd] && t.strides[rd - 1] == t.strides[rd] * t.shape[rd]) {
     inner *= t.shape[rd];
     --rd;
   }
-  if (t.strides[rd] != inner || dense_strides[rd] != inner)
-    throw std::logic_error("region copy: innermost dimension must be contiguous");
   const size_t width = static_cast<size_t>((clipped.hi[rd] - clipped.lo[rd]) * inner * es);
   // Up to two dims above the row become the copy's height and depth; the rest are looped.
   const int hd = rd - 1, dd = rd - 2;

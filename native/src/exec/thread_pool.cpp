@@ -3,6 +3,11 @@
 #include <algorithm>
 
 namespace ooc {
+namespace {
+// Set on the pool's own workers: a parallel_for issued from inside a body runs inline instead of
+// waiting for workers that are busy running that very body.
+thread_local const ThreadPool* t_worker_of = nullptr;
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -41,6 +46,7 @@ void ThreadPool::run_blocks() {
 }
 
 void ThreadPool::worker_loop() {
+  t_worker_of = this;
   uint64_t seen = 0;
   for (;;) {
     {
@@ -61,11 +67,16 @@ void ThreadPool::worker_loop() {
 
 void ThreadPool::parallel_for(int64_t count, const std::function<void(int64_t, int64_t)>& body) {
   if (count <= 0) return;
-  if (workers_.empty() || count == 1) {
+  if (workers_.empty() || count == 1 || t_worker_of == this || in_call_ == std::this_thread::get_id()) {
     body(0, count);
     return;
   }
   std::lock_guard<std::mutex> call(call_mutex_);
+  in_call_ = std::this_thread::get_id();
+  struct ClearCaller {
+    std::atomic<std::thread::id>& id;
+    ~ClearCaller() { id.store(std::thread::id()); }
+  } clear_caller{in_call_};
   {
     std::lock_guard<std::mutex> lock(mutex_);
     body_ = &body;

@@ -3,6 +3,7 @@
 // returns when all are done (rethrowing the first exception).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -34,6 +35,7 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::mutex call_mutex_;  // one parallel_for at a time
+  std::atomic<std::thread::id> in_call_{};  // the thread inside parallel_for (runs blocks too)
   bool stop_ = false;
   uint64_t generation_ = 0;
   const std::function<void(int64_t, int64_t)>* body_ = nullptr;
