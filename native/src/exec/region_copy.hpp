@@ -27,11 +27,19 @@ struct TensorView {
 
   static TensorView contiguous(const void* data, const std::array<int64_t, kMaxRank>& shape, int rank,
                                size_t element_size);
+  // The part [lo, hi) of this view (inside it), indexed from lo: same strides, data moved to lo.
+  // Copies through a window treat everything outside it as outside the tensor: gathers read zeros
+  // there, scatters and strided copies leave it alone.
+  TensorView window(const std::array<int64_t, kMaxRank>& lo, const std::array<int64_t, kMaxRank>& hi) const;
 };
 
 struct Box {
   std::array<int64_t, kMaxRank> lo{}, hi{};
   int64_t elements(int rank) const;
+  bool operator==(const Box& o) const { return lo == o.lo && hi == o.hi; }
+  // The part of this box inside [0, shape) (empty boxes have hi == lo in some dimension).
+  Box clipped_to(const std::array<int64_t, kMaxRank>& shape, int rank) const;
+  Box shifted(const std::array<int64_t, kMaxRank>& origin) const;  // coordinates relative to origin
 };
 
 void gather_box(const TensorView& src, const Box& box, void* dst, ThreadPool& pool);
