@@ -355,10 +355,8 @@ TEST(Planner, KeepsWResidentWhenWIsLargeRelativeToX) {
 TEST(Planner, WResidentMeansWLoadedOnce) {
   // Plan::w_resident (and describe()'s "w resident") must say that w is loaded once and stays.
   //
-  // FIXME(libooc bug): planner.cpp sets w_resident = (w_buffers == 1), but w_buffers is also 1
-  // whenever buffers == 1, so single-buffer plans that load w once per k tile (or per chunk) are
-  // reported as "w resident". E.g. x[1, 1, 256] * w[8, 1, 256] at its smallest budget: 8 chunks,
-  // splits k=8, 8 loads of w, w_resident == true. Fix: w_resident = (number of w loads == 1).
+  // Regression: w_resident once followed w_buffers == 1, which single-buffer plans also have (e.g.
+  // x[1, 1, 256] * w[8, 1, 256] at its smallest budget loads w 8 times).
   const ConvProblem p = ConvSpec{{1, 1, 256}, {8, 1, 256}}.problem();
   const Plan plan = ooc::plan_conv_forward_for(p, config(needed_bytes(p)));
   size_t w_loads = 0;
@@ -373,10 +371,8 @@ TEST(Planner, NoIdleDeviceSlots) {
   // w slots than loads of them. The arena is allocated whole, so an idle slot is device memory
   // taken from everyone else (the default limit is most of the GPU).
   //
-  // FIXME(libooc bug): the planner keeps `buffers` y slots (and x/w slots when loaded more than
-  // once) even when the plan has fewer chunks. E.g. x[4, 8, 24, 24] * w[16, 8, 3, 3], padding 1,
-  // 1 GiB budget, link-bound machine: 1 chunk, 3 buffers, peak 508.75 KiB of which 288 KiB are two
-  // y slots no chunk uses (the plan needs 220.75 KiB). Fix: slots = min(buffers, distinct loads).
+  // Regression: a one-chunk plan once kept 3 y slots (288 KiB of 508.75 KiB idle for
+  // x[4, 8, 24, 24] * w[16, 8, 3, 3], padding 1, 1 GiB budget).
   const ConvProblem p = ConvSpec{{4, 8, 24, 24}, {16, 8, 3, 3}, {1}, {1}, {1}, 1.0, 0.5, true}.problem();
   PlannerConfig c = config(size_t{1} << 30);
   c.machine = link_bound_machine();

@@ -168,12 +168,7 @@ TEST_F(RegionCopy, GatherRandomBoxesAllRanks) {
 
 TEST_F(RegionCopy, GatherFromStridedView) {
   // A [3, 4, 5] window into a [4, 6, 9] tensor: outer strides are not the window's own.
-  //
-  // FIXME(libooc bug): row_layout (region_copy.cpp) merges trailing dims the box covers whole, stops
-  // at the first one that is not contiguous with them, and then requires *that* dim to be
-  // contiguous: a box covering the window's last dim whole throws std::logic_error("region copy:
-  // innermost dimension must be contiguous") instead of copying rows of 5 elements. Expected: the
-  // row dim becomes the last merged one. Latent today (the pipeline only builds contiguous views).
+  // Regression: row merging once stopped at the window's first non-contiguous dim and then threw.
   const Dims parent{4, 6, 9, 1, 1};
   const auto data = iota_tensor(elements(parent, 3));
   TensorView t = TensorView::contiguous(data.data() + (1 * 6 + 2) * 9 + 3, {3, 4, 5, 1, 1}, 3, 4);
@@ -356,8 +351,7 @@ TEST_F(RegionCopy, StridedCopiesFromDenseMatchScatter) {
 }
 
 TEST_F(RegionCopy, StridedCopiesFromStridedView) {
-  // FIXME(libooc bug): same as GatherFromStridedView — a view whose innermost dims are covered
-  // whole but are not contiguous with the next dim throws "innermost dimension must be contiguous".
+  // Regression: same as GatherFromStridedView, for the DMA path.
   const Dims parent{4, 6, 9, 1, 1};
   const auto data = iota_tensor(elements(parent, 3));
   TensorView t = TensorView::contiguous(data.data() + (1 * 6 + 2) * 9 + 3, {3, 4, 5, 1, 1}, 3, 4);

@@ -124,11 +124,7 @@ TEST(ThreadPool, NestedCallOnAnotherPool) {
 
 // A body that itself calls parallel_for on the same pool (e.g. a kernel run from a copy worker).
 // Run in a child process with an alarm, so that a deadlock fails the test instead of hanging ctest.
-//
-// FIXME(libooc bug): parallel_for on the pool that is already running this body deadlocks —
-// the caller's thread re-locks the non-recursive call_mutex_, and a worker's nested call waits on
-// call_mutex_ while the outer call waits for that worker (active_ > 0). Nested calls should run
-// (e.g. inline on the calling thread). This test fails until the pool handles them.
+// Regression: a nested call once deadlocked on the pool's call mutex; it now runs inline.
 TEST(ThreadPoolDeathTest, NestedCallOnTheSamePoolCompletes) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(

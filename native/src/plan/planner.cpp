@@ -72,6 +72,7 @@ struct Candidate {
   Dims3 tiles_out{1, 1, 1};
   LoopOrder order = LoopOrder::ns_outer;
   int buffers = 3, x_buffers = 3, w_buffers = 3;
+  int64_t w_loads = 0;
   size_t x_slot = 0, w_slot = 0, y_slot = 0, peak = 0;
   double bytes_h2d = 0, bytes_d2h = 0, seconds = 0;
 };
@@ -98,8 +99,10 @@ void count_traffic(const ConvProblem& p, Candidate& c, double x_once, double w_t
     w_loads_factor = w_reused ? 1.0 : static_cast<double>(tiles_ns);
     w_loads = w_reused ? 1 : total_chunks;
   }
-  c.x_buffers = x_loads == 1 ? 1 : c.buffers;
-  c.w_buffers = w_loads == 1 ? 1 : c.buffers;
+  // No slot the plan can never fill: a tensor loaded L times needs at most L slots.
+  c.x_buffers = static_cast<int>(std::min<int64_t>(c.buffers, x_loads));
+  c.w_buffers = static_cast<int>(std::min<int64_t>(c.buffers, w_loads));
+  c.w_loads = w_loads;
   c.bytes_h2d = x_once * x_loads_factor + w_total * w_loads_factor + (p.beta != 0.0 ? y_total : 0.0) +
                 (p.has_bias ? static_cast<double>(p.k) * static_cast<double>(dtype_size(p.dtype)) : 0.0);
   c.bytes_d2h = y_total;
@@ -217,6 +220,8 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
               const double x_once = static_cast<double>(p.n) * p.c * s0.sum_in * s1.sum_in * s2.sum_in * es;
               for (LoopOrder order : {LoopOrder::ns_outer, LoopOrder::k_outer})
                 for (int buffers : {3, 2, 1}) {
+                  // y has one slot per buffer: more buffers than output tiles would sit idle.
+                  if (buffers > 1 && buffers > c.tiles_n * c.tiles_k * s0.tiles * s1.tiles * s2.tiles) continue;
                   c.order = order;
                   c.buffers = buffers;
                   count_traffic(p, c, x_once, w_total, y_total);
@@ -269,7 +274,7 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
   plan.order = best.order;
   plan.buffers = best.buffers;
   plan.w_buffers = best.w_buffers;
-  plan.w_resident = best.w_buffers == 1;
+  plan.w_resident = best.w_loads == 1;
   plan.x_slot_bytes = best.x_slot;
   plan.w_slot_bytes = best.w_slot;
   plan.y_slot_bytes = best.y_slot;
