@@ -99,6 +99,28 @@ TEST_F(RegionCopy, GatherInside) {
   expect_gather_matches(t, make_box({1, 2, 4, 5, 6}, {1, 3, 5, 6, 7}), pool);     // empty box
 }
 
+TEST_F(RegionCopy, LongRowsAreSplitIntoPiecesAcrossWorkers) {
+  // A few rows of several MiB each (whole samples): the workers share each row in pieces, halo
+  // zeros at both ends of the row dimension included, and the scatter writes them back exactly.
+  const Dims shape{3, 2, 1, 1, 1 << 20};  // rows of 4 MiB
+  const auto data = iota_tensor(elements(shape, 5));
+  const TensorView t = TensorView::contiguous(data.data(), shape, 5, 4);
+  expect_gather_matches(t, make_box({0, 0, 0, 0, 0}, shape), pool);
+  expect_gather_matches(t, make_box({1, 0, 0, 0, -300001}, {3, 2, 1, 1, (1 << 20) + 123457}), pool);
+  expect_gather_matches(t, make_box({0, 1, 0, 0, 777}, {2, 2, 1, 1, 999999}), pool);
+  const Box b = make_box({0, 0, 0, 0, 12345}, {3, 2, 1, 1, (1 << 20) - 5});
+  std::vector<float> dense(static_cast<size_t>(b.elements(5)));
+  for (size_t i = 0; i < dense.size(); ++i) dense[i] = -static_cast<float>(i % 1000);
+  std::vector<float> target(data.size(), 7.0f);
+  const TensorView out = TensorView::contiguous(target.data(), shape, 5, 4);
+  ooc::scatter_box(dense.data(), out, b, pool);
+  std::vector<float> back(dense.size());
+  ooc::gather_box(out, b, back.data(), pool);
+  EXPECT_EQ(back, dense);
+  EXPECT_EQ(target[0], 7.0f);
+  EXPECT_EQ(target.back(), 7.0f);
+}
+
 TEST_F(RegionCopy, GatherStraddlingEveryBorder) {
   const Dims shape{2, 3, 5, 6, 7};
   const auto data = iota_tensor(elements(shape, 5));

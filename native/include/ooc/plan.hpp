@@ -1,6 +1,8 @@
 // A Plan says how one operation runs out of core: the split, the chunks in execution order, what
 // each chunk loads, device bytes at peak, link traffic and the predicted time. Pure data: printable
-// and testable without a GPU. Made by plan_conv_forward (ooc.hpp), executed by the pipeline.
+// and testable without a GPU. Made by plan_conv_forward and its backward twins (ooc.hpp), executed
+// by the pipeline. The four operations share this vocabulary: regions are named by the tensor
+// family they index (x-shaped: x, dx; w-shaped: w, dw; y-shaped: y, dy; bias-shaped: bias, db).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,8 @@ struct Range {
   bool operator!=(const Range& o) const { return !(*this == o); }
 };
 
-// Tile sizes (the last tile of a dimension may be smaller: uneven edges).
+// Tile sizes (the last tile of a dimension may be smaller: uneven edges). Spatial tiles are over
+// y / dy (forward, backward filter and bias) or over dx (backward data).
 struct Tiling {
   int64_t n = 1, k = 1, c = 1;
   Dims3 out{1, 1, 1};
@@ -29,17 +32,33 @@ struct Tiling {
 //   k_outer:  for k-tile { for n/spatial-tile { for c-tile } }  — w tiles stay, x is re-read per k-tile
 //   ns_outer: for n/spatial-tile { for k-tile { for c-tile } }  — x tiles stay, w is re-read per n/spatial-tile
 // C (the reduction) is always innermost so the partial y stays on the device while it accumulates.
-enum class LoopOrder { k_outer, ns_outer };
+// The backward operations use the same names for their loop nests, the reduction innermost:
+//   backward data (reduction over k):  ns_outer: for n/spatial { for c { for k } };  c_outer: for c { for n/spatial { for k } }
+//   backward filter (over n, spatial): k_outer: for k { for c { for n/spatial } };  c_outer: for c { for k { for n/spatial } }
+//   backward bias (over n, spatial):   k_outer: for k { for n/spatial }
+enum class LoopOrder { k_outer, ns_outer, c_outer };
 const char* loop_order_name(LoopOrder order);
 
-// One unit of work: computes y[n, k, out] (partially, over channels c).
+// One unit of work. Forward: computes y[n, k, out] (partially, over channels c). Backward data:
+// dx[n, c, target] (partially, over k). Backward filter: dw[k, c] (partially, over n and out).
+// Backward bias: db[k] (partially, over n and out).
 struct Chunk {
   Range n, k, c;
-  std::array<Range, kMaxSpatial> out;     // output region
-  std::array<Range, kMaxSpatial> in;      // input region it reads, halo included; may leave the tensor (zeros)
+  // y / dy region: forward: computed; backward filter, bias: read; backward data: the dy rows on
+  // the device, of which only `out_read` is loaded (the rest are zeros, see backward_data_rows).
+  std::array<Range, kMaxSpatial> out;
+  // x / dx region: forward, backward filter: read, halo included, may leave the tensor (zeros);
+  // backward data: the dx region computed (a dense device buffer), may leave the tensor.
+  std::array<Range, kMaxSpatial> in;
+  std::array<Range, kMaxSpatial> target;    // backward data: the dx rows written back (disjoint tiles, inside in)
+  std::array<Range, kMaxSpatial> out_read;  // backward data: the dy rows loaded (those contributing to target)
   Dims3 compute_padding{0, 0, 0};         // padding cuDNN applies itself (only for dims that are not split)
   bool load_x = true, load_w = true;      // false: same region as the previous chunk, still on the device
-  bool first_c = true, last_c = true;     // first: scale y by the caller's beta; last: add bias, write y back
+  bool load_y = false;                    // backward: the same for dy (forward: false, y is the output)
+  // First / last chunk of the reduction into this chunk's output tile (over c for the forward, k
+  // for backward data, n and out for backward filter and bias). first: scale the output by the
+  // caller's beta; last: add bias (forward), write the output back.
+  bool first_c = true, last_c = true;
 };
 
 struct MachineModel {
@@ -54,17 +73,20 @@ struct MachineModel {
 };
 
 struct Plan {
-  ConvProblem problem;
+  ConvProblem problem;          // problem.op says which operation
   std::string backend;          // "host" or "cuda"
   Tiling tiling;
   int64_t splits_n = 1, splits_k = 1, splits_c = 1;
   Dims3 splits_out{1, 1, 1};
   LoopOrder order = LoopOrder::ns_outer;
-  int buffers = 3;              // device slots for y (and x, w when streamed): load next / compute / write back
-  int x_buffers = 3;            // 1 when x is loaded once
-  int w_buffers = 3;            // 1 when w is loaded once and stays resident
+  int buffers = 3;              // pipeline depth: load next / compute / write back (forward: also y's slot count)
+  int x_buffers = 3;            // slots for x / dx; 1 when loaded once (or one output tile)
+  int w_buffers = 3;            // slots for w / dw; 1 when w is loaded once and stays resident
+  int y_buffers = 3;            // slots for y / dy
+  int bias_buffers = 0;         // slots for bias / db (bias_bytes is all of them)
   bool w_resident = false;
-  size_t x_slot_bytes = 0, w_slot_bytes = 0, y_slot_bytes = 0, bias_bytes = 0, workspace_bytes = 0;  // slots 256-byte aligned
+  // Slots are 256-byte aligned; bias_bytes counts every bias / db slot.
+  size_t x_slot_bytes = 0, w_slot_bytes = 0, y_slot_bytes = 0, bias_bytes = 0, workspace_bytes = 0;
   size_t peak_device_bytes = 0;
   size_t memory_limit = 0;
   size_t bytes_h2d = 0, bytes_d2h = 0;

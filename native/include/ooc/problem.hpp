@@ -1,4 +1,4 @@
-// One operation, described completely: shapes, convolution geometry, dtype, alpha/beta.
+// One operation, described completely: which one, shapes, convolution geometry, dtype, alpha/beta.
 // Pure data, no CUDA. Spatial dimensions are always stored as three (unused ones have size 1,
 // kernel 1, stride 1, padding 0, dilation 1) so that 1D, 2D and 3D share every loop.
 #pragma once
@@ -18,9 +18,20 @@ enum class DType { float32 };
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 
-// Forward convolution y = alpha * conv(x, w) + beta * y (+ bias), cuDNN cross-correlation.
+// The convolution and its three gradients (cuDNN's ConvolutionForward, BackwardData,
+// BackwardFilter and BackwardBias):
+//   forward          y  = alpha * conv(x, w) + beta * y (+ bias)
+//   backward_data    dx = alpha * conv_transpose(dy, w) + beta * dx      (dy has y's shape)
+//   backward_filter  dw = alpha * sum over n, out of dy (x) x-windows + beta * dw
+//   backward_bias    db = alpha * sum over n, out of dy + beta * db      (db: [k])
+enum class Operation { forward, backward_data, backward_filter, backward_bias };
+const char* operation_name(Operation op);  // "conv_forward", "conv_backward_data", ...
+
+// One convolution operation, cuDNN cross-correlation, described by its forward geometry:
 // x: [n, c, in...], w: [k, c / groups, kernel...], y: [n, k, out...], NC+spatial, C-contiguous.
+// The backward operations use the same shapes for their gradients (dx like x, dw like w, dy like y).
 struct ConvProblem {
+  Operation op = Operation::forward;
   int spatial_dims = 2;  // 1, 2 or 3
   int64_t n = 1, c = 1, k = 1, groups = 1;
   Dims3 in{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1};
@@ -37,13 +48,29 @@ struct ConvProblem {
                              const std::vector<int64_t>& dilation, int64_t groups, double alpha,
                              double beta, bool has_bias, DType dtype = DType::float32);
 
+  // backward data: dy_shape must be the forward output of x_shape and w_shape. Errors name dy,
+  // w and x_shape (torch's wording where torch has one).
+  static ConvProblem backward_data(const std::vector<int64_t>& dy_shape, const std::vector<int64_t>& w_shape,
+                                   const std::vector<int64_t>& x_shape, const std::vector<int64_t>& stride,
+                                   const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                                   int64_t groups, double alpha, double beta, DType dtype = DType::float32);
+  // backward filter: dy_shape must be the forward output of x_shape and w_shape.
+  static ConvProblem backward_filter(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& dy_shape,
+                                     const std::vector<int64_t>& w_shape, const std::vector<int64_t>& stride,
+                                     const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                                     int64_t groups, double alpha, double beta, DType dtype = DType::float32);
+  // backward bias: dy is [n, k, out...] (rank 3 to 5); the geometry is a 1x1 convolution from one
+  // channel (x: [n, 1, out...]), so that x-, y- and bias-shaped ranges all follow dy's.
+  static ConvProblem backward_bias(const std::vector<int64_t>& dy_shape, double alpha, double beta,
+                                   DType dtype = DType::float32);
+
   std::vector<int64_t> x_shape() const;
   std::vector<int64_t> w_shape() const;
   std::vector<int64_t> y_shape() const;
   int64_t x_elements() const;
   int64_t w_elements() const;
   int64_t y_elements() const;
-  double flops() const;  // multiply-adds counted as two
+  double flops() const;  // multiply-adds counted as two (backward bias: one add per dy element)
   std::string describe() const;
 };
 

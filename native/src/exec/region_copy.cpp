@@ -96,6 +96,8 @@ void check_box(const TensorView& t, const Box& box, bool allow_outside) {
 
 // Bytes worth splitting over threads; below this one thread copies faster than waking others.
 constexpr int64_t kParallelBytes = 1 << 20;
+// Rows longer than this are cut into pieces of about this size for the workers.
+constexpr int64_t kPieceBytes = 1 << 20;
 
 template <bool Gather>
 void copy_rows(const TensorView& t, const Box& box, char* dense, ThreadPool& pool) {
@@ -110,39 +112,53 @@ void copy_rows(const TensorView& t, const Box& box, char* dense, ThreadPool& poo
   const int64_t body = std::max<int64_t>(0, hi - lo);
   char* base = static_cast<char*>(t.data);
 
-  auto body_fn = [&](int64_t begin, int64_t end) {
-    std::array<int64_t, kMaxRank> idx{};
-    for (int64_t row = begin; row < end; ++row) {
+  // Work items are pieces of rows: a box of a few long rows (whole samples, say) must still spread
+  // over every worker, since one thread's memcpy reaches a fraction of the memory bandwidth.
+  const int64_t row_bytes = row_elems * static_cast<int64_t>(es);
+  const int64_t pieces = total_bytes < kParallelBytes ? 1 : std::max<int64_t>(1, row_bytes / kPieceBytes);
+  const int64_t piece_elems = (row_elems + pieces - 1) / pieces;
+  const int64_t body_begin = head * r.inner, body_end = (head + body) * r.inner;  // in the dense row
+
+  auto copy_pieces = [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t row = item / pieces;
+      const int64_t a = (item % pieces) * piece_elems, b = std::min(row_elems, a + piece_elems);
+      if (a >= b) continue;
       // Decode the row's index over dims [0, rd).
       int64_t rem = row;
       bool inside = true;
       int64_t offset = 0;
       for (int i = rd - 1; i >= 0; --i) {
-        idx[i] = box.lo[i] + rem % r.extent[i];
+        const int64_t idx = box.lo[i] + rem % r.extent[i];
         rem /= r.extent[i];
-        if (idx[i] < 0 || idx[i] >= t.shape[i]) inside = false;
-        offset += idx[i] * t.strides[i];
+        if (idx < 0 || idx >= t.shape[i]) inside = false;
+        offset += idx * t.strides[i];
       }
-      char* d = dense + row * row_elems * es;
+      char* d = dense + row * row_bytes;
+      // Dense element e (body_begin <= e < body_end) is tensor element `row_start` + (e - body_begin).
+      char* row_start = base + (offset + lo * t.strides[rd]) * static_cast<int64_t>(es);
       if (Gather) {
         if (!inside || body == 0) {
-          std::memset(d, 0, row_elems * es);
+          std::memset(d + a * es, 0, (b - a) * es);
           continue;
         }
-        const size_t head_bytes = head * r.inner * es, body_bytes = body * r.inner * es;
-        if (head_bytes) std::memset(d, 0, head_bytes);
-        std::memcpy(d + head_bytes, base + (offset + lo * t.strides[rd]) * es, body_bytes);
-        const size_t tail_bytes = row_elems * es - head_bytes - body_bytes;
-        if (tail_bytes) std::memset(d + head_bytes + body_bytes, 0, tail_bytes);
+        const int64_t copy_a = std::max(a, body_begin), copy_b = std::min(b, body_end);
+        if (copy_a > a) std::memset(d + a * es, 0, (std::min(b, body_begin) - a) * es);
+        if (copy_b > copy_a)
+          std::memcpy(d + copy_a * es, row_start + (copy_a - body_begin) * es, (copy_b - copy_a) * es);
+        if (b > body_end) {
+          const int64_t zero_a = std::max(a, body_end);
+          std::memset(d + zero_a * es, 0, (b - zero_a) * es);
+        }
       } else {
-        std::memcpy(base + (offset + lo * t.strides[rd]) * es, d, row_elems * es);
+        std::memcpy(row_start + a * es, d + a * es, (b - a) * es);  // inside the tensor: no head
       }
     }
   };
   if (total_bytes < kParallelBytes)
-    body_fn(0, r.rows);
+    copy_pieces(0, r.rows * pieces);
   else
-    pool.parallel_for(r.rows, body_fn);
+    pool.parallel_for(r.rows * pieces, copy_pieces);
 }
 
 }  // namespace

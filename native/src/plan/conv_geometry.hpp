@@ -1,7 +1,9 @@
-// Convolution index arithmetic, in one place: output sizes and the input region (halo included)
-// that an output region reads. Used by the problem checks, the planner and the tests.
+// Convolution index arithmetic, in one place: output sizes, the input region (halo included) that
+// an output region reads, and its inverse, the output rows that contribute to an input region
+// (backward data). Used by the problem checks, the planner and the tests.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ooc/plan.hpp"
@@ -22,6 +24,62 @@ inline Range conv_input_range(Range out, int64_t kernel, int64_t stride, int64_t
   const int64_t begin = out.begin * stride - padding;
   const int64_t extent = (out.size() - 1) * stride + (kernel - 1) * dilation + 1;
   return Range{begin, begin + extent};
+}
+
+namespace geometry_detail {
+// Floor and ceiling of a / b for b > 0 and any sign of a.
+inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+inline int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
+}  // namespace geometry_detail
+
+// The inverse of conv_input_range: the smallest range of output rows that holds every row o in
+// [0, out) with a tap in input rows `in` (o*stride - padding + j*dilation in `in` for some j <
+// kernel): exactly the dy rows that contribute to dx rows `in` (backward data). With dilation >
+// stride some rows inside it may still reach no row of `in` (their taps jump over it). Empty
+// (begin == end) when no row contributes, e.g. where the stride exceeds the dilated kernel span.
+inline Range conv_output_range_reading(Range in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                                       int64_t dilation) {
+  using geometry_detail::ceil_div;
+  using geometry_detail::floor_div;
+  int64_t first = out, last = 0;
+  for (int64_t j = 0; j < kernel; ++j) {  // the rows whose tap j lands in `in`
+    const int64_t lo = std::max<int64_t>(0, ceil_div(in.begin + padding - j * dilation, stride));
+    const int64_t hi = std::min<int64_t>(out, floor_div(in.end - 1 + padding - j * dilation, stride) + 1);
+    if (lo >= hi) continue;
+    first = std::min(first, lo);
+    last = std::max(last, hi);
+  }
+  if (first >= last) return Range{0, 0};
+  return Range{first, last};
+}
+
+// How one chunk of backward data covers dx rows `target` along one split dimension. cuDNN
+// computes dx over `computed` (padding 0) from the device's dy rows `dy_rows`; `computed`
+// contains `target`, so every target row gets its value: the gradient, or beta * dx where no dy
+// row reaches it (stride > dilated kernel span). Of dy_rows only `read` (the contributing rows)
+// is loaded; the rest, at most a row before it and a few after, are zeros on the device: they
+// exist so that `computed` starts at or before target.begin (the first row whose first tap is
+// there) and ends at or after target.end (cuDNN's output size rounds down, so `computed` may end up
+// to stride - 1 rows past the last tap). Rows of `computed` outside `target` are discarded; they
+// may leave [0, in).
+struct BackwardDataRows {
+  Range read;      // dy rows loaded: exactly those contributing to target (empty: none does)
+  Range dy_rows;   // dy rows on the device, zeros outside `read`; never empty, contains read
+  Range computed;  // dx rows cuDNN computes from dy_rows with padding 0; contains target
+};
+
+inline BackwardDataRows backward_data_rows(Range target, int64_t out, int64_t kernel, int64_t stride,
+                                           int64_t padding, int64_t dilation) {
+  using geometry_detail::floor_div;
+  BackwardDataRows r;
+  r.read = conv_output_range_reading(target, out, kernel, stride, padding, dilation);
+  const int64_t first = std::min(floor_div(target.begin + padding, stride), out - 1);
+  const int64_t last = std::min<int64_t>(out, floor_div(target.end - 1 + padding, stride) + 1);
+  if (r.read.size() == 0) r.read = Range{last, last};
+  r.dy_rows = Range{std::min(first, r.read.begin), std::max(last, r.read.end)};
+  const Range natural = conv_input_range(r.dy_rows, kernel, stride, padding, dilation);
+  r.computed = Range{natural.begin, std::max(natural.end, target.end)};
+  return r;
 }
 
 }  // namespace ooc

@@ -22,10 +22,41 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
+namespace {
+
+// What each slot family holds in this operation ("" where it holds nothing).
+struct SlotNames {
+  const char *x, *w, *y, *bias, *output;
+};
+SlotNames slot_names(Operation op) {
+  switch (op) {
+    case Operation::forward: return {"x", "w", "y", "bias", "y"};
+    case Operation::backward_data: return {"dx", "w", "dy", "", "dx"};
+    case Operation::backward_filter: return {"x", "dw", "dy", "", "dw"};
+    case Operation::backward_bias: return {"", "", "dy", "db", "db"};
+  }
+  return {"x", "w", "y", "bias", "y"};
+}
+
+// The reduction the output accumulates over, as describe() says it.
+const char* reduction_name(Operation op) {
+  switch (op) {
+    case Operation::forward: return "c";
+    case Operation::backward_data: return "k";
+    default: return "n and space";
+  }
+}
+
+}  // namespace
+
 std::string Plan::describe() const {
   const int sd = problem.spatial_dims;
+  const SlotNames names = slot_names(problem.op);
   std::vector<int64_t> tile_out(tiling.out.begin(), tiling.out.begin() + sd);
   std::vector<int64_t> split_out(splits_out.begin(), splits_out.begin() + sd);
+  const bool accumulates = problem.op == Operation::forward           ? splits_c > 1
+                           : problem.op == Operation::backward_data   ? splits_k > 1
+                                                                      : num_chunks() > static_cast<size_t>(splits_k * splits_c);
   std::ostringstream s;
   s << "Plan for " << problem.describe() << "\n"
     << "  backend " << backend << ", memory_limit " << format_bytes(static_cast<double>(memory_limit)) << "\n"
@@ -33,12 +64,29 @@ std::string Plan::describe() const {
     << "  (tiles: n=" << tiling.n << " k=" << tiling.k << " c=" << tiling.c << " out=" << format_shape(tile_out)
     << ")\n"
     << "  " << num_chunks() << " chunks, loop order " << loop_order_name(order) << ", " << buffers << " buffers"
-    << (w_resident ? ", w resident" : "") << (splits_c > 1 ? ", y accumulates over c on the device" : "") << "\n"
-    << "  device peak " << format_bytes(static_cast<double>(peak_device_bytes)) << " = " << x_buffers << " x "
-    << format_bytes(static_cast<double>(x_slot_bytes)) << " (x) + " << w_buffers << " x "
-    << format_bytes(static_cast<double>(w_slot_bytes)) << " (w) + " << buffers << " x "
-    << format_bytes(static_cast<double>(y_slot_bytes)) << " (y) + " << format_bytes(static_cast<double>(workspace_bytes))
-    << " (workspace)\n"
+    << (w_resident ? ", w resident" : "")
+    << (accumulates ? std::string(", ") + names.output + " accumulates over " + reduction_name(problem.op) +
+                          " on the device"
+                    : std::string())
+    << "\n"
+    << "  device peak " << format_bytes(static_cast<double>(peak_device_bytes)) << " =";
+  const char* sep = " ";
+  auto slot = [&](int count, size_t bytes, const char* name) {
+    if (!*name) return;
+    s << sep << count << " x " << format_bytes(static_cast<double>(bytes)) << " (" << name << ")";
+    sep = " + ";
+  };
+  if (problem.op == Operation::forward) {
+    slot(x_buffers, x_slot_bytes, names.x);
+    slot(w_buffers, w_slot_bytes, names.w);
+    slot(buffers, y_slot_bytes, names.y);
+  } else {
+    slot(x_buffers, x_slot_bytes, names.x);
+    slot(w_buffers, w_slot_bytes, names.w);
+    slot(y_buffers, y_slot_bytes, names.y);
+    slot(bias_buffers, bias_buffers ? bias_bytes / bias_buffers : 0, names.bias);
+  }
+  s << sep << format_bytes(static_cast<double>(workspace_bytes)) << " (workspace)\n"
     << "  traffic: " << format_bytes(static_cast<double>(bytes_h2d)) << " H2D, "
     << format_bytes(static_cast<double>(bytes_d2h)) << " D2H; predicted " << predicted_seconds << " s";
   return s.str();

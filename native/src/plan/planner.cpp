@@ -7,27 +7,16 @@
 #include "ooc/errors.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/cost_model.hpp"
+#include "plan/planner_parts.hpp"
 #include "plan/shape_format.hpp"
 
 namespace ooc {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Device slots start on 256-byte boundaries (cuDNN's preferred alignment); sizes include the padding.
-size_t slot_bytes(int64_t elements, double element_size) {
-  const size_t bytes = static_cast<size_t>(elements * element_size);
-  return (bytes + 255) / 256 * 256;
-}
-
-// Tile sizes worth trying for an extent: E / 1, 2, 4, 8, ... rounded up, and 1 (distinct values).
-std::vector<int64_t> candidate_tiles(int64_t extent) {
-  std::vector<int64_t> tiles;
-  for (int64_t parts = 1; parts < extent; parts *= 2) tiles.push_back(ceil_div(extent, parts));
-  tiles.push_back(1);
-  tiles.erase(std::unique(tiles.begin(), tiles.end()), tiles.end());
-  return tiles;
-}
+using planner_parts::candidate_tiles;
+using planner_parts::ceil_div;
+using planner_parts::contiguous_run;
+using planner_parts::slot_bytes;
 
 // What one spatial dimension contributes for a given output tile size.
 struct SpatialSplit {
@@ -53,17 +42,6 @@ SpatialSplit spatial_split(const ConvProblem& p, int d, int64_t tile) {
     s.sum_in += extent;
   }
   return s;
-}
-
-// Length in elements of the contiguous runs a box is copied in: trailing dims taken whole merge
-// into one run, the first split dim (from the inside) ends it.
-int64_t contiguous_run(const std::array<int64_t, 5>& box_extent, const std::array<int64_t, 5>& tensor_extent) {
-  int64_t run = 1;
-  for (int d = 4; d >= 0; --d) {
-    run *= box_extent[d];
-    if (box_extent[d] != tensor_extent[d]) break;
-  }
-  return run;
 }
 
 struct Candidate {
@@ -158,23 +136,22 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const Candidate& c) {
 
 }  // namespace
 
-const char* loop_order_name(LoopOrder order) { return order == LoopOrder::k_outer ? "k_outer" : "ns_outer"; }
+const char* loop_order_name(LoopOrder order) {
+  switch (order) {
+    case LoopOrder::k_outer: return "k_outer";
+    case LoopOrder::ns_outer: return "ns_outer";
+    case LoopOrder::c_outer: return "c_outer";
+  }
+  return "?";
+}
 
 namespace {
 Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config);
 }  // namespace
 
-// Algorithms may use workspace, but every one also has a zero-workspace fallback (implicit GEMM):
-// when the allowance leaves no room for any plan, plan again without it.
 Plan plan_conv_forward_for(const ConvProblem& p, const PlannerConfig& config) {
-  if (config.workspace_bytes == 0) return plan_with_workspace(p, config);
-  try {
-    return plan_with_workspace(p, config);
-  } catch (const out_of_budget&) {
-    PlannerConfig without = config;
-    without.workspace_bytes = 0;
-    return plan_with_workspace(p, without);
-  }
+  if (p.op != Operation::forward) throw std::logic_error("plan_conv_forward_for: not a forward problem");
+  return planner_parts::with_workspace_fallback(config, [&](const PlannerConfig& c) { return plan_with_workspace(p, c); });
 }
 
 namespace {
@@ -193,7 +170,7 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
   Candidate best;
   bool found = false;
   size_t smallest_peak = std::numeric_limits<size_t>::max();
-  const size_t kMaxChunks = size_t{1} << 22;
+  const size_t kMaxChunks = planner_parts::kMaxChunks;
 
   for (int64_t tk : candidate_tiles(p.k))
     for (int64_t tc : candidate_tiles(p.c)) {
@@ -251,17 +228,7 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
             }
     }
 
-  if (!found) {
-    std::ostringstream msg;
-    msg << "memory_limit of " << format_bytes(static_cast<double>(budget)) << " is too small for " << p.describe()
-        << ": the smallest plan needs ";
-    if (smallest_peak == std::numeric_limits<size_t>::max())
-      msg << "chunks of more than 2^31 elements";
-    else
-      msg << format_bytes(static_cast<double>(smallest_peak)) << " (" << smallest_peak << " bytes"
-          << (config.workspace_bytes ? ", workspace allowance included" : "") << ")";
-    throw out_of_budget(msg.str(), smallest_peak);
-  }
+  if (!found) planner_parts::throw_out_of_budget(p, budget, smallest_peak, config.workspace_bytes != 0);
 
   Plan plan;
   plan.problem = p;
@@ -273,6 +240,8 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
   plan.splits_out = best.tiles_out;
   plan.order = best.order;
   plan.buffers = best.buffers;
+  plan.y_buffers = best.buffers;
+  plan.bias_buffers = p.has_bias ? 1 : 0;
   plan.w_buffers = best.w_buffers;
   plan.w_resident = best.w_loads == 1;
   plan.x_slot_bytes = best.x_slot;

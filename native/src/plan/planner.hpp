@@ -1,6 +1,6 @@
-// The planner: enumerates candidate splits and loop orders for a problem, keeps those whose peak
-// device bytes fit the budget (and whose every chunk stays under 2^31 elements), ranks them with
-// the cost model and expands the best into its chunk list.
+// The planners: enumerate candidate splits and loop orders for a problem, keep those whose peak
+// device bytes fit the budget (and whose every chunk stays under 2^31 elements), rank them with
+// the cost model and expand the best into its chunk list.
 #pragma once
 
 #include <string>
@@ -19,6 +19,10 @@ struct PlannerConfig {
 
 // Throws out_of_budget (saying what the smallest plan needs) when nothing fits.
 Plan plan_conv_forward_for(const ConvProblem& problem, const PlannerConfig& config);
+// Backward data, filter and bias (backward_planner.cpp), same contract.
+Plan plan_conv_backward_for(const ConvProblem& problem, const PlannerConfig& config);
+// Any operation: dispatches on problem.op.
+Plan plan_for(const ConvProblem& problem, const PlannerConfig& config);
 
 // Largest element count one chunk tensor may have: cuDNN's legacy descriptors hold int.
 constexpr int64_t kMaxChunkElements = (int64_t{1} << 31) - 1;

@@ -22,6 +22,16 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
+const char* operation_name(Operation op) {
+  switch (op) {
+    case Operation::forward: return "conv_forward";
+    case Operation::backward_data: return "conv_backward_data";
+    case Operation::backward_filter: return "conv_backward_filter";
+    case Operation::backward_bias: return "conv_backward_bias";
+  }
+  return "?";
+}
+
 namespace {
 
 // Expands a per-dimension option given with 1 or spatial_dims entries.
@@ -38,10 +48,14 @@ Dims3 spatial_option(const std::vector<int64_t>& values, int spatial_dims, const
 
 }  // namespace
 
-ConvProblem ConvProblem::forward(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
-                                 const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
-                                 const std::vector<int64_t>& dilation, int64_t groups, double alpha, double beta,
-                                 bool has_bias, DType dtype) {
+namespace {
+
+// The forward geometry, validated; messages call the input `x_name` (x, or x_shape where the
+// caller passes a shape).
+ConvProblem forward_geometry(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
+                             const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                             const std::vector<int64_t>& dilation, int64_t groups, double alpha, double beta,
+                             bool has_bias, DType dtype, const std::string& x_name) {
   if (w_shape.size() < 3 || w_shape.size() > 5) {
     std::ostringstream msg;
     msg << "w must be 3D, 4D or 5D ([out_channels, in_channels/groups, *kernel]), got w of size "
@@ -51,12 +65,13 @@ ConvProblem ConvProblem::forward(const std::vector<int64_t>& x_shape, const std:
   const int spatial = static_cast<int>(w_shape.size()) - 2;
   if (x_shape.size() != w_shape.size()) {
     std::ostringstream msg;
-    msg << "Expected " << w_shape.size() << "D (batched) input x to conv" << spatial << "d, but got input of size: "
-        << format_shape(x_shape);
+    msg << "Expected " << w_shape.size() << "D (batched) input " << x_name << " to conv" << spatial
+        << "d, but got input of size: " << format_shape(x_shape);
     throw invalid_argument(msg.str());
   }
   for (size_t i = 0; i < x_shape.size(); ++i)
-    if (x_shape[i] <= 0) throw invalid_argument("x has a zero or negative dimension: " + format_shape(x_shape));
+    if (x_shape[i] <= 0)
+      throw invalid_argument(x_name + " has a zero or negative dimension: " + format_shape(x_shape));
   for (size_t i = 0; i < w_shape.size(); ++i)
     if (w_shape[i] <= 0) throw invalid_argument("w has a zero or negative dimension: " + format_shape(w_shape));
   if (groups <= 0) throw invalid_argument("non-positive groups is not supported");
@@ -89,7 +104,7 @@ ConvProblem ConvProblem::forward(const std::vector<int64_t>& x_shape, const std:
   }
   if (w_shape[1] * groups != p.c) {
     std::ostringstream msg;
-    msg << "Given groups=" << groups << ", w of size " << format_shape(w_shape) << ", expected x"
+    msg << "Given groups=" << groups << ", w of size " << format_shape(w_shape) << ", expected " << x_name
         << format_shape(x_shape) << " to have " << w_shape[1] * groups << " channels, but got " << p.c
         << " channels instead";
     throw invalid_argument(msg.str());
@@ -111,6 +126,69 @@ ConvProblem ConvProblem::forward(const std::vector<int64_t>& x_shape, const std:
   if (groups != 1)
     throw not_supported("groups > 1 is not supported yet (planned: split along groups); got groups=" +
                         std::to_string(groups));
+  return p;
+}
+
+}  // namespace
+
+ConvProblem ConvProblem::forward(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
+                                 const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                                 const std::vector<int64_t>& dilation, int64_t groups, double alpha, double beta,
+                                 bool has_bias, DType dtype) {
+  return forward_geometry(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta, has_bias, dtype, "x");
+}
+
+namespace {
+
+// The gradient dy of a backward operation has the forward output's shape.
+void check_dy_shape(const ConvProblem& p, const std::vector<int64_t>& dy_shape, const std::vector<int64_t>& x_shape,
+                    const std::vector<int64_t>& w_shape, const char* x_name) {
+  if (dy_shape == p.y_shape()) return;
+  std::ostringstream msg;
+  msg << "Expected dy of size " << format_shape(p.y_shape()) << " (the output of conv" << p.spatial_dims << "d for "
+      << x_name << " " << format_shape(x_shape) << " and w of size " << format_shape(w_shape)
+      << "), but got dy of size " << format_shape(dy_shape);
+  throw invalid_argument(msg.str());
+}
+
+}  // namespace
+
+ConvProblem ConvProblem::backward_data(const std::vector<int64_t>& dy_shape, const std::vector<int64_t>& w_shape,
+                                       const std::vector<int64_t>& x_shape, const std::vector<int64_t>& stride,
+                                       const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                                       int64_t groups, double alpha, double beta, DType dtype) {
+  ConvProblem p =
+      forward_geometry(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta, false, dtype, "x_shape");
+  check_dy_shape(p, dy_shape, x_shape, w_shape, "x_shape");
+  p.op = Operation::backward_data;
+  return p;
+}
+
+ConvProblem ConvProblem::backward_filter(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& dy_shape,
+                                         const std::vector<int64_t>& w_shape, const std::vector<int64_t>& stride,
+                                         const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                                         int64_t groups, double alpha, double beta, DType dtype) {
+  ConvProblem p = forward(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta, false, dtype);
+  check_dy_shape(p, dy_shape, x_shape, w_shape, "x of size");
+  p.op = Operation::backward_filter;
+  return p;
+}
+
+ConvProblem ConvProblem::backward_bias(const std::vector<int64_t>& dy_shape, double alpha, double beta, DType dtype) {
+  if (dy_shape.size() < 3 || dy_shape.size() > 5) {
+    std::ostringstream msg;
+    msg << "dy must be 3D, 4D or 5D ([batch, channels, *spatial]), got dy of size " << format_shape(dy_shape);
+    throw invalid_argument(msg.str());
+  }
+  for (int64_t v : dy_shape)
+    if (v <= 0) throw invalid_argument("dy has a zero or negative dimension: " + format_shape(dy_shape));
+  // The geometry of a 1x1 convolution from one channel to k: x and y have the same spatial
+  // extent, so every spatial range the planner derives is dy's own.
+  std::vector<int64_t> x_shape = dy_shape, w_shape(dy_shape.size(), 1);
+  x_shape[1] = 1;
+  w_shape[0] = dy_shape[1];
+  ConvProblem p = forward(x_shape, w_shape, {1}, {0}, {1}, 1, alpha, beta, false, dtype);
+  p.op = Operation::backward_bias;
   return p;
 }
 
@@ -137,14 +215,32 @@ int64_t ConvProblem::w_elements() const { return k * (c / groups) * kernel[0] * 
 int64_t ConvProblem::y_elements() const { return n * k * out[0] * out[1] * out[2]; }
 
 double ConvProblem::flops() const {
+  if (op == Operation::backward_bias) return static_cast<double>(y_elements());
   return 2.0 * static_cast<double>(y_elements()) * static_cast<double>(c / groups) *
          static_cast<double>(kernel[0] * kernel[1] * kernel[2]);
 }
 
 std::string ConvProblem::describe() const {
   std::ostringstream s;
-  s << "conv" << spatial_dims << "d forward " << dtype_name(dtype) << ": x" << format_shape(x_shape()) << " * w"
-    << format_shape(w_shape()) << " -> y" << format_shape(y_shape());
+  s << "conv" << spatial_dims << "d ";
+  switch (op) {
+    case Operation::forward:
+      s << "forward " << dtype_name(dtype) << ": x" << format_shape(x_shape()) << " * w" << format_shape(w_shape())
+        << " -> y" << format_shape(y_shape());
+      break;
+    case Operation::backward_data:
+      s << "backward data " << dtype_name(dtype) << ": dy" << format_shape(y_shape()) << " * w"
+        << format_shape(w_shape()) << " -> dx" << format_shape(x_shape());
+      break;
+    case Operation::backward_filter:
+      s << "backward filter " << dtype_name(dtype) << ": x" << format_shape(x_shape()) << " * dy"
+        << format_shape(y_shape()) << " -> dw" << format_shape(w_shape());
+      break;
+    case Operation::backward_bias:
+      s << "backward bias " << dtype_name(dtype) << ": dy" << format_shape(y_shape()) << " -> db[" << k << "]";
+      if (alpha != 1.0 || beta != 0.0) s << ", alpha=" << alpha << " beta=" << beta;
+      return s.str();
+  }
   std::vector<int64_t> st(stride.begin(), stride.begin() + spatial_dims),
       pa(padding.begin(), padding.begin() + spatial_dims), di(dilation.begin(), dilation.begin() + spatial_dims);
   s << ", stride=" << format_shape(st) << " padding=" << format_shape(pa) << " dilation=" << format_shape(di);

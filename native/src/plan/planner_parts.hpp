@@ -1,0 +1,79 @@
+// Pieces every planner shares (planner.cpp: forward; backward_planner.cpp: the gradients): tile
+// candidates, slot sizes, copy-run lengths, the out-of-budget report and the workspace fallback.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "ooc/errors.hpp"
+#include "ooc/problem.hpp"
+#include "plan/planner.hpp"
+#include "plan/shape_format.hpp"
+
+namespace ooc::planner_parts {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Device slots start on 256-byte boundaries (cuDNN's preferred alignment); sizes include the padding.
+inline size_t slot_bytes(int64_t elements, double element_size) {
+  const size_t bytes = static_cast<size_t>(elements * element_size);
+  return (bytes + 255) / 256 * 256;
+}
+
+// Tile sizes worth trying for an extent: E / 1, 2, 4, 8, ... rounded up, and 1 (distinct values).
+inline std::vector<int64_t> candidate_tiles(int64_t extent) {
+  std::vector<int64_t> tiles;
+  for (int64_t parts = 1; parts < extent; parts *= 2) tiles.push_back(ceil_div(extent, parts));
+  tiles.push_back(1);
+  tiles.erase(std::unique(tiles.begin(), tiles.end()), tiles.end());
+  return tiles;
+}
+
+// Length in elements of the contiguous runs a box is copied in: trailing dims taken whole merge
+// into one run, the first split dim (from the inside) ends it.
+inline int64_t contiguous_run(const std::array<int64_t, 5>& box_extent, const std::array<int64_t, 5>& tensor_extent) {
+  int64_t run = 1;
+  for (int d = 4; d >= 0; --d) {
+    run *= box_extent[d];
+    if (box_extent[d] != tensor_extent[d]) break;
+  }
+  return run;
+}
+
+// The most chunks a plan may have (the chunk list is materialized).
+constexpr size_t kMaxChunks = size_t{1} << 22;
+
+// Thrown when no candidate fits: says what the smallest plan needs (smallest_peak: the least
+// peak seen; max() when every candidate broke the 2^31-element limit).
+[[noreturn]] inline void throw_out_of_budget(const ConvProblem& p, size_t budget, size_t smallest_peak,
+                                             bool with_workspace) {
+  std::ostringstream msg;
+  msg << "memory_limit of " << format_bytes(static_cast<double>(budget)) << " is too small for " << p.describe()
+      << ": the smallest plan needs ";
+  if (smallest_peak == std::numeric_limits<size_t>::max())
+    msg << "chunks of more than 2^31 elements";
+  else
+    msg << format_bytes(static_cast<double>(smallest_peak)) << " (" << smallest_peak << " bytes"
+        << (with_workspace ? ", workspace allowance included" : "") << ")";
+  throw out_of_budget(msg.str(), smallest_peak);
+}
+
+// Algorithms may use workspace, but every one also has a zero-workspace fallback: when the
+// allowance leaves no room for any plan, plan again without it.
+template <typename PlanFn>
+Plan with_workspace_fallback(const PlannerConfig& config, PlanFn plan) {
+  if (config.workspace_bytes == 0) return plan(config);
+  try {
+    return plan(config);
+  } catch (const out_of_budget&) {
+    PlannerConfig without = config;
+    without.workspace_bytes = 0;
+    return plan(without);
+  }
+}
+
+}  // namespace ooc::planner_parts
