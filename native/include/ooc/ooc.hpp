@@ -33,8 +33,12 @@ int cudnn_version_build() noexcept;           // CUDNN_VERSION at build time
 int cuda_runtime_version() noexcept;          // 0 when no driver
 std::string cudnn_library_path();             // where libcudnn.so.9 was loaded from ("" if unknown)
 
-// Plans without running. Throws out_of_budget when nothing fits.
+// Plans without running. Throws out_of_budget when nothing fits. Each takes a problem of its own
+// operation (ConvProblem::forward, ::backward_data, ...; invalid_argument otherwise).
 Plan plan_conv_forward(const ConvProblem& problem, const Options& options);
+Plan plan_conv_backward_data(const ConvProblem& problem, const Options& options);
+Plan plan_conv_backward_filter(const ConvProblem& problem, const Options& options);
+Plan plan_conv_backward_bias(const ConvProblem& problem, const Options& options);
 
 // What one run did, measured (the plan says what it predicted).
 struct RunStats {
@@ -50,6 +54,16 @@ struct RunStats {
 void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
                   const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
 
+// The gradients, cuDNN's BackwardData / BackwardFilter / BackwardBias (problem.hpp says what each
+// computes); beta scales the caller's output once. Pointers as for conv_forward; the output is
+// never read when beta == 0.
+void conv_backward_data(const ConvProblem& problem, const float* dy, const float* w, float* dx, const Options& options,
+                        Plan* used = nullptr, RunStats* stats = nullptr);
+void conv_backward_filter(const ConvProblem& problem, const float* x, const float* dy, float* dw,
+                          const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+void conv_backward_bias(const ConvProblem& problem, const float* dy, float* db, const Options& options,
+                        Plan* used = nullptr, RunStats* stats = nullptr);
+
 // Pinned-host <-> device copy bandwidth measured now (bytes/s): each direction alone and both at
 // once (total). The link roofline of an out-of-core op. Throws cuda_error without a GPU.
 struct LinkBandwidth {
@@ -64,8 +78,8 @@ void free_pinned(void* ptr) noexcept;
 
 namespace testing {
 // Test-only fault injection for the cuda backend: the `countdown`-th next call of kind `where`
-// ("copy": an H2D/D2H copy, "conv": a cuDNN convolution) fails as if CUDA/cuDNN had returned an
-// error (cuda_error / cudnn_error). countdown <= 0 disarms. Lets tests prove error paths drain the
+// ("copy": an H2D/D2H copy, "conv": a cuDNN convolution or one of its gradients) fails as if
+// CUDA/cuDNN had returned an error (cuda_error / cudnn_error). countdown <= 0 disarms. Lets tests prove error paths drain the
 // streams, free everything and leave the library usable.
 void inject_fault(const std::string& where, int64_t countdown);
 

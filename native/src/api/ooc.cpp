@@ -86,21 +86,79 @@ std::string cudnn_library_path() {
   return "";
 }
 
-Plan plan_conv_forward(const ConvProblem& problem, const Options& options) {
+namespace {
+
+void check_operation(const ConvProblem& problem, Operation op) {
+  if (problem.op != op)
+    throw invalid_argument(std::string(operation_name(op)) + ": the problem describes " +
+                           operation_name(problem.op) + " (make it with the matching ConvProblem factory)");
+}
+
+Plan plan_operation(const ConvProblem& problem, Operation op, const Options& options) {
+  check_operation(problem, op);
   BackendSlot& slot = backend_slot(options);
   std::lock_guard<std::mutex> lock(slot.mutex);
-  return plan_conv_forward_for(problem, planner_config(*slot.backend, options));
+  return plan_for(problem, planner_config(*slot.backend, options));
+}
+
+// Plans and runs one operation on the process-wide backend; `run` executes the plan.
+template <typename Run>
+void run_operation(const ConvProblem& problem, Operation op, const Options& options, Plan* used, RunStats* stats,
+                   Run run) {
+  check_operation(problem, op);
+  BackendSlot& slot = backend_slot(options);
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  Plan plan = plan_for(problem, planner_config(*slot.backend, options));
+  RunStats s = run(plan, *slot.backend);
+  if (stats) *stats = s;
+  if (used) *used = std::move(plan);
+}
+
+}  // namespace
+
+Plan plan_conv_forward(const ConvProblem& problem, const Options& options) {
+  return plan_operation(problem, Operation::forward, options);
+}
+Plan plan_conv_backward_data(const ConvProblem& problem, const Options& options) {
+  return plan_operation(problem, Operation::backward_data, options);
+}
+Plan plan_conv_backward_filter(const ConvProblem& problem, const Options& options) {
+  return plan_operation(problem, Operation::backward_filter, options);
+}
+Plan plan_conv_backward_bias(const ConvProblem& problem, const Options& options) {
+  return plan_operation(problem, Operation::backward_bias, options);
 }
 
 void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
                   const Options& options, Plan* used, RunStats* stats) {
   if (!x || !w || !y || (problem.has_bias && !bias)) throw invalid_argument("conv_forward: null data pointer");
-  BackendSlot& slot = backend_slot(options);
-  std::lock_guard<std::mutex> lock(slot.mutex);
-  Plan plan = plan_conv_forward_for(problem, planner_config(*slot.backend, options));
-  RunStats s = run_conv_forward(plan, *slot.backend, x, w, bias, y, ThreadPool::shared());
-  if (stats) *stats = s;
-  if (used) *used = std::move(plan);
+  run_operation(problem, Operation::forward, options, used, stats, [&](const Plan& plan, Backend& backend) {
+    return run_conv_forward(plan, backend, x, w, bias, y, ThreadPool::shared());
+  });
+}
+
+void conv_backward_data(const ConvProblem& problem, const float* dy, const float* w, float* dx, const Options& options,
+                        Plan* used, RunStats* stats) {
+  if (!dy || !w || !dx) throw invalid_argument("conv_backward_data: null data pointer");
+  run_operation(problem, Operation::backward_data, options, used, stats, [&](const Plan& plan, Backend& backend) {
+    return run_conv_backward_data(plan, backend, dy, w, dx, ThreadPool::shared());
+  });
+}
+
+void conv_backward_filter(const ConvProblem& problem, const float* x, const float* dy, float* dw,
+                          const Options& options, Plan* used, RunStats* stats) {
+  if (!x || !dy || !dw) throw invalid_argument("conv_backward_filter: null data pointer");
+  run_operation(problem, Operation::backward_filter, options, used, stats, [&](const Plan& plan, Backend& backend) {
+    return run_conv_backward_filter(plan, backend, x, dy, dw, ThreadPool::shared());
+  });
+}
+
+void conv_backward_bias(const ConvProblem& problem, const float* dy, float* db, const Options& options, Plan* used,
+                        RunStats* stats) {
+  if (!dy || !db) throw invalid_argument("conv_backward_bias: null data pointer");
+  run_operation(problem, Operation::backward_bias, options, used, stats, [&](const Plan& plan, Backend& backend) {
+    return run_conv_backward_bias(plan, backend, dy, db, ThreadPool::shared());
+  });
 }
 
 }  // namespace ooc

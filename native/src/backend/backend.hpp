@@ -27,7 +27,8 @@ struct StridedCopy {
 };
 
 // Shapes of one chunk's convolution, as the compute kernel sees it: dense x [n, c, in...],
-// w [k, c, kernel...], y [n, k, out...]; padding applied by the kernel itself.
+// w [k, c, kernel...], y [n, k, out...]; padding applied by the kernel itself. The gradients use
+// the same shapes: dx like x, dw like w, dy like y.
 struct ChunkConv {
   int spatial_dims = 2;
   int64_t n = 1, c = 1, k = 1;
@@ -60,6 +61,16 @@ class Backend {
   // beta == 0 never reads y. workspace has workspace_bytes bytes (<= the plan's allowance).
   virtual void conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y,
                             double alpha, double beta, void* workspace, size_t workspace_bytes) = 0;
+  // On Queue::compute, the gradients (cuDNN's BackwardData / BackwardFilter / BackwardBias):
+  //   dx = alpha * conv_transpose(dy, w) + beta * dx
+  //   dw = alpha * sum over n, out of dy[n, k, out] * x[n, c, window of out] + beta * dw
+  //   db = alpha * sum over n, out of dy[n, k, out] + beta * db   (db: shape.k elements)
+  // beta == 0 never reads the output; workspace as for conv_forward.
+  virtual void conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
+                                  double beta, void* workspace, size_t workspace_bytes) = 0;
+  virtual void conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
+                                    double beta, void* workspace, size_t workspace_bytes) = 0;
+  virtual void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) = 0;
 
   // Direct DMA between caller memory and device slots, without staging. Only used when
   // host_is_device_accessible(ptr) (pinned or registered memory).

@@ -1,7 +1,5 @@
-// Runs a forward-convolution plan on a backend: for each chunk, gather its x and w regions into
-// staging buffers (host workers), copy them in on the H2D queue, convolve on the compute queue,
-// copy y out on the D2H queue into a staging buffer and scatter it into the caller's y. Events
-// chain the queues so that chunk i+1 loads while chunk i computes and chunk i-1 writes back.
+// Runs a convolution plan, or a plan of one of its gradients, through the chunk pipeline
+// (exec/chunk_pipeline.hpp): each function says which regions its chunks move and what they compute.
 #pragma once
 
 #include "backend/backend.hpp"
@@ -12,5 +10,10 @@ namespace ooc {
 
 RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
                           float* y, ThreadPool& pool);
+RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx,
+                                ThreadPool& pool);
+RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const float* x, const float* dy, float* dw,
+                                  ThreadPool& pool);
+RunStats run_conv_backward_bias(const Plan& plan, Backend& backend, const float* dy, float* db, ThreadPool& pool);
 
 }  // namespace ooc

@@ -1,6 +1,7 @@
 #include "backend/cuda/conv_setup_cache.hpp"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -97,34 +98,109 @@ bool uses_tensor_cores(cudnnMathType_t math) {
   return math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
-// The heuristic's first choice that is full FP32 and fits the workspace; implicit GEMM needs no
-// workspace and runs every FP32 shape, so it is the fallback.
+// The cuDNN calls that list, size and pick one operation's algorithms, so that one search serves all.
+struct ForwardAlgorithms {
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  using Algo = cudnnConvolutionFwdAlgo_t;
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(h, n); }
+  static cudnnStatus_t heuristics(cudnnHandle_t h, const ConvSetup& s, int requested, int* returned, Perf* results) {
+    return cudnnGetConvolutionForwardAlgorithm_v7(h, s.x, s.w, s.conv, s.y, requested, returned, results);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvSetup& s, Algo a, size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, s.x, s.w, s.conv, s.y, a, bytes);
+  }
+  static Algo& chosen(ConvSetup& s) { return s.algorithm; }
+  // Implicit GEMM needs no workspace and runs every FP32 shape.
+  static constexpr std::array<Algo, 1> fallbacks{CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM};
+};
+
+struct BackwardDataAlgorithms {
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  using Algo = cudnnConvolutionBwdDataAlgo_t;
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* n) {
+    return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, n);
+  }
+  static cudnnStatus_t heuristics(cudnnHandle_t h, const ConvSetup& s, int requested, int* returned, Perf* results) {
+    return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, s.w, s.y, s.conv, s.x, requested, returned, results);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvSetup& s, Algo a, size_t* bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, s.w, s.y, s.conv, s.x, a, bytes);
+  }
+  static Algo& chosen(ConvSetup& s) { return s.data_algorithm; }
+  // Implicit GEMM (deterministic) where its workspace fits, else the atomic-add sum of products,
+  // which needs none.
+  static constexpr std::array<Algo, 2> fallbacks{CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0};
+};
+
+struct BackwardFilterAlgorithms {
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  using Algo = cudnnConvolutionBwdFilterAlgo_t;
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* n) {
+    return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, n);
+  }
+  static cudnnStatus_t heuristics(cudnnHandle_t h, const ConvSetup& s, int requested, int* returned, Perf* results) {
+    return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, s.x, s.y, s.conv, s.w, requested, returned, results);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvSetup& s, Algo a, size_t* bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, s.x, s.y, s.conv, s.w, a, bytes);
+  }
+  static Algo& chosen(ConvSetup& s) { return s.filter_algorithm; }
+  static constexpr std::array<Algo, 2> fallbacks{CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0};
+};
+
+// The first fallback whose workspace (asked of the FMA-only descriptor that runs) fits; the last
+// one, which needs no workspace, otherwise.
+template <typename Algorithms>
+void use_fallback(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit) {
+  for (typename Algorithms::Algo algo : Algorithms::fallbacks) {
+    size_t needed = 0;
+    if (algo != Algorithms::fallbacks.back() &&
+        (Algorithms::workspace(handle, s, algo, &needed) != CUDNN_STATUS_SUCCESS || needed > workspace_limit))
+      continue;
+    Algorithms::chosen(s) = algo;
+    s.workspace_bytes = algo == Algorithms::fallbacks.back() ? 0 : needed;
+    return;
+  }
+}
+
+// The heuristic's first choice that is full FP32 and fits the workspace; the fallback otherwise.
+template <typename Algorithms>
 void choose_algorithm(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit) {
   int max_count = 0;
-  OOC_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> results(static_cast<size_t>(std::max(max_count, 1)));
+  OOC_CUDNN_CHECK(Algorithms::max_count(handle, &max_count));
+  std::vector<typename Algorithms::Perf> results(static_cast<size_t>(std::max(max_count, 1)));
   int returned = 0;
-  OOC_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, s.x, s.w, s.conv, s.y, static_cast<int>(results.size()),
-                                                         &returned, results.data()));
+  OOC_CUDNN_CHECK(Algorithms::heuristics(handle, s, static_cast<int>(results.size()), &returned, results.data()));
   for (int i = 0; i < std::min(returned, static_cast<int>(results.size())); ++i) {
-    const cudnnConvolutionFwdAlgoPerf_t& r = results[static_cast<size_t>(i)];
+    const typename Algorithms::Perf& r = results[static_cast<size_t>(i)];
     if (r.status != CUDNN_STATUS_SUCCESS || uses_tensor_cores(r.mathType)) continue;
     // Asked of the FMA-only descriptor that will run: the heuristic's figure may be for another
     // math type. A failure only means this algorithm cannot run that way: try the next.
     size_t needed = 0;
-    if (cudnnGetConvolutionForwardWorkspaceSize(handle, s.x, s.w, s.conv, s.y, r.algo, &needed) !=
-        CUDNN_STATUS_SUCCESS)
-      continue;
+    if (Algorithms::workspace(handle, s, r.algo, &needed) != CUDNN_STATUS_SUCCESS) continue;
     if (needed > workspace_limit) continue;
-    s.algorithm = r.algo;
+    Algorithms::chosen(s) = r.algo;
     s.workspace_bytes = needed;
     return;
   }
-  s.algorithm = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-  s.workspace_bytes = 0;
+  use_fallback<Algorithms>(handle, s, workspace_limit);
 }
 
-std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& shape, size_t workspace_limit) {
+template <typename Algorithms>
+bool fall_back_to(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit) {
+  const auto before = Algorithms::chosen(s);
+  if (before == Algorithms::fallbacks.back()) return false;
+  use_fallback<Algorithms>(handle, s, workspace_limit);
+  if (Algorithms::chosen(s) == before) {  // the first fallback was refused: the last needs nothing
+    Algorithms::chosen(s) = Algorithms::fallbacks.back();
+    s.workspace_bytes = 0;
+  }
+  return true;
+}
+
+std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& shape, size_t workspace_limit,
+                                      Operation op) {
   const CudnnGeometry g = geometry_of(shape);
   auto s = std::make_unique<ConvSetup>();
   set_packed_tensor(s->x, g.x, g.tensor_dims, "x");
@@ -136,14 +212,20 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   OOC_CUDNN_CHECK(cudnnSetConvolutionMathType(s->conv, CUDNN_FMA_MATH));
   check_output_dims(*s, g);
-  choose_algorithm(handle, *s, workspace_limit);
+  switch (op) {
+    case Operation::forward: choose_algorithm<ForwardAlgorithms>(handle, *s, workspace_limit); break;
+    case Operation::backward_data: choose_algorithm<BackwardDataAlgorithms>(handle, *s, workspace_limit); break;
+    case Operation::backward_filter: choose_algorithm<BackwardFilterAlgorithms>(handle, *s, workspace_limit); break;
+    case Operation::backward_bias: break;  // a reduction: no algorithm, no workspace
+  }
   return s;
 }
 
 }  // namespace
 
-ConvSetupCache::Key ConvSetupCache::key_of(const ChunkConv& s, size_t workspace_limit) {
-  static_assert(std::tuple_size<Key>::value == 4 + 6 * kMaxSpatial + 1, "the key holds every ChunkConv field");
+ConvSetupCache::Key ConvSetupCache::key_of(const ChunkConv& s, size_t workspace_limit, Operation op) {
+  static_assert(std::tuple_size<Key>::value == 4 + 6 * kMaxSpatial + 2,
+                "the key holds every ChunkConv field, the workspace limit and the operation");
   Key key{};
   size_t i = 0;
   key[i++] = s.spatial_dims;
@@ -153,16 +235,27 @@ ConvSetupCache::Key ConvSetupCache::key_of(const ChunkConv& s, size_t workspace_
   for (const Dims3* dims : {&s.in, &s.kernel, &s.stride, &s.padding, &s.dilation, &s.out})
     for (int64_t v : *dims) key[i++] = v;
   key[i++] = static_cast<int64_t>(workspace_limit);
+  key[i++] = static_cast<int64_t>(op);
   return key;
 }
 
-ConvSetup& ConvSetupCache::get(cudnnHandle_t handle, const ChunkConv& shape, size_t workspace_limit) {
-  const Key key = key_of(shape, workspace_limit);
+ConvSetup& ConvSetupCache::get(cudnnHandle_t handle, const ChunkConv& shape, size_t workspace_limit, Operation op) {
+  const Key key = key_of(shape, workspace_limit, op);
   auto found = setups_.find(key);
   if (found != setups_.end()) return *found->second;
-  auto setup = make_setup(handle, shape, workspace_limit);
+  auto setup = make_setup(handle, shape, workspace_limit, op);
   if (setups_.size() >= kMaxCachedSetups) setups_.clear();  // no setup is referenced between calls
   return *setups_.emplace(key, std::move(setup)).first->second;
+}
+
+bool ConvSetupCache::fall_back(cudnnHandle_t handle, ConvSetup& setup, Operation op, size_t workspace_limit) {
+  switch (op) {
+    case Operation::forward: return fall_back_to<ForwardAlgorithms>(handle, setup, workspace_limit);
+    case Operation::backward_data: return fall_back_to<BackwardDataAlgorithms>(handle, setup, workspace_limit);
+    case Operation::backward_filter: return fall_back_to<BackwardFilterAlgorithms>(handle, setup, workspace_limit);
+    case Operation::backward_bias: return false;
+  }
+  return false;
 }
 
 }  // namespace ooc

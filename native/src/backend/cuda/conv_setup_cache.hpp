@@ -1,5 +1,6 @@
-// cuDNN descriptors and a forward algorithm per chunk shape. A plan's chunks have few distinct
-// shapes (interior and edge tiles), so each is described and its algorithm chosen once, not per chunk.
+// cuDNN descriptors and an algorithm per chunk shape and operation (forward, backward data,
+// backward filter; backward bias needs none). A plan's chunks have few distinct shapes (interior
+// and edge tiles), so each is described and its algorithm chosen once, not per chunk.
 #pragma once
 
 #include <array>
@@ -9,27 +10,38 @@
 
 #include "backend/backend.hpp"
 #include "backend/cuda/cudnn_descriptors.hpp"
+#include "ooc/problem.hpp"
 
 namespace ooc {
 
 struct ConvSetup {
-  TensorDescriptor x, y;
-  TensorDescriptor bias;  // [1, k, 1, 1(, 1)]: broadcast over y by cudnnAddTensor
-  FilterDescriptor w;
+  TensorDescriptor x, y;  // x / dx and y / dy
+  TensorDescriptor bias;  // [1, k, 1, 1(, 1)]: bias broadcast over y by cudnnAddTensor, or db
+  FilterDescriptor w;     // w / dw
   ConvolutionDescriptor conv;  // math type CUDNN_FMA_MATH: full FP32, never TF32
+  // The algorithm of the setup's operation (the others keep their defaults).
   cudnnConvolutionFwdAlgo_t algorithm = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-  size_t workspace_bytes = 0;  // what `algorithm` needs, within the limit it was chosen for
+  cudnnConvolutionBwdDataAlgo_t data_algorithm = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  cudnnConvolutionBwdFilterAlgo_t filter_algorithm = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  size_t workspace_bytes = 0;  // what the algorithm needs, within the limit it was chosen for
 };
 
 class ConvSetupCache {
  public:
-  // The setup for `shape` whose algorithm needs at most `workspace_limit` bytes; made on first use.
-  ConvSetup& get(cudnnHandle_t handle, const ChunkConv& shape, size_t workspace_limit);
+  // The setup for `shape` and `op` whose algorithm needs at most `workspace_limit` bytes; made on
+  // first use.
+  ConvSetup& get(cudnnHandle_t handle, const ChunkConv& shape, size_t workspace_limit,
+                 Operation op = Operation::forward);
   void clear() noexcept { setups_.clear(); }
 
+  // After cuDNN refused the chosen algorithm (CUDNN_STATUS_NOT_SUPPORTED: the heuristic's pick may
+  // hold only for another math type than FMA): switches `setup` to the operation's fallback, which
+  // runs every FP32 shape within the workspace limit. False when it already was the fallback.
+  static bool fall_back(cudnnHandle_t handle, ConvSetup& setup, Operation op, size_t workspace_limit);
+
  private:
-  using Key = std::array<int64_t, 23>;  // every ChunkConv field, then the workspace limit
-  static Key key_of(const ChunkConv& shape, size_t workspace_limit);
+  using Key = std::array<int64_t, 24>;  // every ChunkConv field, the workspace limit, the operation
+  static Key key_of(const ChunkConv& shape, size_t workspace_limit, Operation op);
 
   std::map<Key, std::unique_ptr<ConvSetup>> setups_;
 };

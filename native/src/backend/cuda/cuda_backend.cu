@@ -1,10 +1,11 @@
 // The cuda backend: queues are non-blocking streams, events are cudaEvents, chunks run through
-// cuDNN's legacy convolution API in full FP32, staging buffers come from a page-locked cache.
+// cuDNN's legacy convolution API (forward, backward data, filter and bias) in full FP32, staging buffers come from a page-locked cache.
 // One object per device, made once per process and used by one call at a time (api/ooc.cpp).
 #include <algorithm>
 #include <memory>
 #include <new>
 #include <stdexcept>
+#include <string>
 
 #include "backend/backend.hpp"
 #include "backend/cuda/conv_setup_cache.hpp"
@@ -120,25 +121,52 @@ class CudaBackend final : public Backend {
                     double beta, void* workspace, size_t workspace_bytes) override {
     DeviceScope scope(device_);
     throw_if_fault_injected(FaultSite::conv, "conv_forward");
-    if (workspace_bytes > 0 && !workspace)
-      throw std::logic_error("cuda backend: conv_forward was promised a workspace but given none");
-    cudnnHandle_t handle = resources_->cudnn;
-    ConvSetup& setup = resources_->conv_setups.get(handle, shape, workspace_bytes);
-    OOC_CUDNN_CHECK(cudnnSetStream(handle, resources_->compute.get()));
+    ConvSetup& setup = setup_for(shape, Operation::forward, workspace, workspace_bytes, "conv_forward");
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
-    cudnnStatus_t status = run_convolution(setup, x, w, y, alpha_f, beta_f, workspace);
-    if (status == CUDNN_STATUS_NOT_SUPPORTED && setup.algorithm != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM) {
-      // The heuristic's pick may hold only for another math type than FMA; implicit GEMM runs
-      // every FP32 shape, needs no workspace, and from now on serves this shape.
-      setup.algorithm = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-      setup.workspace_bytes = 0;
-      status = run_convolution(setup, x, w, y, alpha_f, beta_f, workspace);
-    }
-    cuda_detail::check_cudnn(status, "cudnnConvolutionForward", __FILE__, __LINE__);
+    run_with_fallback(setup, Operation::forward, workspace_bytes, "cudnnConvolutionForward", [&] {
+      return cudnnConvolutionForward(resources_->cudnn, &alpha_f, setup.x, x, setup.w, w, setup.conv,
+                                     setup.algorithm, setup.workspace_bytes ? workspace : nullptr,
+                                     setup.workspace_bytes, &beta_f, setup.y, y);
+    });
     if (bias) {
       const float one = 1.0f;
-      OOC_CUDNN_CHECK(cudnnAddTensor(handle, &one, setup.bias, bias, &one, setup.y, y));
+      OOC_CUDNN_CHECK(cudnnAddTensor(resources_->cudnn, &one, setup.bias, bias, &one, setup.y, y));
     }
+  }
+
+  void conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
+                          double beta, void* workspace, size_t workspace_bytes) override {
+    DeviceScope scope(device_);
+    throw_if_fault_injected(FaultSite::conv, "conv_backward_data");
+    ConvSetup& setup = setup_for(shape, Operation::backward_data, workspace, workspace_bytes, "conv_backward_data");
+    const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+    run_with_fallback(setup, Operation::backward_data, workspace_bytes, "cudnnConvolutionBackwardData", [&] {
+      return cudnnConvolutionBackwardData(resources_->cudnn, &alpha_f, setup.w, w, setup.y, dy, setup.conv,
+                                          setup.data_algorithm, setup.workspace_bytes ? workspace : nullptr,
+                                          setup.workspace_bytes, &beta_f, setup.x, dx);
+    });
+  }
+
+  void conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
+                            double beta, void* workspace, size_t workspace_bytes) override {
+    DeviceScope scope(device_);
+    throw_if_fault_injected(FaultSite::conv, "conv_backward_filter");
+    ConvSetup& setup =
+        setup_for(shape, Operation::backward_filter, workspace, workspace_bytes, "conv_backward_filter");
+    const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+    run_with_fallback(setup, Operation::backward_filter, workspace_bytes, "cudnnConvolutionBackwardFilter", [&] {
+      return cudnnConvolutionBackwardFilter(resources_->cudnn, &alpha_f, setup.x, x, setup.y, dy, setup.conv,
+                                            setup.filter_algorithm, setup.workspace_bytes ? workspace : nullptr,
+                                            setup.workspace_bytes, &beta_f, setup.w, dw);
+    });
+  }
+
+  void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) override {
+    DeviceScope scope(device_);
+    throw_if_fault_injected(FaultSite::conv, "conv_backward_bias");
+    ConvSetup& setup = setup_for(shape, Operation::backward_bias, nullptr, 0, "conv_backward_bias");
+    const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+    OOC_CUDNN_CHECK(cudnnConvolutionBackwardBias(resources_->cudnn, &alpha_f, setup.y, dy, &beta_f, setup.bias, db));
   }
 
   // Pinned or registered host memory (and device or managed memory, which must never be read by
@@ -213,11 +241,26 @@ class CudaBackend final : public Backend {
     throw std::logic_error("cuda backend: unknown queue");
   }
 
-  cudnnStatus_t run_convolution(const ConvSetup& setup, const float* x, const float* w, float* y, float alpha,
-                                float beta, void* workspace) {
-    return cudnnConvolutionForward(resources_->cudnn, &alpha, setup.x, x, setup.w, w, setup.conv, setup.algorithm,
-                                   setup.workspace_bytes ? workspace : nullptr, setup.workspace_bytes, &beta, setup.y,
-                                   y);
+  // The cached setup of this chunk shape and operation, with the handle bound to the compute stream.
+  ConvSetup& setup_for(const ChunkConv& shape, Operation op, void* workspace, size_t workspace_bytes,
+                       const char* what) {
+    if (workspace_bytes > 0 && !workspace)
+      throw std::logic_error(std::string("cuda backend: ") + what + " was promised a workspace but given none");
+    cudnnHandle_t handle = resources_->cudnn;
+    ConvSetup& setup = resources_->conv_setups.get(handle, shape, workspace_bytes, op);
+    OOC_CUDNN_CHECK(cudnnSetStream(handle, resources_->compute.get()));
+    return setup;
+  }
+
+  // Runs a cuDNN call; where cuDNN refuses the chosen algorithm, falls back (and keeps the
+  // fallback for this shape) until it runs or no fallback is left. Throws cudnn_error.
+  template <typename Call>
+  void run_with_fallback(ConvSetup& setup, Operation op, size_t workspace_limit, const char* call_name, Call call) {
+    cudnnStatus_t status = call();
+    while (status == CUDNN_STATUS_NOT_SUPPORTED &&
+           ConvSetupCache::fall_back(resources_->cudnn, setup, op, workspace_limit))
+      status = call();
+    cuda_detail::check_cudnn(status, call_name, __FILE__, __LINE__);
   }
 
   int device_;

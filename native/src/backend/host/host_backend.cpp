@@ -50,6 +50,17 @@ class HostBackend final : public Backend {
                     double beta, void*, size_t) override {
     host_conv_forward(shape, x, w, bias, y, alpha, beta, ThreadPool::shared());
   }
+  void conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
+                          double beta, void*, size_t) override {
+    host_conv_backward_data(shape, dy, w, dx, alpha, beta, ThreadPool::shared());
+  }
+  void conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
+                            double beta, void*, size_t) override {
+    host_conv_backward_filter(shape, x, dy, dw, alpha, beta, ThreadPool::shared());
+  }
+  void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) override {
+    host_conv_backward_bias(shape, dy, db, alpha, beta, ThreadPool::shared());
+  }
 
   bool host_is_device_accessible(const void*) override { return direct_access(); }
   void copy_h2d_strided(const StridedCopy& c) override { strided_memcpy(c); }

@@ -4,6 +4,29 @@
 
 namespace ooc {
 
+namespace {
+
+// out = alpha * acc + beta * out, never reading out when beta == 0 (cuDNN's blending).
+template <typename Acc>
+void blend(float* out, const Acc* acc, int64_t count, double alpha, double beta) {
+  for (int64_t i = 0; i < count; ++i) {
+    const double prior = beta != 0.0 ? beta * static_cast<double>(out[i]) : 0.0;
+    out[i] = static_cast<float>(alpha * static_cast<double>(acc[i]) + prior);
+  }
+}
+
+// Calls fn(o, i) for each output row o whose tap (offset j) lands inside the input: i = o * stride
+// - padding + j * dilation in [0, in). The loops of every kernel below, one spatial dim at a time.
+template <typename Fn>
+void for_taps(int64_t out, int64_t in, int64_t stride, int64_t padding, int64_t offset, Fn fn) {
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t i = o * stride - padding + offset;
+    if (i >= 0 && i < in) fn(o, i);
+  }
+}
+
+}  // namespace
+
 void host_conv_forward(const ChunkConv& s, const float* x, const float* w, const float* bias, float* y, double alpha,
                        double beta, ThreadPool& pool) {
   const int64_t in_plane = s.in[0] * s.in[1] * s.in[2];
@@ -22,20 +45,14 @@ void host_conv_forward(const ChunkConv& s, const float* x, const float* w, const
           for (int64_t k1 = 0; k1 < s.kernel[1]; ++k1)
             for (int64_t k2 = 0; k2 < s.kernel[2]; ++k2) {
               const float wv = wc[(k0 * s.kernel[1] + k1) * s.kernel[2] + k2];
-              for (int64_t o0 = 0; o0 < s.out[0]; ++o0) {
-                const int64_t i0 = o0 * s.stride[0] - s.padding[0] + k0 * s.dilation[0];
-                if (i0 < 0 || i0 >= s.in[0]) continue;
-                for (int64_t o1 = 0; o1 < s.out[1]; ++o1) {
-                  const int64_t i1 = o1 * s.stride[1] - s.padding[1] + k1 * s.dilation[1];
-                  if (i1 < 0 || i1 >= s.in[1]) continue;
+              for_taps(s.out[0], s.in[0], s.stride[0], s.padding[0], k0 * s.dilation[0], [&](int64_t o0, int64_t i0) {
+                for_taps(s.out[1], s.in[1], s.stride[1], s.padding[1], k1 * s.dilation[1], [&](int64_t o1, int64_t i1) {
                   const float* xrow = xc + (i0 * s.in[1] + i1) * s.in[2];
                   float* arow = acc.data() + (o0 * s.out[1] + o1) * s.out[2];
-                  for (int64_t o2 = 0; o2 < s.out[2]; ++o2) {
-                    const int64_t i2 = o2 * s.stride[2] - s.padding[2] + k2 * s.dilation[2];
-                    if (i2 >= 0 && i2 < s.in[2]) arow[o2] += wv * xrow[i2];
-                  }
-                }
-              }
+                  for_taps(s.out[2], s.in[2], s.stride[2], s.padding[2], k2 * s.dilation[2],
+                           [&](int64_t o2, int64_t i2) { arow[o2] += wv * xrow[i2]; });
+                });
+              });
             }
       }
       float* yp = y + (n * s.k + k) * out_plane;
@@ -44,6 +61,92 @@ void host_conv_forward(const ChunkConv& s, const float* x, const float* w, const
         const double prior = beta != 0.0 ? beta * static_cast<double>(yp[i]) : 0.0;
         yp[i] = static_cast<float>(alpha * static_cast<double>(acc[i]) + prior) + b;
       }
+    }
+  });
+}
+
+void host_conv_backward_data(const ChunkConv& s, const float* dy, const float* w, float* dx, double alpha, double beta,
+                             ThreadPool& pool) {
+  const int64_t in_plane = s.in[0] * s.in[1] * s.in[2];
+  const int64_t out_plane = s.out[0] * s.out[1] * s.out[2];
+  const int64_t kernel_size = s.kernel[0] * s.kernel[1] * s.kernel[2];
+  // One (n, c) plane of dx per task: each is written by one task only.
+  pool.parallel_for(s.n * s.c, [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(static_cast<size_t>(in_plane));
+    for (int64_t nc = begin; nc < end; ++nc) {
+      const int64_t n = nc / s.c, c = nc % s.c;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t k = 0; k < s.k; ++k) {
+        const float* dyk = dy + (n * s.k + k) * out_plane;
+        const float* wk = w + (k * s.c + c) * kernel_size;
+        for (int64_t k0 = 0; k0 < s.kernel[0]; ++k0)
+          for (int64_t k1 = 0; k1 < s.kernel[1]; ++k1)
+            for (int64_t k2 = 0; k2 < s.kernel[2]; ++k2) {
+              const float wv = wk[(k0 * s.kernel[1] + k1) * s.kernel[2] + k2];
+              for_taps(s.out[0], s.in[0], s.stride[0], s.padding[0], k0 * s.dilation[0], [&](int64_t o0, int64_t i0) {
+                for_taps(s.out[1], s.in[1], s.stride[1], s.padding[1], k1 * s.dilation[1], [&](int64_t o1, int64_t i1) {
+                  const float* dyrow = dyk + (o0 * s.out[1] + o1) * s.out[2];
+                  float* arow = acc.data() + (i0 * s.in[1] + i1) * s.in[2];
+                  for_taps(s.out[2], s.in[2], s.stride[2], s.padding[2], k2 * s.dilation[2],
+                           [&](int64_t o2, int64_t i2) { arow[i2] += wv * dyrow[o2]; });
+                });
+              });
+            }
+      }
+      blend(dx + (n * s.c + c) * in_plane, acc.data(), in_plane, alpha, beta);
+    }
+  });
+}
+
+void host_conv_backward_filter(const ChunkConv& s, const float* x, const float* dy, float* dw, double alpha,
+                               double beta, ThreadPool& pool) {
+  const int64_t in_plane = s.in[0] * s.in[1] * s.in[2];
+  const int64_t out_plane = s.out[0] * s.out[1] * s.out[2];
+  const int64_t kernel_size = s.kernel[0] * s.kernel[1] * s.kernel[2];
+  // One (k, c) filter per task. Rows are summed in float, rows and samples in double: the
+  // reduction runs over the whole chunk (n and space), far longer than the forward's.
+  pool.parallel_for(s.k * s.c, [&](int64_t begin, int64_t end) {
+    std::vector<double> acc(static_cast<size_t>(kernel_size));
+    for (int64_t kc = begin; kc < end; ++kc) {
+      const int64_t k = kc / s.c, c = kc % s.c;
+      for (int64_t k0 = 0; k0 < s.kernel[0]; ++k0)
+        for (int64_t k1 = 0; k1 < s.kernel[1]; ++k1)
+          for (int64_t k2 = 0; k2 < s.kernel[2]; ++k2) {
+            double sum = 0;
+            for (int64_t n = 0; n < s.n; ++n) {
+              const float* dyk = dy + (n * s.k + k) * out_plane;
+              const float* xc = x + (n * s.c + c) * in_plane;
+              for_taps(s.out[0], s.in[0], s.stride[0], s.padding[0], k0 * s.dilation[0], [&](int64_t o0, int64_t i0) {
+                for_taps(s.out[1], s.in[1], s.stride[1], s.padding[1], k1 * s.dilation[1], [&](int64_t o1, int64_t i1) {
+                  const float* dyrow = dyk + (o0 * s.out[1] + o1) * s.out[2];
+                  const float* xrow = xc + (i0 * s.in[1] + i1) * s.in[2];
+                  float row = 0.0f;
+                  for_taps(s.out[2], s.in[2], s.stride[2], s.padding[2], k2 * s.dilation[2],
+                           [&](int64_t o2, int64_t i2) { row += dyrow[o2] * xrow[i2]; });
+                  sum += row;
+                });
+              });
+            }
+            acc[static_cast<size_t>((k0 * s.kernel[1] + k1) * s.kernel[2] + k2)] = sum;
+          }
+      blend(dw + (k * s.c + c) * kernel_size, acc.data(), kernel_size, alpha, beta);
+    }
+  });
+}
+
+void host_conv_backward_bias(const ChunkConv& s, const float* dy, float* db, double alpha, double beta,
+                             ThreadPool& pool) {
+  const int64_t out_plane = s.out[0] * s.out[1] * s.out[2];
+  pool.parallel_for(s.k, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      double sum = 0;
+      for (int64_t n = 0; n < s.n; ++n) {
+        const float* plane = dy + (n * s.k + k) * out_plane;
+        float row = 0.0f;
+        for (int64_t i = 0; i < out_plane; ++i) row += plane[i];
+        sum += row;
+      }
+      blend(db + k, &sum, 1, alpha, beta);
     }
   });
 }

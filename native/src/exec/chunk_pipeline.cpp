@@ -1,0 +1,246 @@
+#include "exec/chunk_pipeline.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <stdexcept>
+#include <vector>
+
+#include "exec/device_arena.hpp"
+
+namespace ooc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Owns backend events and host staging buffers; drains the queues before releasing them, on every path.
+class PipelineResources {
+ public:
+  explicit PipelineResources(Backend& b) : backend_(b) {}
+  ~PipelineResources() {
+    backend_.synchronize();
+    for (auto e : events_) backend_.destroy_event(e);
+    for (auto p : staging_) backend_.staging_free(p);
+  }
+  Backend::Event event() {
+    events_.push_back(backend_.create_event());
+    return events_.back();
+  }
+  std::vector<Backend::Event> events(int n) {
+    std::vector<Backend::Event> v;
+    for (int i = 0; i < n; ++i) v.push_back(event());
+    return v;
+  }
+  void* staging(size_t bytes) {
+    staging_.push_back(backend_.staging_alloc(bytes));
+    return staging_.back();
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<Backend::Event> events_;
+  std::vector<void*> staging_;
+};
+
+// A ring of device slots for one tensor with the events that guard them.
+struct SlotRing {
+  std::vector<void*> slots;
+  std::vector<Backend::Event> ready, free;  // ready: loaded (H2D); free: last compute using it done
+  int next = 0, current = -1;
+  int advance() {
+    current = next;
+    next = (next + 1) % static_cast<int>(slots.size());
+    return current;
+  }
+  const float* current_data() const { return current < 0 ? nullptr : static_cast<const float*>(slots[current]); }
+};
+
+}  // namespace
+
+ChunkConv chunk_shape(const Chunk& ch, const ConvProblem& p) {
+  ChunkConv s;
+  s.spatial_dims = p.spatial_dims;
+  s.n = ch.n.size();
+  s.c = ch.c.size();
+  s.k = ch.k.size();
+  for (int d = 0; d < kMaxSpatial; ++d) {
+    s.in[d] = ch.in[d].size();
+    s.out[d] = ch.out[d].size();
+    s.kernel[d] = p.kernel[d];
+    s.stride[d] = p.stride[d];
+    s.dilation[d] = p.dilation[d];
+    s.padding[d] = ch.compute_padding[d];
+  }
+  return s;
+}
+
+RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const OperationSpec& spec) {
+  const auto start = Clock::now();
+  const size_t es = dtype_size(plan.problem.dtype);
+  RunStats stats;
+  if (plan.peak_device_bytes > plan.memory_limit)
+    throw std::logic_error("plan exceeds its memory_limit");  // the planner guarantees this never happens
+
+  // Declared before the arena so that the queues are drained before device memory goes back.
+  DeviceArena arena(backend, plan.peak_device_bytes);
+  PipelineResources res(backend);
+  stats.device_bytes_reserved = arena.capacity();
+
+  auto make_ring = [&](const StreamedTensor& t) {
+    SlotRing r;
+    for (int i = 0; i < t.slots; ++i) r.slots.push_back(arena.take(t.slot_bytes));
+    r.ready = res.events(t.slots);
+    r.free = res.events(t.slots);
+    return r;
+  };
+  SlotRing ar = make_ring(spec.a);
+  SlotRing br = make_ring(spec.b);
+  SlotRing outr = make_ring(spec.out);
+  void* resident_dev = arena.take(spec.resident_bytes);
+  void* workspace = arena.take(spec.workspace_bytes);
+  std::vector<Backend::Event> out_computed = res.events(spec.out.slots);
+  const bool has_b = spec.b.slots > 0, has_resident = spec.resident_bytes > 0, load_out = spec.beta != 0.0;
+
+  // Input staging: a ring of buffers, each free again once its H2D copy has run.
+  const int in_stages = 3;
+  const size_t in_stage_bytes =
+      std::max({spec.a.slot_bytes, spec.b.slot_bytes, spec.resident_bytes, load_out ? spec.out.slot_bytes : size_t{0}});
+  // Pinned (or registered) caller memory is DMA'd directly; only pageable tensors need staging.
+  auto direct = [&](const StreamedTensor& t) { return backend.host_is_device_accessible(t.data); };
+  const bool a_direct = direct(spec.a), b_direct = has_b && direct(spec.b), out_direct = direct(spec.out);
+  const bool resident_direct = has_resident && backend.host_is_device_accessible(spec.resident.view.data);
+  const bool inputs_direct =
+      a_direct && (!has_b || b_direct) && (!has_resident || resident_direct) && (!load_out || out_direct);
+  std::vector<void*> stage_in;
+  if (!inputs_direct)
+    for (int i = 0; i < in_stages; ++i) stage_in.push_back(res.staging(in_stage_bytes));
+  std::vector<Backend::Event> stage_in_free = res.events(in_stages);
+  int next_stage = 0;
+  // Output staging: one buffer per output slot; scattered by the host before the slot's next D2H.
+  std::vector<void*> stage_out;
+  if (!out_direct)
+    for (int i = 0; i < spec.out.slots; ++i) stage_out.push_back(res.staging(spec.out.slot_bytes));
+
+  // Moves a region into a device slot once `slot_free` has completed: by DMA straight from the
+  // caller's memory when it is pinned, else gathered by host workers into a staging buffer first.
+  auto load = [&](const Region& r, bool is_direct, void* device, Backend::Event slot_free, Backend::Event ready) {
+    const size_t bytes = static_cast<size_t>(r.box.elements(5)) * es;
+    if (is_direct) {
+      const BoxCopies copies = strided_box_copies(r.view, r.box, static_cast<char*>(device), true);
+      backend.wait(Queue::h2d, slot_free);
+      if (!copies.covers_all) backend.zero_device(device, bytes);  // halo outside the tensor
+      for (const StridedCopy& c : copies.copies) {
+        backend.copy_h2d_strided(c);
+        stats.bytes_h2d += c.width_bytes * c.height * c.depth;
+      }
+      backend.record(ready, Queue::h2d);
+      return;
+    }
+    const int s = next_stage;
+    next_stage = (next_stage + 1) % in_stages;
+    auto t = Clock::now();
+    backend.host_wait(stage_in_free[s]);
+    stats.host_wait_seconds += seconds_since(t);
+    t = Clock::now();
+    gather_box(r.view, r.box, stage_in[s], pool);
+    stats.gather_seconds += seconds_since(t);
+    backend.wait(Queue::h2d, slot_free);
+    backend.copy_h2d(device, stage_in[s], bytes);
+    backend.record(stage_in_free[s], Queue::h2d);
+    backend.record(ready, Queue::h2d);
+    stats.bytes_h2d += bytes;
+  };
+
+  // Output regions copied into staging, waiting for the host to scatter them.
+  struct PendingScatter {
+    int slot;
+    Region region;  // region.box: the part written back, inside region.view
+  };
+  std::deque<PendingScatter> pending;
+  auto scatter_front = [&] {
+    const PendingScatter ps = pending.front();
+    pending.pop_front();
+    auto t = Clock::now();
+    backend.host_wait(outr.free[ps.slot]);
+    stats.host_wait_seconds += seconds_since(t);
+    t = Clock::now();
+    scatter_box(stage_out[ps.slot], ps.region.view, ps.region.box, pool);
+    stats.scatter_seconds += seconds_since(t);
+  };
+
+  // Writes back the part of the output region inside its view, from device slot s (on Queue::d2h).
+  auto store = [&](const Region& r, int s) {
+    void* device = outr.slots[s];
+    if (out_direct) {  // pinned output: DMA straight into place, nothing left for the host to do
+      for (const StridedCopy& c : strided_box_copies(r.view, r.box, static_cast<char*>(device), false).copies) {
+        backend.copy_d2h_strided(c);
+        stats.bytes_d2h += c.width_bytes * c.height * c.depth;
+      }
+      backend.record(outr.free[s], Queue::d2h);
+      return;
+    }
+    const Box inside = r.box.clipped_to(r.view.shape, 5);
+    if (inside == r.box) {  // all of it: one contiguous copy of the slot
+      const size_t bytes = static_cast<size_t>(r.box.elements(5)) * es;
+      backend.copy_d2h(stage_out[s], device, bytes);
+      stats.bytes_d2h += bytes;
+    } else {  // only a part (a computed region wider than its target): copy that part out, densely
+      std::array<int64_t, kMaxRank> extent{};
+      for (int i = 0; i < 5; ++i) extent[i] = r.box.hi[i] - r.box.lo[i];
+      const TensorView slot = TensorView::contiguous(device, extent, 5, es);
+      for (const StridedCopy& c :
+           strided_box_copies(slot, inside.shifted(r.box.lo), static_cast<char*>(stage_out[s]), true).copies) {
+        backend.copy_d2h_strided(c);
+        stats.bytes_d2h += c.width_bytes * c.height * c.depth;
+      }
+    }
+    backend.record(outr.free[s], Queue::d2h);
+    if (inside.elements(5) > 0) pending.push_back({s, Region{r.view, inside}});
+  };
+
+  Backend::Event resident_ready = res.event();
+  if (has_resident) load(spec.resident, resident_direct, resident_dev, resident_ready, resident_ready);
+
+  for (const Chunk& ch : plan.chunks) {
+    if (spec.a_loads(ch)) {
+      const int s = ar.advance();
+      load(spec.a_region(ch), a_direct, ar.slots[s], ar.free[s], ar.ready[s]);
+    }
+    if (has_b && spec.b_loads(ch)) {
+      const int s = br.advance();
+      load(spec.b_region(ch), b_direct, br.slots[s], br.free[s], br.ready[s]);
+    }
+    if (ch.first_c) {
+      const int s = outr.advance();
+      // Its staging buffer still holds an earlier chunk's output: scatter that first.
+      while (std::any_of(pending.begin(), pending.end(), [&](const PendingScatter& ps) { return ps.slot == s; }))
+        scatter_front();
+      if (load_out) load(spec.out_region(ch), out_direct, outr.slots[s], outr.free[s], outr.ready[s]);
+      backend.wait(Queue::compute, outr.free[s]);
+    }
+    const int os = outr.current;
+    backend.wait(Queue::compute, ar.ready[ar.current]);
+    if (has_b) backend.wait(Queue::compute, br.ready[br.current]);
+    if (ch.first_c && load_out) backend.wait(Queue::compute, outr.ready[os]);
+    if (has_resident) backend.wait(Queue::compute, resident_ready);
+    spec.compute(ch, ar.current_data(), br.current_data(), static_cast<const float*>(resident_dev),
+                 static_cast<float*>(outr.slots[os]), ch.first_c ? spec.beta : 1.0, workspace);
+    backend.record(ar.free[ar.current], Queue::compute);
+    if (has_b) backend.record(br.free[br.current], Queue::compute);
+    ++stats.chunks;
+    if (ch.last_c) {
+      backend.record(out_computed[os], Queue::compute);
+      backend.wait(Queue::d2h, out_computed[os]);
+      store(spec.out_region(ch), os);
+    }
+    // Scatter whatever has already arrived, so host work overlaps the device's.
+    while (!pending.empty() && backend.query(outr.free[pending.front().slot])) scatter_front();
+  }
+  while (!pending.empty()) scatter_front();
+  backend.synchronize();
+  stats.seconds = seconds_since(start);
+  return stats;
+}
+
+}  // namespace ooc

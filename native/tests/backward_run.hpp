@@ -1,0 +1,168 @@
+// One end-to-end run of a gradient through the public API, checked against the float64 reference:
+// fresh random inputs, the output NaN-poisoned (beta == 0) or random (beta != 0), every element
+// written, inputs untouched, measured traffic equal to the plan's, budget held, plan properties.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backward_plan_checks.hpp"
+#include "conv_run.hpp"
+#include "ooc/ooc.hpp"
+
+namespace ooc_test {
+
+inline ooc::Plan plan_backward(const ooc::ConvProblem& p, const ooc::Options& o) {
+  switch (p.op) {
+    case Operation::backward_data: return ooc::plan_conv_backward_data(p, o);
+    case Operation::backward_filter: return ooc::plan_conv_backward_filter(p, o);
+    default: return ooc::plan_conv_backward_bias(p, o);
+  }
+}
+
+// The smallest device budget any plan for `p` needs on `backend`.
+inline size_t backward_needed_bytes(const ooc::ConvProblem& p, ooc::BackendKind backend) {
+  ooc::Options o;
+  o.memory_limit = 1;
+  o.backend = backend;
+  try {
+    plan_backward(p, o);
+  } catch (const ooc::out_of_budget& e) {
+    return e.needed_bytes();
+  }
+  ADD_FAILURE() << "a 1-byte budget did not throw out_of_budget";
+  return 1;
+}
+
+// Bytes a run moves H2D when caller memory is DMA'd directly: only what lies inside each tensor
+// (or window): x slabs clipped to x, dy rows read, dx targets.
+inline size_t backward_direct_h2d_bytes(const ooc::Plan& plan) {
+  const ooc::ConvProblem& p = plan.problem;
+  auto inside = [](ooc::Range r, int64_t extent) {
+    return std::max<int64_t>(0, std::min(r.end, extent) - std::max<int64_t>(r.begin, 0));
+  };
+  size_t bytes = 0;
+  for (const ooc::Chunk& ch : plan.chunks) {
+    int64_t xe = ch.n.size() * ch.c.size(), ye = ch.n.size() * ch.k.size();
+    for (int d = 0; d < ooc::kMaxSpatial; ++d) {
+      xe *= p.op == Operation::backward_data ? ch.target[d].size() : inside(ch.in[d], p.in[d]);
+      ye *= p.op == Operation::backward_data ? ch.out_read[d].size() : ch.out[d].size();
+    }
+    const int64_t we = ch.k.size() * ch.c.size() * p.kernel[0] * p.kernel[1] * p.kernel[2];
+    if (ch.load_x) bytes += static_cast<size_t>(xe) * 4;
+    if (ch.load_y) bytes += static_cast<size_t>(ye) * 4;
+    if (ch.load_w) bytes += static_cast<size_t>(we) * 4;
+    if (ch.first_c && p.beta != 0.0)
+      bytes += 4 * static_cast<size_t>(p.op == Operation::backward_data     ? xe
+                                       : p.op == Operation::backward_filter ? we
+                                                                            : ch.k.size());
+  }
+  return bytes;
+}
+
+// One tensor as the library is given it: a copy of the original, in pageable or pinned memory.
+class CallerCopy {
+ public:
+  CallerCopy(const std::vector<float>& original, CallerMemory memory) : copy_(original) {
+    if (memory == CallerMemory::pinned) pinned_ = std::make_unique<PinnedFloats>(original);
+  }
+  float* data() { return pinned_ ? pinned_->data() : copy_.data(); }
+  std::vector<float> contents() const { return pinned_ ? pinned_->vector() : copy_; }
+
+ private:
+  std::vector<float> copy_;
+  std::unique_ptr<PinnedFloats> pinned_;
+};
+
+struct BackwardResult {
+  ooc::Plan plan;
+  ooc::RunStats stats;
+  std::vector<float> output;
+};
+
+// Runs `spec` under `memory_limit` (0: the default) and checks everything about the result.
+inline BackwardResult run_backward_and_check(const BackwardSpec& spec, size_t memory_limit, ooc::BackendKind backend,
+                                             unsigned seed, double tolerance = 1e-5,
+                                             CallerMemory memory = CallerMemory::pageable) {
+  const ooc::ConvProblem p = spec.problem();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (OOC_TEST_SEED to replay), " + p.describe() + ", memory_limit " +
+               std::to_string(memory_limit));
+  std::mt19937 rng(seed);
+  const ooc::ConvProblem fwd = spec.forward();
+  const std::vector<float> x = random_vector(static_cast<size_t>(fwd.x_elements()), rng, 0.25);
+  const std::vector<float> w = random_vector(static_cast<size_t>(fwd.w_elements()), rng, 0.25);
+  const std::vector<float> dy = random_vector(static_cast<size_t>(fwd.y_elements()), rng, 0.25);
+  const size_t out_elements = static_cast<size_t>(p.op == Operation::backward_data     ? fwd.x_elements()
+                                                  : p.op == Operation::backward_filter ? fwd.w_elements()
+                                                                                       : fwd.k);
+  const std::vector<float> old = p.beta != 0.0 ? random_vector(out_elements, rng)
+                                               : std::vector<float>(out_elements, std::numeric_limits<float>::quiet_NaN());
+  // The library gets copies; the originals prove the inputs were not written.
+  CallerCopy xc(x, memory), wc(w, memory), dyc(dy, memory), outc(old, memory);
+  ooc::Options options;
+  options.memory_limit = memory_limit;
+  options.backend = backend;
+  BackwardResult r;
+  try {
+    switch (p.op) {
+      case Operation::backward_data:
+        ooc::conv_backward_data(p, dyc.data(), wc.data(), outc.data(), options, &r.plan, &r.stats);
+        break;
+      case Operation::backward_filter:
+        ooc::conv_backward_filter(p, xc.data(), dyc.data(), outc.data(), options, &r.plan, &r.stats);
+        break;
+      default:
+        ooc::conv_backward_bias(p, dyc.data(), outc.data(), options, &r.plan, &r.stats);
+        break;
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "the backward call threw: " << e.what();
+    return r;
+  }
+  const std::vector<float> out = outc.contents();
+  r.output = out;
+  const std::vector<double> ref = p.op == Operation::backward_data     ? reference_backward_data(p, dy, w, old)
+                                  : p.op == Operation::backward_filter ? reference_backward_filter(p, x, dy, old)
+                                                                       : reference_backward_bias(p, dy, old);
+  const Comparison c = compare(out, ref);
+  EXPECT_EQ(c.non_finite, 0) << "elements not written (NaN), first at " << c.first_bad << "\n" << r.plan.describe();
+  EXPECT_LT(c.relative_error, tolerance) << r.plan.describe();
+  EXPECT_EQ(xc.contents(), x) << "x was modified";
+  EXPECT_EQ(wc.contents(), w) << "w was modified";
+  EXPECT_EQ(dyc.contents(), dy) << "dy was modified";
+
+  EXPECT_EQ(r.plan.problem.op, p.op);
+  if (memory_limit) {
+    EXPECT_EQ(r.plan.memory_limit, memory_limit);
+  }
+  EXPECT_LE(r.plan.peak_device_bytes, r.plan.memory_limit);
+  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
+  if (memory == CallerMemory::pageable) {
+    EXPECT_EQ(r.stats.bytes_h2d, r.plan.bytes_h2d);
+  } else {
+    EXPECT_EQ(r.stats.bytes_h2d, backward_direct_h2d_bytes(r.plan));
+  }
+  EXPECT_EQ(r.stats.bytes_d2h, r.plan.bytes_d2h);
+  EXPECT_EQ(r.stats.chunks, static_cast<int64_t>(r.plan.num_chunks()));
+  check_backward_plan(r.plan, true);
+  return r;
+}
+
+// A problem, a budget (a multiple of the smallest peak; 0: the default limit) and the split it
+// must cause (host backend: the budgets were chosen for its cost model).
+struct BackwardCase {
+  const char* name;
+  BackwardSpec spec;
+  double budget_factor;
+  std::function<bool(const ooc::Plan&)> expect;
+  bool uneven = false;
+};
+inline void PrintTo(const BackwardCase& c, std::ostream* os) { *os << c.name; }
+
+}  // namespace ooc_test

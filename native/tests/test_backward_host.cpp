@@ -1,0 +1,298 @@
+// The gradients end to end on the host backend — planner, pipeline, region copies, host kernels —
+// against the float64 references, under budgets that force every kind of split, staged and by
+// direct DMA, with uneven edges, stride/dilation/padding mixes (stride beyond the kernel span
+// included), alpha/beta, and the API's argument checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <tuple>
+
+#include "backward_run.hpp"
+
+namespace {
+
+using ooc::BackendKind;
+using ooc::Operation;
+using ooc::Plan;
+using ooc_test::BackwardCase;
+using ooc_test::BackwardSpec;
+using ooc_test::Shape;
+
+class HostDirectAccess {
+ public:
+  explicit HostDirectAccess(bool enabled) { ooc::testing::set_host_direct_access(enabled); }
+  ~HostDirectAccess() { ooc::testing::set_host_direct_access(false); }
+};
+
+BackwardSpec spec(Operation op, Shape x, Shape w, Shape stride = {1}, Shape padding = {0}, Shape dilation = {1},
+                  double alpha = 1.0, double beta = 0.0) {
+  BackwardSpec s;
+  s.op = op;
+  s.x = std::move(x), s.w = std::move(w), s.stride = std::move(stride), s.padding = std::move(padding);
+  s.dilation = std::move(dilation);
+  s.alpha = alpha, s.beta = beta;
+  return s;
+}
+
+std::vector<BackwardCase> backward_cases() {
+  using O = Operation;
+  using P = const Plan&;
+  const O D = O::backward_data, F = O::backward_filter, B = O::backward_bias;
+  auto only = [](std::function<bool(P)> split, int dims) {
+    return [split, dims](P p) {
+      const int n = (p.splits_n > 1) + (p.splits_k > 1) + (p.splits_c > 1) + (p.splits_out[0] > 1) +
+                    (p.splits_out[1] > 1) + (p.splits_out[2] > 1);
+      return split(p) && n == dims;
+    };
+  };
+  auto many = [](P p) { return p.num_chunks() > 1; };
+  return {
+      // backward data: dx tiles along n, c and space; k accumulates.
+      {"data_whole_default_budget", spec(D, {2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}), 0, [](P p) { return p.num_chunks() == 1; }},
+      {"data_n_alone", spec(D, {8, 1, 256}, {1, 1, 256}), 1.0, only([](P p) { return p.splits_n > 1; }, 1)},
+      {"data_n_alone_uneven", spec(D, {7, 1, 256}, {1, 1, 256}), 1.5, only([](P p) { return p.splits_n > 1; }, 1), true},
+      {"data_c_alone_beta", spec(D, {1, 9, 256}, {1, 9, 256}, {1}, {0}, {1}, 1.0, 0.5), 1.0,
+       only([](P p) { return p.splits_c > 1; }, 1)},
+      {"data_k_accumulates_alpha_beta", spec(D, {1, 1, 256}, {9, 1, 256}, {1}, {0}, {1}, -0.75, 1.25), 1.0,
+       only([](P p) { return p.splits_k > 1; }, 1)},
+      {"data_k_accumulates_uneven", spec(D, {1, 1, 256}, {7, 1, 256}), 1.5, only([](P p) { return p.splits_k > 1; }, 1),
+       true},
+      {"data_d0_stride_dilation_padding", spec(D, {1, 1, 301}, {1, 1, 5}, {2}, {3}, {2}), 1.0,
+       only([](P p) { return p.splits_out[0] > 1; }, 1), true},
+      // Stride beyond the kernel span: dx rows no dy row reaches, and tiles of only such rows.
+      {"data_d0_stride3_kernel1", spec(D, {1, 2, 301}, {2, 2, 1}, {3}), 1.0, only([](P p) { return p.splits_out[0] > 1; }, 1)},
+      {"data_d0_stride3_kernel1_beta", spec(D, {1, 2, 301}, {2, 2, 1}, {3}, {0}, {1}, 0.5, -1.5), 1.0,
+       only([](P p) { return p.splits_out[0] > 1; }, 1)},
+      {"data_d0_stride5_dilated_span3", spec(D, {1, 1, 203}, {2, 1, 2}, {5}, {1}, {2}), 1.3, many},
+      {"data_d1_alone", spec(D, {1, 1, 3, 301}, {1, 1, 3, 3}, {1, 2}, {0, 1}, {1}, 1.0, 0.5), 1.0,
+       only([](P p) { return p.splits_out[1] > 1; }, 1)},
+      {"data_d2_alone", spec(D, {1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2}), 1.0,
+       only([](P p) { return p.splits_out[2] > 1; }, 1)},
+      {"data_2d_tightest", spec(D, {3, 6, 20, 17}, {5, 6, 3, 3}, {2, 1}, {1}, {1, 2}, 1.5, 0.5), 1.0,
+       [](P p) { return p.num_chunks() > 4; }},
+      {"data_2d_stride_gt_kernel", spec(D, {2, 3, 23, 19}, {4, 3, 2, 1}, {3, 4}, {1, 0}), 1.0, many},
+      {"data_3d_tightest", spec(D, {2, 3, 9, 8, 7}, {4, 3, 3, 2, 3}, {1}, {1, 0, 2}, {2, 1, 1}, 1.0, -0.5), 1.0,
+       [](P p) { return p.num_chunks() > 4; }},
+      {"data_3d_strided", spec(D, {2, 2, 11, 10, 9}, {3, 2, 3, 3, 3}, {2, 3, 1}, {1, 2, 0}, {1, 1, 2}), 3.0, many},
+      {"data_padding_wider_than_kernel", spec(D, {1, 2, 6, 6}, {3, 2, 1, 1}, {1}, {3}), 1.0, many},
+      {"data_alpha_zero", spec(D, {2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}, {1}, 0.0, 1.0), 1.0, many},
+      // backward filter: dw tiles along k and c; n and space accumulate.
+      {"filter_whole_default_budget", spec(F, {2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}), 0,
+       [](P p) { return p.num_chunks() == 1; }},
+      {"filter_n_accumulates", spec(F, {512, 1, 1}, {1, 1, 1}), 1.0, only([](P p) { return p.splits_n > 1; }, 1)},
+      {"filter_n_accumulates_beta", spec(F, {9, 2, 40}, {3, 2, 3}, {1}, {1}, {1}, 0.5, 0.75), 1.0,
+       [](P p) { return p.splits_n > 1; }},
+      {"filter_k_alone", spec(F, {1, 1, 1}, {512, 1, 1}), 1.0, only([](P p) { return p.splits_k > 1; }, 1)},
+      {"filter_c_alone_beta", spec(F, {1, 300, 1}, {1, 300, 1}, {1}, {0}, {1}, 1.0, -1.0), 1.0,
+       only([](P p) { return p.splits_c > 1; }, 1), true},
+      {"filter_d0_stride_dilation_padding", spec(F, {1, 1, 301}, {1, 1, 5}, {2}, {3}, {2}), 1.0,
+       only([](P p) { return p.splits_out[0] > 1; }, 1)},
+      {"filter_d0_stride3_kernel1", spec(F, {1, 2, 301}, {2, 2, 1}, {3}), 1.0, many},
+      {"filter_d1_alone", spec(F, {1, 1, 3, 301}, {1, 1, 3, 3}, {1, 2}, {0, 1}), 1.0,
+       only([](P p) { return p.splits_out[1] > 1; }, 1)},
+      {"filter_d2_alone", spec(F, {1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2}), 1.0,
+       only([](P p) { return p.splits_out[2] > 1; }, 1)},
+      {"filter_2d_tightest", spec(F, {3, 6, 20, 17}, {5, 6, 3, 3}, {2, 1}, {1}, {1, 2}, 1.5, 0.5), 1.0,
+       [](P p) { return p.num_chunks() > 4; }},
+      {"filter_3d_tightest", spec(F, {2, 3, 9, 8, 7}, {4, 3, 3, 2, 3}, {1}, {1, 0, 2}, {2, 1, 1}, 1.0, -0.5), 1.0,
+       [](P p) { return p.num_chunks() > 4; }},
+      {"filter_3d_strided", spec(F, {2, 2, 11, 10, 9}, {3, 2, 3, 3, 3}, {2, 3, 1}, {1, 2, 0}, {1, 1, 2}), 3.0, many},
+      // backward bias: db tiles along k; n and space accumulate.
+      {"bias_whole", spec(B, {2, 3, 9, 8}, {4, 3, 3, 3}), 0, [](P p) { return p.num_chunks() == 1; }},
+      {"bias_n_accumulates", spec(B, {512, 1, 1}, {1, 1, 1}), 1.0, only([](P p) { return p.splits_n > 1; }, 1)},
+      {"bias_k_alone_beta", spec(B, {1, 1, 1}, {512, 1, 1}, {1}, {0}, {1}, 2.0, 0.5), 1.0,
+       only([](P p) { return p.splits_k > 1; }, 1)},
+      {"bias_d0_uneven", spec(B, {1, 1, 700}, {1, 1, 1}), 1.5, only([](P p) { return p.splits_out[0] > 1; }, 1), true},
+      {"bias_3d_tightest", spec(B, {3, 2, 9, 8, 7}, {5, 2, 1, 2, 1}, {1}, {0, 1, 0}, {1}, 1.0, -0.25), 1.0,
+       [](P p) { return p.num_chunks() > 4; }},
+  };
+}
+
+class HostBackward : public ::testing::TestWithParam<std::tuple<BackwardCase, bool>> {};
+
+TEST_P(HostBackward, MatchesFloat64Reference) {
+  const BackwardCase& bc = std::get<0>(GetParam());
+  const bool direct = std::get<1>(GetParam());
+  const HostDirectAccess mode(direct);
+  const ooc::ConvProblem p = bc.spec.problem();
+  const size_t budget =
+      bc.budget_factor > 0
+          ? static_cast<size_t>(static_cast<double>(ooc_test::backward_needed_bytes(p, BackendKind::host)) *
+                                bc.budget_factor)
+          : 0;
+  const unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(bc.name)) + direct);
+  const auto r =
+      ooc_test::run_backward_and_check(bc.spec, budget, BackendKind::host, seed, 1e-5,
+                                       direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
+  EXPECT_TRUE(bc.expect(r.plan)) << "the budget did not cause the split this case is about:\n" << r.plan.describe();
+  if (bc.uneven) {
+    EXPECT_TRUE(ooc_test::backward_uneven_edge(r.plan)) << "no uneven edge tile:\n" << r.plan.describe();
+  }
+  EXPECT_EQ(r.plan.backend, "host");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, HostBackward, ::testing::Combine(::testing::ValuesIn(backward_cases()), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<BackwardCase, bool>>& info) {
+                           return std::string(std::get<0>(info.param).name) +
+                                  (std::get<1>(info.param) ? "_direct" : "_staged");
+                         });
+
+// Where the stride exceeds the dilated kernel span, some dx rows get no gradient: they must end as
+// exactly beta * dx (0 when beta == 0, even over NaN), also in tiles no dy row reaches at all.
+TEST(HostBackwardData, RowsNoDyRowReachesGetBetaTimesDx) {
+  for (double beta : {0.0, 0.5}) {
+    for (bool direct : {false, true}) {
+      SCOPED_TRACE("beta " + std::to_string(beta) + (direct ? ", direct" : ", staged"));
+      const HostDirectAccess mode(direct);
+      // Stride 200, kernel 1: only rows 0, 200, 400 and 600 get a gradient; tiles of 40 rows
+      // (what the tightest budget allows) mostly contain none of them.
+      const BackwardSpec s = spec(Operation::backward_data, {2, 1, 640}, {1, 1, 1}, {200}, {0}, {1}, 1.0, beta);
+      const ooc::ConvProblem p = s.problem();
+      const auto r = ooc_test::run_backward_and_check(
+          s, ooc_test::backward_needed_bytes(p, BackendKind::host), BackendKind::host, ooc_test::test_seed(__LINE__),
+          1e-5, direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
+      ASSERT_GT(r.plan.splits_out[0], 4) << r.plan.describe();
+      int empty_tiles = 0;
+      for (const auto& ch : r.plan.chunks) empty_tiles += ch.out_read[0].size() == 0;
+      EXPECT_GT(empty_tiles, 4) << "too few tiles without contributing dy rows:\n" << r.plan.describe();
+      // The other rows: exactly 0 (beta 0, over NaN) or beta * old (the reference comparison).
+      if (beta == 0.0) {
+        for (size_t i = 0; i < r.output.size(); ++i) {
+          if (i % 640 % 200 != 0) {
+            ASSERT_EQ(r.output[i], 0.0f) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Random problems of every gradient under tight, medium and generous budgets, staged and direct.
+TEST(HostBackwardRandom, RandomProblemsAndBudgets) {
+  const unsigned seed = ooc_test::test_seed(2);
+  std::mt19937 rng(seed);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  std::map<std::string, int> kinds;
+  int runs = 0;
+  const Operation ops[] = {Operation::backward_data, Operation::backward_filter, Operation::backward_bias};
+  while (runs < 60) {
+    BackwardSpec s;
+    s.op = ops[runs % 3];
+    const int sd = static_cast<int>(pick(1, 3));
+    const int64_t max_in = sd == 1 ? 40 : sd == 2 ? 12 : 7;
+    const int64_t c = pick(1, 6);
+    s.x = {pick(1, 4), c};
+    s.w = {pick(1, 6), c};
+    s.stride.clear();
+    s.padding.clear();
+    s.dilation.clear();
+    for (int d = 0; d < sd; ++d) {
+      s.x.push_back(pick(1, max_in));
+      s.w.push_back(pick(1, 3));
+      s.stride.push_back(pick(1, 4));
+      s.padding.push_back(pick(0, 2));
+      s.dilation.push_back(pick(1, 2));
+    }
+    s.alpha = pick(0, 1) ? 1.0 : -0.5;
+    s.beta = pick(0, 2) == 0 ? 0.5 : 0.0;
+    ooc::ConvProblem p;
+    try {
+      p = s.problem();
+    } catch (const ooc::invalid_argument&) {
+      continue;  // kernel larger than the padded input
+    }
+    const size_t needed = ooc_test::backward_needed_bytes(p, BackendKind::host);
+    const double factor = runs % 4 == 0 ? 1.0 : runs % 4 == 1 ? 2.0 : runs % 4 == 2 ? 5.0 : 1e4;
+    const bool direct = (runs / 3) % 2 == 1;
+    const HostDirectAccess mode(direct);
+    SCOPED_TRACE("random run " + std::to_string(runs) + " of seed " + std::to_string(seed) +
+                 (direct ? ", direct" : ", staged"));
+    const auto r = ooc_test::run_backward_and_check(
+        s, static_cast<size_t>(static_cast<double>(needed) * factor), BackendKind::host,
+        seed + 1000u + static_cast<unsigned>(runs), 1e-5,
+        direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
+    ++runs;
+    if (HasFailure()) return;
+    ++kinds[std::string(ooc_test::op_label(s.op)) + ":" + ooc_test::backward_split_kind(r.plan)];
+  }
+  int split = 0;
+  for (const auto& kv : kinds) split += kv.first.find(":none") == std::string::npos ? kv.second : 0;
+  EXPECT_GT(split, 10) << "too few runs were split";
+}
+
+TEST(HostBackwardApi, PlanPredictsTheRunAndRunsAgree) {
+  const BackwardSpec s = spec(Operation::backward_data, {2, 4, 12, 10}, {3, 4, 3, 3}, {2, 1}, {1});
+  const ooc::ConvProblem p = s.problem();
+  ooc::Options o;
+  o.backend = BackendKind::host;
+  o.memory_limit = 2 * ooc_test::backward_needed_bytes(p, BackendKind::host);
+  std::mt19937 rng(5);
+  const auto dy = ooc_test::random_vector(static_cast<size_t>(p.y_elements()), rng);
+  const auto w = ooc_test::random_vector(static_cast<size_t>(p.w_elements()), rng);
+  std::vector<float> dx1(static_cast<size_t>(p.x_elements()), NAN), dx2 = dx1;
+  Plan plan1, plan2;
+  ooc::conv_backward_data(p, dy.data(), w.data(), dx1.data(), o, &plan1);
+  ooc::conv_backward_data(p, dy.data(), w.data(), dx2.data(), o, &plan2);
+  EXPECT_EQ(dx1, dx2);
+  EXPECT_EQ(ooc::plan_conv_backward_data(p, o).describe(), plan1.describe());
+  EXPECT_GT(plan1.num_chunks(), 1u);
+}
+
+TEST(HostBackwardApi, WrongOperationAndNullPointers) {
+  const BackwardSpec s = spec(Operation::backward_data, {1, 2, 8}, {3, 2, 3});
+  const ooc::ConvProblem data = s.problem(), fwd = s.forward();
+  BackwardSpec fs = s;
+  fs.op = Operation::backward_filter;
+  const ooc::ConvProblem filter = fs.problem();
+  ooc::Options o;
+  o.backend = BackendKind::host;
+  std::vector<float> a(64, 1.0f), b(64, 1.0f), out(64, NAN);
+  EXPECT_THROW(ooc::plan_conv_backward_data(fwd, o), ooc::invalid_argument);
+  EXPECT_THROW(ooc::plan_conv_backward_filter(data, o), ooc::invalid_argument);
+  EXPECT_THROW(ooc::plan_conv_forward(data, o), ooc::invalid_argument);
+  EXPECT_THROW(ooc::conv_backward_data(filter, a.data(), b.data(), out.data(), o), ooc::invalid_argument);
+  EXPECT_THROW(ooc::conv_backward_filter(data, a.data(), b.data(), out.data(), o), ooc::invalid_argument);
+  EXPECT_THROW(ooc::conv_backward_bias(data, a.data(), out.data(), o), ooc::invalid_argument);
+  EXPECT_THROW(ooc::conv_backward_data(data, nullptr, b.data(), out.data(), o), ooc::invalid_argument);
+  EXPECT_THROW(ooc::conv_backward_data(data, a.data(), nullptr, out.data(), o), ooc::invalid_argument);
+  EXPECT_THROW(ooc::conv_backward_filter(filter, a.data(), b.data(), nullptr, o), ooc::invalid_argument);
+  EXPECT_THROW(ooc::conv_backward_bias(ooc::ConvProblem::backward_bias({1, 2, 8}, 1, 0), nullptr, out.data(), o),
+               ooc::invalid_argument);
+  o.memory_limit = 16;
+  EXPECT_THROW(ooc::conv_backward_data(data, a.data(), b.data(), out.data(), o), ooc::out_of_budget);
+  for (float v : out) ASSERT_TRUE(std::isnan(v)) << "the output was written by a call that failed";
+}
+
+TEST(HostBackwardApi, ProblemChecksNameTheArgument) {
+  auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const ooc::invalid_argument& e) {
+      return e.what();
+    }
+    return "(nothing thrown)";
+  };
+  // dy must have the forward output's shape.
+  std::string m = message([] { ooc::ConvProblem::backward_data({2, 4, 6, 7}, {4, 3, 3, 3}, {2, 3, 8, 8}, {1}, {0}, {1}, 1, 1, 0); });
+  EXPECT_TRUE(ooc_test::names_argument(m, "dy")) << m;
+  EXPECT_NE(m.find("[2, 4, 6, 6]"), std::string::npos) << m;
+  EXPECT_NE(m.find("[2, 4, 6, 7]"), std::string::npos) << m;
+  m = message([] { ooc::ConvProblem::backward_filter({2, 3, 8, 8}, {2, 5, 6, 6}, {4, 3, 3, 3}, {1}, {0}, {1}, 1, 1, 0); });
+  EXPECT_TRUE(ooc_test::names_argument(m, "dy")) << m;
+  m = message([] { ooc::ConvProblem::backward_data({2, 4, 6}, {4, 3, 3}, {2, 3, 8, 8}, {1}, {0}, {1}, 1, 1, 0); });
+  EXPECT_TRUE(ooc_test::names_argument(m, "x_shape")) << m;
+  m = message([] { ooc::ConvProblem::backward_data({2, 4, 6, 6}, {4, 5, 3, 3}, {2, 3, 8, 8}, {1}, {0}, {1}, 1, 1, 0); });
+  EXPECT_TRUE(ooc_test::names_argument(m, "x_shape")) << m;
+  EXPECT_NE(m.find("channels"), std::string::npos) << m;
+  m = message([] { ooc::ConvProblem::backward_bias({2, 4}, 1, 0); });
+  EXPECT_TRUE(ooc_test::names_argument(m, "dy")) << m;
+  m = message([] { ooc::ConvProblem::backward_bias({2, 0, 5}, 1, 0); });
+  EXPECT_TRUE(ooc_test::names_argument(m, "dy")) << m;
+  m = message([] { ooc::ConvProblem::backward_data({2, 4, 6, 6}, {4, 3, 3, 3}, {2, 3, 8, 8}, {0}, {0}, {1}, 1, 1, 0); });
+  EXPECT_TRUE(ooc_test::names_argument(m, "stride")) << m;
+}
+
+}  // namespace
