@@ -12,6 +12,9 @@ from pyooc._loader import load_native
 _native = load_native()
 
 from pyooc.conv import conv_forward, last_stats, plan_conv_forward  # noqa: E402
+from pyooc.conv_backward import (  # noqa: E402
+    conv_backward_bias, conv_backward_data, conv_backward_filter, plan_conv_backward_bias, plan_conv_backward_data,
+    plan_conv_backward_filter)
 from pyooc.memory import get_memory_limit, parse_memory_limit, set_memory_limit  # noqa: E402
 from pyooc.pinned import pinned_empty  # noqa: E402
 
@@ -63,7 +66,9 @@ def info():
 
 
 __all__ = [
-    "CudaError", "CudnnError", "conv_forward", "plan_conv_forward", "last_stats", "set_memory_limit",
+    "CudaError", "CudnnError", "conv_forward", "plan_conv_forward", "conv_backward_data", "conv_backward_filter",
+    "conv_backward_bias", "plan_conv_backward_data", "plan_conv_backward_filter", "plan_conv_backward_bias",
+    "last_stats", "set_memory_limit",
     "get_memory_limit", "parse_memory_limit", "pinned_empty", "cudnn_version", "device_count", "info",
     "measure_link_bandwidth", "roofline_seconds",
     "__version__",

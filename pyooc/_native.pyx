@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Thin bindings over libooc. Argument checking that needs Python objects lives in pyooc/conv.py;
-shape and geometry checks live once, in C++ (ConvProblem::forward), and arrive here as ValueError."""
+"""Thin bindings over libooc. Argument checking that needs Python objects lives in pyooc/conv.py and
+pyooc/conv_backward.py; shape and geometry checks live once, in C++ (ConvProblem's factories), and
+arrive here as ValueError."""
 
 from libc.stdint cimport int64_t, uintptr_t
 from libcpp.memory cimport unique_ptr, make_unique
@@ -21,6 +22,14 @@ cdef tuple _dims(ooc.Dims3 d, int n):
     return tuple(d[i] for i in range(n))
 
 
+cdef tuple _ranges(ooc.RangeArray3& r, int n):
+    # A loop, not a generator: a generator's closure cannot hold the C++ reference.
+    cdef list out = []
+    for d in range(n):
+        out.append((r[d].begin, r[d].end))
+    return tuple(out)
+
+
 cdef class Plan:
     """How one operation runs out of core (see native/include/ooc/plan.hpp). `str(plan)` prints it."""
     cdef unique_ptr[ooc.Plan] c_obj
@@ -33,7 +42,9 @@ cdef class Plan:
 
     @property
     def operation(self):
-        return "conv_forward"
+        """Which operation the plan runs: "conv_forward", "conv_backward_data",
+        "conv_backward_filter" or "conv_backward_bias"."""
+        return ooc.operation_name(self.c_obj.get().problem.op).decode()
 
     @property
     def backend(self):
@@ -41,8 +52,8 @@ cdef class Plan:
 
     @property
     def splits(self):
-        """Number of pieces per dimension: n, k (output channels), c (input channels) and each output
-        spatial dimension (d, h, w)."""
+        """Number of pieces per dimension: n, k (output channels), c (input channels) and each
+        spatial dimension (d, h, w): of y / dy, or of dx for conv_backward_data."""
         cdef ooc.Plan* p = self.c_obj.get()
         out = {"n": p.splits_n, "k": p.splits_k, "c": p.splits_c}
         for i, name in enumerate(_SPATIAL_NAMES[p.problem.spatial_dims]):
@@ -100,14 +111,21 @@ cdef class Plan:
 
     @property
     def x_shape(self):
+        """Shape of x (and dx); None for conv_backward_bias."""
+        if self.c_obj.get().problem.op == ooc.Operation.backward_bias:
+            return None
         return tuple(self.c_obj.get().problem.x_shape())
 
     @property
     def w_shape(self):
+        """Shape of w (and dw); None for conv_backward_bias."""
+        if self.c_obj.get().problem.op == ooc.Operation.backward_bias:
+            return None
         return tuple(self.c_obj.get().problem.w_shape())
 
     @property
     def y_shape(self):
+        """Shape of y (and dy)."""
         return tuple(self.c_obj.get().problem.y_shape())
 
     @property
@@ -116,19 +134,39 @@ cdef class Plan:
 
     @property
     def chunks(self):
-        """The chunks in execution order, each a dict of index ranges (half-open) and flags."""
+        """The chunks in execution order, each a dict of index ranges (half-open) and flags, keyed by
+        the tensors the operation moves. conv_forward: n, k, c, out (y), in (x, halo included),
+        load_x, load_w, first_c, last_c. The gradients: first / last mark a reduction's first and
+        last chunk; conv_backward_data: n, c, k, dx (the rows written back), dx_computed, dy (the
+        device's rows), dy_read (the rows loaded: those contributing to dx), load_dy, load_w;
+        conv_backward_filter: n, k, c, dy, x, load_x, load_dy; conv_backward_bias: n, k, dy, load_dy."""
         cdef ooc.Plan* p = self.c_obj.get()
         cdef int sd = p.problem.spatial_dims
+        cdef ooc.Operation op = p.problem.op
         cdef ooc.Chunk* ch
         result = []
         for i in range(p.chunks.size()):
             ch = &p.chunks[i]
-            result.append({
-                "n": (ch.n.begin, ch.n.end), "k": (ch.k.begin, ch.k.end), "c": (ch.c.begin, ch.c.end),
-                "out": tuple((ch.out[d].begin, ch.out[d].end) for d in range(sd)),
-                "in": tuple((ch.input[d].begin, ch.input[d].end) for d in range(sd)),
-                "load_x": ch.load_x, "load_w": ch.load_w, "first_c": ch.first_c, "last_c": ch.last_c,
-            })
+            n, k, c = (ch.n.begin, ch.n.end), (ch.k.begin, ch.k.end), (ch.c.begin, ch.c.end)
+            if op == ooc.Operation.forward:
+                result.append({
+                    "n": n, "k": k, "c": c, "out": _ranges(ch.out, sd), "in": _ranges(ch.input, sd),
+                    "load_x": ch.load_x, "load_w": ch.load_w, "first_c": ch.first_c, "last_c": ch.last_c,
+                })
+            elif op == ooc.Operation.backward_data:
+                result.append({
+                    "n": n, "c": c, "k": k, "dx": _ranges(ch.target, sd), "dx_computed": _ranges(ch.input, sd),
+                    "dy": _ranges(ch.out, sd), "dy_read": _ranges(ch.out_read, sd),
+                    "load_dy": ch.load_y, "load_w": ch.load_w, "first": ch.first_c, "last": ch.last_c,
+                })
+            elif op == ooc.Operation.backward_filter:
+                result.append({
+                    "n": n, "k": k, "c": c, "dy": _ranges(ch.out, sd), "x": _ranges(ch.input, sd),
+                    "load_x": ch.load_x, "load_dy": ch.load_y, "first": ch.first_c, "last": ch.last_c,
+                })
+            else:
+                result.append({"n": n, "k": k, "dy": _ranges(ch.out, sd), "load_dy": ch.load_y,
+                               "first": ch.first_c, "last": ch.last_c})
         return result
 
     def __str__(self):
@@ -184,12 +222,84 @@ def conv_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_
     cdef ooc.RunStats stats
     with nogil:
         ooc.conv_forward(problem, &x[0], &w[0], bias_ptr, &y[0], options, &plan, &stats)
+    return _ran(plan, stats)
+
+
+cdef tuple _ran(ooc.Plan& plan, ooc.RunStats& stats):
+    """(Plan, stats dict) of a call that ran."""
     return Plan.wrap(plan), {
         "bytes_h2d": stats.bytes_h2d, "bytes_d2h": stats.bytes_d2h,
         "device_bytes_reserved": stats.device_bytes_reserved, "chunks": stats.chunks,
         "seconds": stats.seconds, "gather_seconds": stats.gather_seconds,
         "scatter_seconds": stats.scatter_seconds, "host_wait_seconds": stats.host_wait_seconds,
     }
+
+
+# The gradients. Their problems come from three shapes in the order of the Python signatures:
+# conv_backward_data (dy, w, x_shape), conv_backward_filter (x, dy, w_shape), conv_backward_bias (dy).
+_BACKWARD = {"conv_backward_data": ooc.Operation.backward_data,
+             "conv_backward_filter": ooc.Operation.backward_filter,
+             "conv_backward_bias": ooc.Operation.backward_bias}
+
+
+cdef ooc.ConvProblem _backward_problem(str operation, tuple first, tuple second, tuple third, tuple stride,
+                                       tuple padding, tuple dilation, int64_t groups, double alpha,
+                                       double beta) except *:
+    cdef ooc.Operation op = _BACKWARD[operation]
+    if op == ooc.Operation.backward_data:
+        return ooc.ConvProblem.backward_data(list(first), list(second), list(third), list(stride), list(padding),
+                                             list(dilation), groups, alpha, beta, ooc.DType.float32)
+    if op == ooc.Operation.backward_filter:
+        return ooc.ConvProblem.backward_filter(list(first), list(second), list(third), list(stride), list(padding),
+                                               list(dilation), groups, alpha, beta, ooc.DType.float32)
+    return ooc.ConvProblem.backward_bias(list(first), alpha, beta, ooc.DType.float32)
+
+
+def check_backward(str operation, tuple first, tuple second, tuple third, tuple stride, tuple padding,
+                   tuple dilation, int64_t groups):
+    """Validates a gradient's shapes and geometry (ValueError naming the argument)."""
+    _backward_problem(operation, first, second, third, stride, padding, dilation, groups, 1.0, 0.0)
+
+
+def plan_conv_backward(str operation, tuple first, tuple second, tuple third, tuple stride, tuple padding,
+                       tuple dilation, int64_t groups, double alpha, double beta, size_t memory_limit, str backend,
+                       int device):
+    cdef ooc.ConvProblem problem = _backward_problem(operation, first, second, third, stride, padding, dilation,
+                                                     groups, alpha, beta)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    with nogil:
+        if problem.op == ooc.Operation.backward_data:
+            plan = ooc.plan_conv_backward_data(problem, options)
+        elif problem.op == ooc.Operation.backward_filter:
+            plan = ooc.plan_conv_backward_filter(problem, options)
+        else:
+            plan = ooc.plan_conv_backward_bias(problem, options)
+    return Plan.wrap(plan)
+
+
+def conv_backward(str operation, const float[::1] a, tuple a_shape, const float[::1] b, tuple b_shape,
+                  tuple third_shape, float[::1] out, tuple stride, tuple padding, tuple dilation, int64_t groups,
+                  double alpha, double beta, size_t memory_limit, str backend, int device):
+    """Runs a gradient on flat float32 views of the caller's arrays (no copies): a, b are (dy, w) for
+    conv_backward_data, (x, dy) for conv_backward_filter, (dy, None) for conv_backward_bias; the
+    shapes follow as for plan_conv_backward. Returns (plan, stats)."""
+    cdef ooc.ConvProblem problem = _backward_problem(operation, a_shape, b_shape, third_shape, stride, padding,
+                                                     dilation, groups, alpha, beta)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef const float* b_ptr = NULL
+    if b is not None:
+        b_ptr = &b[0]
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        if problem.op == ooc.Operation.backward_data:
+            ooc.conv_backward_data(problem, &a[0], b_ptr, &out[0], options, &plan, &stats)
+        elif problem.op == ooc.Operation.backward_filter:
+            ooc.conv_backward_filter(problem, &a[0], b_ptr, &out[0], options, &plan, &stats)
+        else:
+            ooc.conv_backward_bias(problem, &a[0], &out[0], options, &plan, &stats)
+    return _ran(plan, stats)
 
 
 def measure_link_bandwidth(int device, size_t nbytes):

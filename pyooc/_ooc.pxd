@@ -14,10 +14,19 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
     cdef enum class DType(int):
         float32
 
+    cdef enum class Operation(int):
+        forward
+        backward_data
+        backward_filter
+        backward_bias
+
+    const char* operation_name(Operation op)
+
     cdef cppclass Dims3 "ooc::Dims3":
         int64_t& operator[](size_t)
 
     cdef cppclass ConvProblem:
+        Operation op
         int spatial_dims
         int64_t n, c, k, groups
         Dims3 input "in"
@@ -31,6 +40,19 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
                             const vector[int64_t]& stride, const vector[int64_t]& padding,
                             const vector[int64_t]& dilation, int64_t groups, double alpha, double beta,
                             bool has_bias, DType dtype) except +translate_exception
+        @staticmethod
+        ConvProblem backward_data(const vector[int64_t]& dy_shape, const vector[int64_t]& w_shape,
+                                  const vector[int64_t]& x_shape, const vector[int64_t]& stride,
+                                  const vector[int64_t]& padding, const vector[int64_t]& dilation, int64_t groups,
+                                  double alpha, double beta, DType dtype) except +translate_exception
+        @staticmethod
+        ConvProblem backward_filter(const vector[int64_t]& x_shape, const vector[int64_t]& dy_shape,
+                                    const vector[int64_t]& w_shape, const vector[int64_t]& stride,
+                                    const vector[int64_t]& padding, const vector[int64_t]& dilation, int64_t groups,
+                                    double alpha, double beta, DType dtype) except +translate_exception
+        @staticmethod
+        ConvProblem backward_bias(const vector[int64_t]& dy_shape, double alpha, double beta,
+                                  DType dtype) except +translate_exception
         vector[int64_t] x_shape()
         vector[int64_t] w_shape()
         vector[int64_t] y_shape()
@@ -60,8 +82,10 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         Range n, k, c
         RangeArray3 out
         RangeArray3 input "in"
+        RangeArray3 target
+        RangeArray3 out_read
         Dims3 compute_padding
-        bool load_x, load_w, first_c, last_c
+        bool load_x, load_w, load_y, first_c, last_c
 
     cdef cppclass MachineModel:
         double h2d_bytes_per_s, d2h_bytes_per_s, bidir_bytes_per_s, flops_per_s, chunk_overhead_s
@@ -73,7 +97,7 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         int64_t splits_n, splits_k, splits_c
         Dims3 splits_out
         LoopOrder order
-        int buffers, x_buffers, w_buffers
+        int buffers, x_buffers, w_buffers, y_buffers, bias_buffers
         bool w_resident
         size_t x_slot_bytes, w_slot_bytes, y_slot_bytes, bias_bytes, workspace_bytes
         size_t peak_device_bytes, memory_limit, bytes_h2d, bytes_d2h
@@ -109,8 +133,17 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
     string cudnn_library_path() except +translate_exception
 
     Plan plan_conv_forward(const ConvProblem& problem, const Options& options) except +translate_exception
+    Plan plan_conv_backward_data(const ConvProblem& problem, const Options& options) except +translate_exception
+    Plan plan_conv_backward_filter(const ConvProblem& problem, const Options& options) except +translate_exception
+    Plan plan_conv_backward_bias(const ConvProblem& problem, const Options& options) except +translate_exception
     void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
                       const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void conv_backward_data(const ConvProblem& problem, const float* dy, const float* w, float* dx,
+                            const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void conv_backward_filter(const ConvProblem& problem, const float* x, const float* dy, float* dw,
+                              const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void conv_backward_bias(const ConvProblem& problem, const float* dy, float* db, const Options& options,
+                            Plan* used, RunStats* stats) except +translate_exception
     cdef cppclass LinkBandwidth:
         double h2d, d2h, bidir
 

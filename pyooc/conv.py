@@ -36,6 +36,17 @@ def _spatial_dims(w_shape):
     return min(max(len(w_shape) - 2, 1), 3)
 
 
+def _check_dtype(dtype):
+    if np.dtype(dtype) != np.float32:
+        raise TypeError(f"dtype must be float32 (other dtypes are planned), got {np.dtype(dtype)}")
+
+
+def _record_stats(plan, stats):
+    """Keeps what a call measured for last_stats()."""
+    stats["plan"] = plan
+    _last.stats = stats
+
+
 def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                       beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0):
     """The Plan conv_forward would run for these shapes and options, without running it.
@@ -44,8 +55,7 @@ def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dila
     much the smallest plan needs, when nothing fits memory_limit."""
     x_shape = as_shape(x_shape, "x_shape")
     w_shape = as_shape(w_shape, "w_shape")
-    if np.dtype(dtype) != np.float32:
-        raise TypeError(f"dtype must be float32 (other dtypes are planned), got {np.dtype(dtype)}")
+    _check_dtype(dtype)
     o = _common(_spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device)
     return _native.plan_conv_forward(x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"],
                                      o["alpha"], o["beta"], bool(bias), o["memory_limit"], o["backend"], o["device"])
@@ -80,12 +90,11 @@ def conv_forward(x, w, *, bias=None, stride=1, padding=0, dilation=1, groups=1, 
         x.reshape(-1), x.shape, w.reshape(-1), w.shape, None if bias is None else bias.reshape(-1), out.reshape(-1),
         o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha"], o["beta"], o["memory_limit"],
         o["backend"], o["device"])
-    stats["plan"] = plan
-    _last.stats = stats
+    _record_stats(plan, stats)
     return out
 
 
 def last_stats():
-    """What the calling thread's last conv_forward measured: bytes over each link direction,
-    device bytes reserved, chunks, seconds by stage, and the Plan it ran ("plan")."""
+    """What the calling thread's last call (conv_forward or a gradient) measured: bytes over each
+    link direction, device bytes reserved, chunks, seconds by stage, and the Plan it ran ("plan")."""
     return getattr(_last, "stats", None)
