@@ -165,4 +165,89 @@ struct BackwardCase {
 };
 inline void PrintTo(const BackwardCase& c, std::ostream* os) { *os << c.name; }
 
+inline BackwardSpec backward_spec(Operation op, Shape x, Shape w, Shape stride = {1}, Shape padding = {0},
+                                  Shape dilation = {1}, double alpha = 1.0, double beta = 0.0) {
+  BackwardSpec s;
+  s.op = op;
+  s.x = std::move(x), s.w = std::move(w), s.stride = std::move(stride), s.padding = std::move(padding);
+  s.dilation = std::move(dilation);
+  s.alpha = alpha, s.beta = beta;
+  return s;
+}
+
+// The cases every backend runs: each split kind of each gradient, with the budget that forces it.
+inline std::vector<BackwardCase> backward_cases() {
+  using O = Operation;
+  using P = const ooc::Plan&;
+  const O D = O::backward_data, F = O::backward_filter, B = O::backward_bias;
+  auto only = [](std::function<bool(P)> split, int dims) {
+    return [split, dims](P p) {
+      const int n = (p.splits_n > 1) + (p.splits_k > 1) + (p.splits_c > 1) + (p.splits_out[0] > 1) +
+                    (p.splits_out[1] > 1) + (p.splits_out[2] > 1);
+      return split(p) && n == dims;
+    };
+  };
+  auto many = [](P p) { return p.num_chunks() > 1; };
+  return {
+      // backward data: dx tiles along n, c and space; k accumulates.
+      {"data_whole_default_budget", backward_spec(D, {2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}), 0, [](P p) { return p.num_chunks() == 1; }},
+      {"data_n_alone", backward_spec(D, {8, 1, 256}, {1, 1, 256}), 1.0, only([](P p) { return p.splits_n > 1; }, 1)},
+      {"data_n_alone_uneven", backward_spec(D, {7, 1, 256}, {1, 1, 256}), 1.5, only([](P p) { return p.splits_n > 1; }, 1), true},
+      {"data_c_alone_beta", backward_spec(D, {1, 9, 256}, {1, 9, 256}, {1}, {0}, {1}, 1.0, 0.5), 1.0,
+       only([](P p) { return p.splits_c > 1; }, 1)},
+      {"data_k_accumulates_alpha_beta", backward_spec(D, {1, 1, 256}, {9, 1, 256}, {1}, {0}, {1}, -0.75, 1.25), 1.0,
+       only([](P p) { return p.splits_k > 1; }, 1)},
+      {"data_k_accumulates_uneven", backward_spec(D, {1, 1, 256}, {7, 1, 256}), 1.5, only([](P p) { return p.splits_k > 1; }, 1),
+       true},
+      {"data_d0_stride_dilation_padding", backward_spec(D, {1, 1, 301}, {1, 1, 5}, {2}, {3}, {2}), 1.0,
+       only([](P p) { return p.splits_out[0] > 1; }, 1), true},
+      // Stride beyond the kernel span: dx rows no dy row reaches, and tiles of only such rows.
+      {"data_d0_stride3_kernel1", backward_spec(D, {1, 2, 301}, {2, 2, 1}, {3}), 1.0, only([](P p) { return p.splits_out[0] > 1; }, 1)},
+      {"data_d0_stride3_kernel1_beta", backward_spec(D, {1, 2, 301}, {2, 2, 1}, {3}, {0}, {1}, 0.5, -1.5), 1.0,
+       only([](P p) { return p.splits_out[0] > 1; }, 1)},
+      {"data_d0_stride5_dilated_span3", backward_spec(D, {1, 1, 203}, {2, 1, 2}, {5}, {1}, {2}), 1.3, many},
+      {"data_d1_alone", backward_spec(D, {1, 1, 3, 301}, {1, 1, 3, 3}, {1, 2}, {0, 1}, {1}, 1.0, 0.5), 1.0,
+       only([](P p) { return p.splits_out[1] > 1; }, 1)},
+      {"data_d2_alone", backward_spec(D, {1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2}), 1.0,
+       only([](P p) { return p.splits_out[2] > 1; }, 1)},
+      {"data_2d_tightest", backward_spec(D, {3, 6, 20, 17}, {5, 6, 3, 3}, {2, 1}, {1}, {1, 2}, 1.5, 0.5), 1.0,
+       [](P p) { return p.num_chunks() > 4; }},
+      {"data_2d_stride_gt_kernel", backward_spec(D, {2, 3, 23, 19}, {4, 3, 2, 1}, {3, 4}, {1, 0}), 1.0, many},
+      {"data_3d_tightest", backward_spec(D, {2, 3, 9, 8, 7}, {4, 3, 3, 2, 3}, {1}, {1, 0, 2}, {2, 1, 1}, 1.0, -0.5), 1.0,
+       [](P p) { return p.num_chunks() > 4; }},
+      {"data_3d_strided", backward_spec(D, {2, 2, 11, 10, 9}, {3, 2, 3, 3, 3}, {2, 3, 1}, {1, 2, 0}, {1, 1, 2}), 3.0, many},
+      {"data_padding_wider_than_kernel", backward_spec(D, {1, 2, 6, 6}, {3, 2, 1, 1}, {1}, {3}), 1.0, many},
+      {"data_alpha_zero", backward_spec(D, {2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}, {1}, 0.0, 1.0), 1.0, many},
+      // backward filter: dw tiles along k and c; n and space accumulate.
+      {"filter_whole_default_budget", backward_spec(F, {2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}), 0,
+       [](P p) { return p.num_chunks() == 1; }},
+      {"filter_n_accumulates", backward_spec(F, {512, 1, 1}, {1, 1, 1}), 1.0, only([](P p) { return p.splits_n > 1; }, 1)},
+      {"filter_n_accumulates_beta", backward_spec(F, {9, 2, 40}, {3, 2, 3}, {1}, {1}, {1}, 0.5, 0.75), 1.0,
+       [](P p) { return p.splits_n > 1; }},
+      {"filter_k_alone", backward_spec(F, {1, 1, 1}, {512, 1, 1}), 1.0, only([](P p) { return p.splits_k > 1; }, 1)},
+      {"filter_c_alone_beta", backward_spec(F, {1, 300, 1}, {1, 300, 1}, {1}, {0}, {1}, 1.0, -1.0), 1.0,
+       only([](P p) { return p.splits_c > 1; }, 1), true},
+      {"filter_d0_stride_dilation_padding", backward_spec(F, {1, 1, 301}, {1, 1, 5}, {2}, {3}, {2}), 1.0,
+       only([](P p) { return p.splits_out[0] > 1; }, 1)},
+      {"filter_d0_stride3_kernel1", backward_spec(F, {1, 2, 301}, {2, 2, 1}, {3}), 1.0, many},
+      {"filter_d1_alone", backward_spec(F, {1, 1, 3, 301}, {1, 1, 3, 3}, {1, 2}, {0, 1}), 1.0,
+       only([](P p) { return p.splits_out[1] > 1; }, 1)},
+      {"filter_d2_alone", backward_spec(F, {1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2}), 1.0,
+       only([](P p) { return p.splits_out[2] > 1; }, 1)},
+      {"filter_2d_tightest", backward_spec(F, {3, 6, 20, 17}, {5, 6, 3, 3}, {2, 1}, {1}, {1, 2}, 1.5, 0.5), 1.0,
+       [](P p) { return p.num_chunks() > 4; }},
+      {"filter_3d_tightest", backward_spec(F, {2, 3, 9, 8, 7}, {4, 3, 3, 2, 3}, {1}, {1, 0, 2}, {2, 1, 1}, 1.0, -0.5), 1.0,
+       [](P p) { return p.num_chunks() > 4; }},
+      {"filter_3d_strided", backward_spec(F, {2, 2, 11, 10, 9}, {3, 2, 3, 3, 3}, {2, 3, 1}, {1, 2, 0}, {1, 1, 2}), 3.0, many},
+      // backward bias: db tiles along k; n and space accumulate.
+      {"bias_whole", backward_spec(B, {2, 3, 9, 8}, {4, 3, 3, 3}), 0, [](P p) { return p.num_chunks() == 1; }},
+      {"bias_n_accumulates", backward_spec(B, {512, 1, 1}, {1, 1, 1}), 1.0, only([](P p) { return p.splits_n > 1; }, 1)},
+      {"bias_k_alone_beta", backward_spec(B, {1, 1, 1}, {512, 1, 1}, {1}, {0}, {1}, 2.0, 0.5), 1.0,
+       only([](P p) { return p.splits_k > 1; }, 1)},
+      {"bias_d0_uneven", backward_spec(B, {1, 1, 700}, {1, 1, 1}), 1.5, only([](P p) { return p.splits_out[0] > 1; }, 1), true},
+      {"bias_3d_tightest", backward_spec(B, {3, 2, 9, 8, 7}, {5, 2, 1, 2, 1}, {1}, {0, 1, 0}, {1}, 1.0, -0.25), 1.0,
+       [](P p) { return p.num_chunks() > 4; }},
+  };
+}
+
 }  // namespace ooc_test

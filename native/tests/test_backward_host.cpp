@@ -19,97 +19,13 @@ using ooc::Operation;
 using ooc::Plan;
 using ooc_test::BackwardCase;
 using ooc_test::BackwardSpec;
-using ooc_test::Shape;
+using ooc_test::backward_spec;
 
 class HostDirectAccess {
  public:
   explicit HostDirectAccess(bool enabled) { ooc::testing::set_host_direct_access(enabled); }
   ~HostDirectAccess() { ooc::testing::set_host_direct_access(false); }
 };
-
-BackwardSpec spec(Operation op, Shape x, Shape w, Shape stride = {1}, Shape padding = {0}, Shape dilation = {1},
-                  double alpha = 1.0, double beta = 0.0) {
-  BackwardSpec s;
-  s.op = op;
-  s.x = std::move(x), s.w = std::move(w), s.stride = std::move(stride), s.padding = std::move(padding);
-  s.dilation = std::move(dilation);
-  s.alpha = alpha, s.beta = beta;
-  return s;
-}
-
-std::vector<BackwardCase> backward_cases() {
-  using O = Operation;
-  using P = const Plan&;
-  const O D = O::backward_data, F = O::backward_filter, B = O::backward_bias;
-  auto only = [](std::function<bool(P)> split, int dims) {
-    return [split, dims](P p) {
-      const int n = (p.splits_n > 1) + (p.splits_k > 1) + (p.splits_c > 1) + (p.splits_out[0] > 1) +
-                    (p.splits_out[1] > 1) + (p.splits_out[2] > 1);
-      return split(p) && n == dims;
-    };
-  };
-  auto many = [](P p) { return p.num_chunks() > 1; };
-  return {
-      // backward data: dx tiles along n, c and space; k accumulates.
-      {"data_whole_default_budget", spec(D, {2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}), 0, [](P p) { return p.num_chunks() == 1; }},
-      {"data_n_alone", spec(D, {8, 1, 256}, {1, 1, 256}), 1.0, only([](P p) { return p.splits_n > 1; }, 1)},
-      {"data_n_alone_uneven", spec(D, {7, 1, 256}, {1, 1, 256}), 1.5, only([](P p) { return p.splits_n > 1; }, 1), true},
-      {"data_c_alone_beta", spec(D, {1, 9, 256}, {1, 9, 256}, {1}, {0}, {1}, 1.0, 0.5), 1.0,
-       only([](P p) { return p.splits_c > 1; }, 1)},
-      {"data_k_accumulates_alpha_beta", spec(D, {1, 1, 256}, {9, 1, 256}, {1}, {0}, {1}, -0.75, 1.25), 1.0,
-       only([](P p) { return p.splits_k > 1; }, 1)},
-      {"data_k_accumulates_uneven", spec(D, {1, 1, 256}, {7, 1, 256}), 1.5, only([](P p) { return p.splits_k > 1; }, 1),
-       true},
-      {"data_d0_stride_dilation_padding", spec(D, {1, 1, 301}, {1, 1, 5}, {2}, {3}, {2}), 1.0,
-       only([](P p) { return p.splits_out[0] > 1; }, 1), true},
-      // Stride beyond the kernel span: dx rows no dy row reaches, and tiles of only such rows.
-      {"data_d0_stride3_kernel1", spec(D, {1, 2, 301}, {2, 2, 1}, {3}), 1.0, only([](P p) { return p.splits_out[0] > 1; }, 1)},
-      {"data_d0_stride3_kernel1_beta", spec(D, {1, 2, 301}, {2, 2, 1}, {3}, {0}, {1}, 0.5, -1.5), 1.0,
-       only([](P p) { return p.splits_out[0] > 1; }, 1)},
-      {"data_d0_stride5_dilated_span3", spec(D, {1, 1, 203}, {2, 1, 2}, {5}, {1}, {2}), 1.3, many},
-      {"data_d1_alone", spec(D, {1, 1, 3, 301}, {1, 1, 3, 3}, {1, 2}, {0, 1}, {1}, 1.0, 0.5), 1.0,
-       only([](P p) { return p.splits_out[1] > 1; }, 1)},
-      {"data_d2_alone", spec(D, {1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2}), 1.0,
-       only([](P p) { return p.splits_out[2] > 1; }, 1)},
-      {"data_2d_tightest", spec(D, {3, 6, 20, 17}, {5, 6, 3, 3}, {2, 1}, {1}, {1, 2}, 1.5, 0.5), 1.0,
-       [](P p) { return p.num_chunks() > 4; }},
-      {"data_2d_stride_gt_kernel", spec(D, {2, 3, 23, 19}, {4, 3, 2, 1}, {3, 4}, {1, 0}), 1.0, many},
-      {"data_3d_tightest", spec(D, {2, 3, 9, 8, 7}, {4, 3, 3, 2, 3}, {1}, {1, 0, 2}, {2, 1, 1}, 1.0, -0.5), 1.0,
-       [](P p) { return p.num_chunks() > 4; }},
-      {"data_3d_strided", spec(D, {2, 2, 11, 10, 9}, {3, 2, 3, 3, 3}, {2, 3, 1}, {1, 2, 0}, {1, 1, 2}), 3.0, many},
-      {"data_padding_wider_than_kernel", spec(D, {1, 2, 6, 6}, {3, 2, 1, 1}, {1}, {3}), 1.0, many},
-      {"data_alpha_zero", spec(D, {2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}, {1}, 0.0, 1.0), 1.0, many},
-      // backward filter: dw tiles along k and c; n and space accumulate.
-      {"filter_whole_default_budget", spec(F, {2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}), 0,
-       [](P p) { return p.num_chunks() == 1; }},
-      {"filter_n_accumulates", spec(F, {512, 1, 1}, {1, 1, 1}), 1.0, only([](P p) { return p.splits_n > 1; }, 1)},
-      {"filter_n_accumulates_beta", spec(F, {9, 2, 40}, {3, 2, 3}, {1}, {1}, {1}, 0.5, 0.75), 1.0,
-       [](P p) { return p.splits_n > 1; }},
-      {"filter_k_alone", spec(F, {1, 1, 1}, {512, 1, 1}), 1.0, only([](P p) { return p.splits_k > 1; }, 1)},
-      {"filter_c_alone_beta", spec(F, {1, 300, 1}, {1, 300, 1}, {1}, {0}, {1}, 1.0, -1.0), 1.0,
-       only([](P p) { return p.splits_c > 1; }, 1), true},
-      {"filter_d0_stride_dilation_padding", spec(F, {1, 1, 301}, {1, 1, 5}, {2}, {3}, {2}), 1.0,
-       only([](P p) { return p.splits_out[0] > 1; }, 1)},
-      {"filter_d0_stride3_kernel1", spec(F, {1, 2, 301}, {2, 2, 1}, {3}), 1.0, many},
-      {"filter_d1_alone", spec(F, {1, 1, 3, 301}, {1, 1, 3, 3}, {1, 2}, {0, 1}), 1.0,
-       only([](P p) { return p.splits_out[1] > 1; }, 1)},
-      {"filter_d2_alone", spec(F, {1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2}), 1.0,
-       only([](P p) { return p.splits_out[2] > 1; }, 1)},
-      {"filter_2d_tightest", spec(F, {3, 6, 20, 17}, {5, 6, 3, 3}, {2, 1}, {1}, {1, 2}, 1.5, 0.5), 1.0,
-       [](P p) { return p.num_chunks() > 4; }},
-      {"filter_3d_tightest", spec(F, {2, 3, 9, 8, 7}, {4, 3, 3, 2, 3}, {1}, {1, 0, 2}, {2, 1, 1}, 1.0, -0.5), 1.0,
-       [](P p) { return p.num_chunks() > 4; }},
-      {"filter_3d_strided", spec(F, {2, 2, 11, 10, 9}, {3, 2, 3, 3, 3}, {2, 3, 1}, {1, 2, 0}, {1, 1, 2}), 3.0, many},
-      // backward bias: db tiles along k; n and space accumulate.
-      {"bias_whole", spec(B, {2, 3, 9, 8}, {4, 3, 3, 3}), 0, [](P p) { return p.num_chunks() == 1; }},
-      {"bias_n_accumulates", spec(B, {512, 1, 1}, {1, 1, 1}), 1.0, only([](P p) { return p.splits_n > 1; }, 1)},
-      {"bias_k_alone_beta", spec(B, {1, 1, 1}, {512, 1, 1}, {1}, {0}, {1}, 2.0, 0.5), 1.0,
-       only([](P p) { return p.splits_k > 1; }, 1)},
-      {"bias_d0_uneven", spec(B, {1, 1, 700}, {1, 1, 1}), 1.5, only([](P p) { return p.splits_out[0] > 1; }, 1), true},
-      {"bias_3d_tightest", spec(B, {3, 2, 9, 8, 7}, {5, 2, 1, 2, 1}, {1}, {0, 1, 0}, {1}, 1.0, -0.25), 1.0,
-       [](P p) { return p.num_chunks() > 4; }},
-  };
-}
 
 class HostBackward : public ::testing::TestWithParam<std::tuple<BackwardCase, bool>> {};
 
@@ -134,7 +50,7 @@ TEST_P(HostBackward, MatchesFloat64Reference) {
   EXPECT_EQ(r.plan.backend, "host");
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, HostBackward, ::testing::Combine(::testing::ValuesIn(backward_cases()), ::testing::Bool()),
+INSTANTIATE_TEST_SUITE_P(Cases, HostBackward, ::testing::Combine(::testing::ValuesIn(ooc_test::backward_cases()), ::testing::Bool()),
                          [](const ::testing::TestParamInfo<std::tuple<BackwardCase, bool>>& info) {
                            return std::string(std::get<0>(info.param).name) +
                                   (std::get<1>(info.param) ? "_direct" : "_staged");
@@ -149,7 +65,7 @@ TEST(HostBackwardData, RowsNoDyRowReachesGetBetaTimesDx) {
       const HostDirectAccess mode(direct);
       // Stride 200, kernel 1: only rows 0, 200, 400 and 600 get a gradient; tiles of 40 rows
       // (what the tightest budget allows) mostly contain none of them.
-      const BackwardSpec s = spec(Operation::backward_data, {2, 1, 640}, {1, 1, 1}, {200}, {0}, {1}, 1.0, beta);
+      const BackwardSpec s = backward_spec(Operation::backward_data, {2, 1, 640}, {1, 1, 1}, {200}, {0}, {1}, 1.0, beta);
       const ooc::ConvProblem p = s.problem();
       const auto r = ooc_test::run_backward_and_check(
           s, ooc_test::backward_needed_bytes(p, BackendKind::host), BackendKind::host, ooc_test::test_seed(__LINE__),
@@ -224,7 +140,7 @@ TEST(HostBackwardRandom, RandomProblemsAndBudgets) {
 }
 
 TEST(HostBackwardApi, PlanPredictsTheRunAndRunsAgree) {
-  const BackwardSpec s = spec(Operation::backward_data, {2, 4, 12, 10}, {3, 4, 3, 3}, {2, 1}, {1});
+  const BackwardSpec s = backward_spec(Operation::backward_data, {2, 4, 12, 10}, {3, 4, 3, 3}, {2, 1}, {1});
   const ooc::ConvProblem p = s.problem();
   ooc::Options o;
   o.backend = BackendKind::host;
@@ -242,7 +158,7 @@ TEST(HostBackwardApi, PlanPredictsTheRunAndRunsAgree) {
 }
 
 TEST(HostBackwardApi, WrongOperationAndNullPointers) {
-  const BackwardSpec s = spec(Operation::backward_data, {1, 2, 8}, {3, 2, 3});
+  const BackwardSpec s = backward_spec(Operation::backward_data, {1, 2, 8}, {3, 2, 3});
   const ooc::ConvProblem data = s.problem(), fwd = s.forward();
   BackwardSpec fs = s;
   fs.op = Operation::backward_filter;
