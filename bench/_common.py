@@ -6,7 +6,8 @@
 - conv chunk geometry (N chunks, or slabs of the first spatial dim with halos) that the torch
   peers use, and a region copier that moves strided slabs with one cudaMemcpy2DAsync each;
 - the torch peers: a naive chunk loop and an expert pipeline (pinned memory, three streams,
-  events, double buffering) under the same device-memory budget as pyooc;
+  events, double buffering) under the same device-memory budget as pyooc, for the forward and
+  (NaiveTorchGrad, ExpertTorchGrad) for the input and weight gradients;
 - JSON + markdown results.
 
 torch is imported only by the functions that need it, so the geometry and report code runs (and is
@@ -259,6 +260,22 @@ def plan_chunks(geom, data_budget, x_copies, y_copies):
             lo, hi = geom.input_rows(o0, o1)
             chunks.append(SlabChunk(n, n + 1, o0, o1, lo, hi, True, L))
     return chunks, {"mode": "slab", "rows_per_chunk": rows, "slabs_per_sample": count, "chunks": len(chunks)}
+
+
+# Geometries (x shape, w shape, stride, padding, dilation) the benchmarks' --dry-run self-tests
+# emulate their torch peers' chunking on: N chunks and halo slabs, strides, dilations, uneven edges.
+SELF_TEST_GEOMETRIES = [
+    ((5, 3, 9, 7), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1)),
+    ((2, 2, 11, 6, 5), (3, 2, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+    ((2, 3, 13, 8), (2, 3, 3, 3), (2, 1), (2, 0), (1, 2)),
+    ((1, 2, 17, 5, 4), (2, 2, 5, 1, 3), (2, 1, 1), (2, 0, 1), (2, 1, 1)),
+    ((3, 4, 10), (5, 4, 4), (1,), (0,), (3,)),
+]
+
+
+def self_test_budgets(per_sample):
+    """Data budgets around one sample's bytes: whole samples, then ever thinner slabs."""
+    return (per_sample * 3, per_sample - 1, per_sample // 3, per_sample // 5)
 
 
 def chunk_conv_padding(geom, chunk):
@@ -709,6 +726,410 @@ def fit_peer(torch, peer, limit, w_bytes, poison, attempts=4):
         if reserve >= limit - w_bytes:
             break
     return info
+
+
+# --------------------------------------------------------------------------------------------
+# conv gradients for the torch peers (conv_backward.py): the same chunking, roles swapped
+
+
+def torch_grad_fns(torch, spatial):
+    """torch.nn.grad's (input gradient, weight gradient) for 1, 2 or 3 spatial dims."""
+    g = torch.nn.grad
+    return {1: (g.conv1d_input, g.conv1d_weight), 2: (g.conv2d_input, g.conv2d_weight),
+            3: (g.conv3d_input, g.conv3d_weight)}[spatial]
+
+
+@dataclass(frozen=True)
+class DataGradChunk(SlabChunk):
+    """A chunk of the input gradient: dx rows [t0, t1) of the first spatial dim, from dy rows
+    [o0, o1); conv_input with no padding along that dim computes dx rows [lo, hi), of which the
+    target [t0, t1) is kept (neighbouring chunks own the rest)."""
+    t0: int = 0
+    t1: int = 0
+
+
+def data_grad_rows(geom, t0, t1):
+    """(o0, o1, lo, hi) for dx target rows [t0, t1): the dy rows contributing to them and the dx rows
+    a padding-0 conv_input over those produces. The peers handle strides up to the dilated kernel
+    span, where [lo, hi) always holds the target (the benchmark cases have stride 1)."""
+    k, s, p, d = geom.w_shape[2], geom.stride[0], geom.padding[0], geom.dilation[0]
+    span = (k - 1) * d + 1
+    o0 = max(0, -(-(t0 + p - span + 1) // s))
+    o1 = min(geom.y_shape[2], (t1 - 1 + p) // s + 1)
+    lo = o0 * s - p
+    hi = lo + (o1 - o0 - 1) * s + span
+    if not (o0 < o1 and lo <= t0 and hi >= t1):
+        raise NotImplementedError(f"torch peers: dx rows [{t0}, {t1}) are not covered by a slab (stride {s} "
+                                  f"beyond the kernel span {span}?)")
+    return o0, o1, lo, hi
+
+
+def plan_data_grad_chunks(geom, data_budget, dy_copies, dx_copies):
+    """Chunks of the input gradient whose device buffers (dy_copies dy slabs + dx_copies computed dx
+    regions alive at once) fit data_budget bytes: whole samples when one fits, else slabs of the
+    first spatial dim (one sample each), as even as possible. Returns (chunks, info); raises
+    MemoryError when not even one dx row fits."""
+    N, C, L = geom.x_shape[:3]
+    K, Lo = geom.y_shape[1], geom.y_shape[2]
+    inner_in, inner_out = math.prod(geom.x_shape[3:]), math.prod(geom.y_shape[3:])
+    b = geom.itemsize
+    per_sample = b * (dy_copies * K * Lo * inner_out + dx_copies * C * L * inner_in)
+    if data_budget >= per_sample:
+        nb = min(N, data_budget // per_sample)
+        nb = -(-N // -(-N // nb))
+        chunks = [DataGradChunk(n0, min(n0 + nb, N), 0, Lo, 0, L, False, L, 0, L) for n0 in range(0, N, nb)]
+        return chunks, {"mode": "n", "samples_per_chunk": nb, "chunks": len(chunks)}
+
+    def slab_bytes(rows):  # the largest chunk of this many target rows
+        worst = 0
+        for t0 in range(0, L, rows):
+            o0, o1, lo, hi = data_grad_rows(geom, t0, min(t0 + rows, L))
+            worst = max(worst, dy_copies * K * (o1 - o0) * inner_out + dx_copies * C * (hi - lo) * inner_in)
+        return b * worst
+
+    for count in range(1, L + 1):
+        rows = -(-L // count)
+        if slab_bytes(rows) <= data_budget:
+            break
+    else:
+        raise MemoryError(f"one dx row of the first spatial dim needs {fmt_bytes(slab_bytes(1))}, the budget is "
+                          f"{fmt_bytes(data_budget)} (a second spatial split would be needed)")
+    chunks = []
+    for n in range(N):
+        for t0 in range(0, L, rows):
+            t1 = min(t0 + rows, L)
+            o0, o1, lo, hi = data_grad_rows(geom, t0, t1)
+            chunks.append(DataGradChunk(n, n + 1, o0, o1, lo, hi, True, L, t0, t1))
+    return chunks, {"mode": "slab", "rows_per_chunk": rows, "slabs_per_sample": -(-L // rows), "chunks": len(chunks)}
+
+
+class _GradPeer:
+    """What the gradient peers share: the operation ("data": dx from dy and w; "filter": dw from x
+    and dy), torch.nn.grad's function for it, and the chunking for a device budget (copies: how many
+    of each chunk buffer are alive at once)."""
+
+    def __init__(self, torch, op, geom, x_host, w_host, dy_host, out_host):
+        self.torch, self.op, self.geom = torch, op, geom
+        self.x, self.w, self.dy, self.out = x_host, w_host, dy_host, out_host
+        grad_input, grad_weight = torch_grad_fns(torch, geom.spatial)
+        self.grad = grad_input if op == "data" else grad_weight
+        self.chunks, self.info = [], {}
+
+    def plan(self, data_budget, copies):
+        if self.op == "data":
+            return plan_data_grad_chunks(self.geom, data_budget, copies, copies)
+        return plan_chunks(self.geom, data_budget, copies, copies)  # x slab and dy tile, as the forward's x and y
+
+    def compute(self, ch, a, b):
+        """The chunk's gradient on the device: a, b are (w, dy slab) or (x slab, dy slab)."""
+        g = self.geom
+        padding = chunk_conv_padding(g, ch)
+        if self.op == "data":
+            rows = ch.hi - ch.lo if ch.split else g.x_shape[2]
+            size = (ch.n1 - ch.n0, g.x_shape[1], rows) + tuple(g.x_shape[3:])
+            return self.grad(size, a, b, g.stride, padding, g.dilation, g.groups)
+        return self.grad(a, tuple(g.w_shape), b, g.stride, padding, g.dilation, g.groups)
+
+    def kept(self, ch, dx):
+        """The part of a computed dx region that is the chunk's target."""
+        return dx[:, :, ch.t0 - ch.lo:ch.t1 - ch.lo] if ch.split else dx
+
+    def release(self):
+        pass
+
+
+class NaiveTorchGrad(_GradPeer):
+    """What most people write: pageable tensors, per chunk .cuda() -> torch.nn.grad -> .cpu(), all on
+    the default stream; dw accumulated on the device. Sized for the same budget as pyooc."""
+
+    name = "naive_torch"
+
+    def prepare(self, data_budget):
+        self.chunks, self.info = self.plan(data_budget, 2)  # a slab and its padded copy / a result and its slice
+
+    def run(self):
+        torch, g = self.torch, self.geom
+        F = torch.nn.functional
+        if self.op == "data":
+            w = self.w.cuda()
+            for ch in self.chunks:
+                dy = self.dy[ch.n0:ch.n1, :, ch.o0:ch.o1].cuda()
+                self.out[ch.n0:ch.n1, :, ch.t0:ch.t1] = self.kept(ch, self.compute(ch, w, dy)).cpu()
+            return
+        dw = torch.zeros(tuple(g.w_shape), device="cuda")
+        for ch in self.chunks:
+            if ch.split:  # the halo'd slab, zero rows outside x
+                x = self.x[ch.n0:ch.n1, :, ch.clip_lo:ch.clip_hi].cuda()
+                if ch.pad_lo or ch.pad_hi:
+                    x = F.pad(x, [0, 0] * (g.spatial - 1) + [ch.pad_lo, ch.pad_hi])
+            else:
+                x = self.x[ch.n0:ch.n1].cuda()
+            dw += self.compute(ch, x, self.dy[ch.n0:ch.n1, :, ch.o0:ch.o1].cuda())
+        self.out.copy_(dw.cpu())
+
+
+class ExpertTorchGrad(_GradPeer):
+    """The fair peer, as ExpertTorchConv is for the forward: pinned host tensors, H2D / compute / D2H
+    streams chained by events, double buffering of the input slabs, strided slabs moved with one
+    cudaMemcpy2DAsync each (RegionCopier), halo rows zeroed on the device; the input gradient's
+    target slices go back with strided D2H, the weight gradient accumulates on the device and goes
+    back once. Sized for the same budget as pyooc."""
+
+    name = "expert_torch"
+
+    def __init__(self, torch, op, geom, x_host, w_host, dy_host, out_host, copier, buffers=2):
+        super().__init__(torch, op, geom, x_host, w_host, dy_host, out_host)
+        self.copier, self.buffers = copier, buffers
+        self.h2d, self.compute_stream, self.d2h = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+        E = torch.cuda.Event
+        self.in_ready = [E() for _ in range(buffers)]
+        self.in_free = [E() for _ in range(buffers)]
+        self.out_ready = [E() for _ in range(buffers)]
+        self.out_done = [E() for _ in range(buffers)]
+        self.slots = []
+
+    def prepare(self, data_budget):
+        torch, g = self.torch, self.geom
+        self.release()
+        self.chunks, self.info = self.plan(data_budget, self.buffers)
+        # Per slot: the dy slab (data), or the x slab and the dy slab (filter), as flat buffers.
+        rest_x, rest_y = math.prod(g.x_shape[3:]), math.prod(g.y_shape[3:])
+        dy_numel = max((ch.n1 - ch.n0) * g.y_shape[1] * (ch.o1 - ch.o0) * rest_y for ch in self.chunks)
+        x_numel = 0 if self.op == "data" else max(
+            (ch.n1 - ch.n0) * g.x_shape[1] * (ch.in_rows if ch.split else g.x_shape[2]) * rest_x for ch in self.chunks)
+        self.slots = [(torch.empty(x_numel, device="cuda"), torch.empty(dy_numel, device="cuda"))
+                      for _ in range(self.buffers)]
+        self.info.update(buffers=self.buffers, slot_bytes=4 * (x_numel + dy_numel), copy_method=self.copier.method)
+
+    def release(self):
+        self.slots = []
+        self.torch.cuda.synchronize()
+
+    def _view(self, flat, shape):
+        return flat[:math.prod(shape)].view(shape)
+
+    def _load(self, ch, b):
+        """Enqueues the chunk's input slabs into slot b on the H2D stream; returns the device views."""
+        g, cp = self.geom, self.copier
+        dy = self._view(self.slots[b][1], (ch.n1 - ch.n0, g.y_shape[1], ch.o1 - ch.o0) + tuple(g.y_shape[3:]))
+        cp.copy(dy, self.dy[ch.n0:ch.n1, :, ch.o0:ch.o1], self.h2d)
+        if self.op == "data":
+            return dy, None
+        rows = ch.in_rows if ch.split else g.x_shape[2]
+        x = self._view(self.slots[b][0], (ch.n1 - ch.n0, g.x_shape[1], rows) + tuple(g.x_shape[3:]))
+        if ch.split:
+            if ch.pad_lo:
+                x[:, :, :ch.pad_lo].zero_()
+            if ch.pad_hi:
+                x[:, :, rows - ch.pad_hi:].zero_()
+            cp.copy(x[:, :, ch.pad_lo:rows - ch.pad_hi], self.x[ch.n0:ch.n1, :, ch.clip_lo:ch.clip_hi], self.h2d)
+        else:
+            cp.copy(x, self.x[ch.n0:ch.n1], self.h2d)
+        return dy, x
+
+    def run(self):
+        torch, g, cp, B = self.torch, self.geom, self.copier, self.buffers
+        start = torch.cuda.Event()
+        start.record(torch.cuda.current_stream())
+        for s in (self.h2d, self.compute_stream, self.d2h):
+            s.wait_event(start)
+        with torch.cuda.stream(self.h2d):
+            w = torch.empty(tuple(g.w_shape), device="cuda") if self.op == "data" else None
+            if w is not None:
+                cp.copy(w, self.w, self.h2d)
+            w_ready = torch.cuda.Event()
+            w_ready.record(self.h2d)
+        self.compute_stream.wait_event(w_ready)
+        dw = torch.zeros(tuple(g.w_shape), device="cuda") if self.op == "filter" else None
+        outs = [None] * B
+        for i, ch in enumerate(self.chunks):
+            b = i % B
+            with torch.cuda.stream(self.h2d):
+                if i >= B:
+                    self.h2d.wait_event(self.in_free[b])
+                dy, x = self._load(ch, b)
+                self.in_ready[b].record(self.h2d)
+            if i >= B and self.op == "data":
+                self.out_done[b].synchronize()  # at most B results alive
+                outs[b] = None
+            with torch.cuda.stream(self.compute_stream):
+                self.compute_stream.wait_event(self.in_ready[b])
+                if self.op == "data":
+                    outs[b] = self.compute(ch, w, dy)
+                else:
+                    dw.add_(self.compute(ch, x, dy))
+                self.in_free[b].record(self.compute_stream)
+                self.out_ready[b].record(self.compute_stream)
+            if self.op == "data":
+                with torch.cuda.stream(self.d2h):
+                    self.d2h.wait_event(self.out_ready[b])
+                    cp.copy(self.out[ch.n0:ch.n1, :, ch.t0:ch.t1], self.kept(ch, outs[b]), self.d2h)
+                    self.out_done[b].record(self.d2h)
+        if dw is not None:
+            with torch.cuda.stream(self.d2h):
+                self.d2h.wait_stream(self.compute_stream)
+                cp.copy(self.out, dw, self.d2h)
+        torch.cuda.synchronize()
+        del outs, w, dw
+
+
+def host_randn(torch, shape, seed, scale=1.0):
+    """A pageable float32 numpy array of standard normal values (times scale), drawn on the GPU in
+    pieces of whole leading indices (a numpy draw of 8 GB takes too long)."""
+    import numpy as np
+    out = np.empty(shape, dtype=np.float32)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    host = torch.from_numpy(out)
+    per = math.prod(shape[1:])
+    step = max(1, (1 << 28) // per)
+    for i in range(0, shape[0], step):
+        j = min(i + step, shape[0])
+        host[i:j].copy_(torch.randn((j - i,) + tuple(shape[1:]), generator=gen, device="cuda").mul_(scale))
+    return out
+
+
+def rel_error_on_device(torch, got_host, ref_dev, step=1 << 27):
+    """||got - ref|| / ||ref|| in float64 on the GPU, in pieces of `step` elements; NaN (and a
+    reason) when got holds a non-finite value (an output never written)."""
+    got = torch.from_numpy(got_host) if not hasattr(got_host, "data_ptr") else got_host
+    got, ref = got.reshape(-1), ref_dev.reshape(-1)
+    num = den = 0.0
+    for i in range(0, ref.numel(), step):
+        a = got[i:i + step].cuda()
+        if not bool(torch.isfinite(a).all()):
+            return float("nan"), "non-finite output (unwritten or NaN)"
+        r = ref[i:i + step].double()
+        num += float(torch.sum((a.double() - r) ** 2))
+        den += float(torch.sum(r ** 2))
+    return (math.sqrt(num / den) if den > 0 else float("nan")), "all outputs"
+
+
+# --------------------------------------------------------------------------------------------
+# running a benchmark: peers one by one, the command line and the main loop
+
+
+class CheckFailed(Exception):
+    """A peer's output failed its correctness check: reported as a failure, not a crash."""
+
+
+def attempt_peer(result, ctx, peer, fn):
+    """fn() (one peer's measurement) unless the peer is not selected (--peers) or the time budget is
+    spent; a failure goes to result["failures"] (with a traceback unless it is a CheckFailed), so
+    one peer failing does not hide the others' numbers. Returns fn()'s value, else None."""
+    import gc
+    import traceback
+    args = ctx["args"]
+    if peer not in ctx["peers"]:
+        result["skipped"][peer] = "not selected (--peers)"
+        return None
+    if time.perf_counter() > ctx["deadline"]:
+        result["skipped"][peer] = f"--time-budget of {args.time_budget:.0f} s spent"
+        return None
+    try:
+        return fn()
+    except Exception as exc:  # one peer failing must not hide the others' numbers
+        result["failures"][peer] = f"{type(exc).__name__}: {exc}"
+        log(f"[{result['name']}] {peer} FAILED: {exc}")
+        if not isinstance(exc, CheckFailed):
+            traceback.print_exc(file=sys.stderr)
+        return None
+    finally:
+        gc.collect()
+
+
+def bench_main(argv, *, name, doc, cases, peers, run_case, markdown, self_test, tolerance):
+    """A benchmark's command line and main loop: parse the options every benchmark takes (bench/README),
+    measure the link, run the selected cases (run_case(case name, case spec, ctx) -> result dict),
+    write OUT/<name>.json after every case and OUT/<name>.md at the end, print the table last.
+    cases: {"full": {...}, "quick": {...}, "dry-run": {...}}. Returns the exit status."""
+    import argparse
+    import gc
+    import tempfile
+
+    import numpy as np
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=None,
+                        help=f"directory for {name}.json/.md (default: bench/results; for --quick and "
+                             "--dry-run a temporary directory, so they never overwrite real results)")
+    parser.add_argument("--cases", default=",".join(cases["full"]),
+                        help=f"comma-separated subset of: {', '.join(cases['full'])}")
+    parser.add_argument("--peers", default=",".join(peers), help=f"comma-separated subset of: {', '.join(peers)}")
+    parser.add_argument("--quick", action="store_true", help="~1 GB working sets (a fast first look)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="tiny cases on pyooc's host backend, no GPU/torch needed (checks this script)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per peer after the warm-up (median)")
+    parser.add_argument("--naive-repeats", type=int, default=2, help="timed runs of the (slow) naive loop")
+    parser.add_argument("--max-run-seconds", type=float, default=20.0,
+                        help="a peer whose warm-up run took longer is timed by that run alone")
+    parser.add_argument("--time-budget", type=float, default=float("inf"),
+                        help="seconds; peers not started by then are skipped (and reported so)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a speed target is missed")
+    args = parser.parse_args(argv)
+
+    mode = "dry-run" if args.dry_run else "quick" if args.quick else "full"
+    if args.out is None:
+        args.out = (os.path.join(REPO_ROOT, "bench", "results") if mode == "full"
+                    else os.path.join(tempfile.gettempdir(), f"pyooc-bench-{mode}"))
+    names = [n.strip() for n in args.cases.split(",") if n.strip()]
+    unknown = [n for n in names if n not in cases[mode]]
+    wanted = {p.strip() for p in args.peers.split(",") if p.strip()}
+    if unknown or not names or wanted - set(peers):
+        parser.error(f"unknown case(s) {unknown} or peer(s) {sorted(wanted - set(peers))}")
+
+    import pyooc
+    torch = None
+    if not args.dry_run:
+        import torch
+        if not torch.cuda.is_available() or pyooc.device_count() == 0:
+            sys.exit(f"{name}: no CUDA device visible to torch/pyooc (use --dry-run on a CPU machine)")
+        torch_fp32(torch)
+    started = time.perf_counter()
+
+    if args.dry_run:
+        checks = self_test(np.random.default_rng(args.seed))
+        log(f"geometry self-test: {checks} chunkings emulated with numpy, all match the float64 reference")
+    device, details = device_info(torch)
+    if torch is not None:
+        log("measuring link bandwidth ...")
+        bandwidth = measure_bandwidth(torch)
+        if hasattr(pyooc, "measure_link_bandwidth"):  # pyooc's own measurement, as a cross-check
+            try:
+                bandwidth["pyooc"] = {k: v / GB for k, v in pyooc.measure_link_bandwidth().items()}
+            except Exception as exc:
+                bandwidth["pyooc"] = f"failed: {exc}"
+        copier = RegionCopier(torch)
+    else:
+        bandwidth = dict(ASSUMED_BANDWIDTH, assumed=True)
+        copier = None
+    log("bandwidth (GB/s): " + ", ".join(f"{k} {v:.1f}" for k, v in bandwidth.items() if isinstance(v, float)))
+    report = {
+        "benchmark": name, "commit": git_commit(), "date": utc_now(), "device": device, "mode": mode,
+        "bandwidth": bandwidth, "environment": details, "tolerance": tolerance, "repeats": args.repeats,
+        "naive_repeats": args.naive_repeats, "region_copy": copier.method if copier else None,
+        "cases": [],
+    }
+    ctx = {"pyooc": pyooc, "torch": torch, "args": args, "bandwidth": bandwidth, "copier": copier,
+           "backend": "host" if args.dry_run else "cuda", "peers": wanted, "deadline": started + args.time_budget}
+    json_path = os.path.join(args.out, f"{name}.json")
+    md_path = os.path.join(args.out, f"{name}.md")
+    for case in progress(names, desc=name, leave=True):
+        report["cases"].append(run_case(case, cases[mode][case], ctx))
+        gc.collect()  # the case's arrays went with run_case's frame: hand their memory back
+        if torch is not None:
+            release_host_cache(torch)
+        report["seconds"] = time.perf_counter() - started
+        write_json(json_path, report)  # after every case: a run killed later keeps what it measured
+    text = markdown(report)
+    write_text(md_path, text)
+    log(f"wrote {json_path} and {md_path} ({report['seconds']:.0f} s)")
+    print(text, flush=True)
+
+    failed = any(c["failures"] for c in report["cases"])
+    missed = any(t["met"] is False or (t["met"] is None and args.strict)
+                 for c in report["cases"] for t in c["targets"].values())
+    return 1 if failed or (args.strict and missed) else 0
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,14 +17,11 @@ backend without a GPU or torch (it checks this script's geometry, pyooc's numeri
 Exit status 1 when a correctness check failed or a peer raised; missed speed targets are reported,
 not failed (unless --strict)."""
 
-import argparse
 import gc
 import math
 import os
 import sys
-import tempfile
 import time
-import traceback
 
 import numpy as np
 
@@ -67,8 +64,7 @@ def memory_limit_for(working_set, cap):
     return min(limit, cap) if cap else limit
 
 
-class CheckFailed(Exception):
-    pass
+CheckFailed = C.CheckFailed
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,21 +105,14 @@ def _np_region_copy(dst_view, dst_base, src_view, src_base):
 def self_test_geometry(rng):
     """The torch peers' chunk geometry and strided copies, emulated with numpy against a float64
     conv: N chunks and halo slabs, strides, dilations, uneven edges. Raises AssertionError."""
-    cases = [
-        ((5, 3, 9, 7), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1)),
-        ((2, 2, 11, 6, 5), (3, 2, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
-        ((2, 3, 13, 8), (2, 3, 3, 3), (2, 1), (2, 0), (1, 2)),
-        ((1, 2, 17, 5, 4), (2, 2, 5, 1, 3), (2, 1, 1), (2, 0, 1), (2, 1, 1)),
-        ((3, 4, 10), (5, 4, 4), (1,), (0,), (3,)),
-    ]
     checked = 0
-    for x_shape, w_shape, stride, padding, dilation in cases:
+    for x_shape, w_shape, stride, padding, dilation in C.SELF_TEST_GEOMETRIES:
         geom = C.ConvGeometry(x_shape, w_shape, stride, padding, dilation)
         x = rng.standard_normal(x_shape).astype(np.float32)
         w = rng.standard_normal(w_shape).astype(np.float32)
         ref = np_conv(x, w, stride, padding, dilation)
         per_sample = 2 * 4 * (math.prod(x_shape[1:]) + math.prod(geom.y_shape[1:]))
-        for budget in (per_sample * 3, per_sample - 1, per_sample // 3, per_sample // 5):
+        for budget in C.self_test_budgets(per_sample):
             try:
                 chunks, info = C.plan_chunks(geom, budget, x_copies=2, y_copies=2)
             except MemoryError:
@@ -367,25 +356,9 @@ def run_case(name, spec, ctx):
     x, w = make_inputs(torch, geom, args.seed)
     y = np.empty(geom.y_shape, dtype=np.float32)
     result["setup_seconds"] = time.perf_counter() - started
-    wanted = ctx["peers"]
 
     def attempt(peer, fn):
-        if peer not in wanted:
-            result["skipped"][peer] = "not selected (--peers)"
-            return None
-        if time.perf_counter() > ctx["deadline"]:
-            result["skipped"][peer] = f"--time-budget of {args.time_budget:.0f} s spent"
-            return None
-        try:
-            return fn()
-        except Exception as exc:  # one peer failing must not hide the others' numbers
-            result["failures"][peer] = f"{type(exc).__name__}: {exc}"
-            C.log(f"[{name}] {peer} FAILED: {exc}")
-            if not isinstance(exc, CheckFailed):
-                traceback.print_exc(file=sys.stderr)
-            return None
-        finally:
-            gc.collect()
+        return C.attempt_peer(result, ctx, peer, fn)
 
     bar = C.progress(total=len(PEERS), desc=name)
 
@@ -500,15 +473,16 @@ def summarize(r):
 # report
 
 
-def markdown(report):
+def markdown(report, name=NAME, roofline_note="", sections=()):
+    """The report as markdown: the timings, the targets, `sections` (more lines), notes per case."""
     bw = report["bandwidth"]
-    lines = [f"# {NAME} benchmark", "",
+    lines = [f"# {name} benchmark", "",
              f"commit `{report['commit']}`, {report['date']}, {report['device']}" +
              ("" if report["mode"] == "full" else f", {report['mode']} mode (not the issue's sizes)"), "",
              f"Link ({'assumed, not measured' if bw.get('assumed') else 'measured in this run'}): pinned H2D "
              f"{bw['h2d']:.1f} GB/s, D2H {bw['d2h']:.1f} GB/s, both directions {bw['bidir']:.1f} GB/s; pageable "
              f"H2D {bw['pageable_h2d']:.1f} GB/s, D2H {bw['pageable_d2h']:.1f} GB/s.", "",
-             "Median seconds (roofline = max(in/H2D, out/D2H, (in+out)/both, in-core compute)):", ""]
+             f"Median seconds (roofline = max(in/H2D, out/D2H, (in+out)/both, in-core compute){roofline_note}):", ""]
     rows = []
     for c in report["cases"]:
         bound = c.get("roofline", {}).get("bound", "?")
@@ -525,6 +499,7 @@ def markdown(report):
             value, verdict = C.target_row(t["value"], t["goal"])
             rows.append([c["name"], t["label"], value, verdict])
     lines.append(C.markdown_table(["case", "target", "value", "verdict"], rows))
+    lines += list(sections)
     notes = []
     for c in report["cases"]:
         plan = c.get("pyooc_plan", {})
@@ -558,88 +533,8 @@ def _max_err(c):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=None,
-                        help="directory for conv_forward.json/.md (default: bench/results; for --quick and "
-                             "--dry-run a temporary directory, so they never overwrite real results)")
-    parser.add_argument("--cases", default="vgg2d,vol3d", help="comma-separated subset of: vgg2d, vol3d")
-    parser.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated subset of: {', '.join(PEERS)}")
-    parser.add_argument("--quick", action="store_true", help="~1 GB working sets (a fast first look)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="tiny cases on pyooc's host backend, no GPU/torch needed (checks this script)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per peer after the warm-up (median)")
-    parser.add_argument("--naive-repeats", type=int, default=2, help="timed runs of the (slow) naive loop")
-    parser.add_argument("--max-run-seconds", type=float, default=20.0,
-                        help="a peer whose warm-up run took longer is timed by that run alone")
-    parser.add_argument("--time-budget", type=float, default=float("inf"),
-                        help="seconds; peers not started by then are skipped (and reported so)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--strict", action="store_true", help="exit 1 when a speed target is missed")
-    args = parser.parse_args(argv)
-
-    mode = "dry-run" if args.dry_run else "quick" if args.quick else "full"
-    if args.out is None:
-        args.out = (os.path.join(C.REPO_ROOT, "bench", "results") if mode == "full"
-                    else os.path.join(tempfile.gettempdir(), f"pyooc-bench-{mode}"))
-    names = [n.strip() for n in args.cases.split(",") if n.strip()]
-    unknown = [n for n in names if n not in CASES[mode]]
-    peers = {p.strip() for p in args.peers.split(",") if p.strip()}
-    if unknown or not names or peers - set(PEERS):
-        parser.error(f"unknown case(s) {unknown} or peer(s) {sorted(peers - set(PEERS))}")
-
-    import pyooc
-    torch = None
-    if not args.dry_run:
-        import torch
-        if not torch.cuda.is_available() or pyooc.device_count() == 0:
-            sys.exit("conv_forward: no CUDA device visible to torch/pyooc (use --dry-run on a CPU machine)")
-        C.torch_fp32(torch)
-    started = time.perf_counter()
-
-    if args.dry_run:
-        checks = self_test_geometry(np.random.default_rng(args.seed))
-        C.log(f"geometry self-test: {checks} chunkings emulated with numpy, all match the float64 reference")
-    device, details = C.device_info(torch)
-    if torch is not None:
-        C.log("measuring link bandwidth ...")
-        bandwidth = C.measure_bandwidth(torch)
-        if hasattr(pyooc, "measure_link_bandwidth"):  # pyooc's own measurement, as a cross-check
-            try:
-                bandwidth["pyooc"] = {k: v / C.GB for k, v in pyooc.measure_link_bandwidth().items()}
-            except Exception as exc:
-                bandwidth["pyooc"] = f"failed: {exc}"
-        copier = C.RegionCopier(torch)
-    else:
-        bandwidth = dict(C.ASSUMED_BANDWIDTH, assumed=True)
-        copier = None
-    C.log("bandwidth (GB/s): " + ", ".join(f"{k} {v:.1f}" for k, v in bandwidth.items()
-                                          if isinstance(v, float)))
-    report = {
-        "benchmark": NAME, "commit": C.git_commit(), "date": C.utc_now(), "device": device, "mode": mode,
-        "bandwidth": bandwidth, "environment": details, "tolerance": TOLERANCE, "repeats": args.repeats,
-        "naive_repeats": args.naive_repeats, "region_copy": copier.method if copier else None,
-        "cases": [],
-    }
-    ctx = {"pyooc": pyooc, "torch": torch, "args": args, "bandwidth": bandwidth, "copier": copier,
-           "backend": "host" if args.dry_run else "cuda", "peers": peers, "deadline": started + args.time_budget}
-    json_path = os.path.join(args.out, f"{NAME}.json")
-    md_path = os.path.join(args.out, f"{NAME}.md")
-    for name in C.progress(names, desc=NAME, leave=True):
-        report["cases"].append(run_case(name, CASES[mode][name], ctx))
-        gc.collect()  # the case's arrays went with run_case's frame: hand their memory back
-        if torch is not None:
-            C.release_host_cache(torch)
-        report["seconds"] = time.perf_counter() - started
-        C.write_json(json_path, report)  # after every case: a run killed later keeps what it measured
-    text = markdown(report)
-    C.write_text(md_path, text)
-    C.log(f"wrote {json_path} and {md_path} ({report['seconds']:.0f} s)")
-    print(text, flush=True)
-
-    failed = any(c["failures"] for c in report["cases"])
-    missed = any(t["met"] is False or (t["met"] is None and args.strict)
-                 for c in report["cases"] for t in c["targets"].values())
-    return 1 if failed or (args.strict and missed) else 0
+    return C.bench_main(argv, name=NAME, doc=__doc__, cases=CASES, peers=PEERS, run_case=run_case, markdown=markdown,
+                        self_test=self_test_geometry, tolerance=TOLERANCE)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""The convolution's gradients out of core: pyooc against the link roofline and torch, in one run.
+
+Cases `data-*` time the input gradient (dx from dy and w, cuDNN BackwardData), cases `filter-*` the
+weight gradient (dw from x and dy, BackwardFilter). For each (working set >= 8 GB, device budget
+<= 1/8 of it) this measures, on one GPU, as bench/conv_forward.py does for the forward:
+  - the link and the roofline max(bytes_in/H2D, bytes_out/D2H, (in+out)/both, in-core compute), with
+    bytes_in = dy + w, bytes_out = dx (data) and bytes_in = x + dy, bytes_out = dw (filter);
+  - pyooc on pageable numpy arrays and on pinned ones;
+  - in-core torch (torch.nn.grad.conv2d_input / conv2d_weight and the 3D twins, TF32 off, data
+    already on the GPU): the roofline's compute term and the reference output;
+  - a naive torch chunk loop and an expert one (pinned, three streams, double buffering), both held
+    to pyooc's memory_limit.
+The weight gradient is a reduction over N and space: its rows report the dw traffic (D2H: dw once)
+and H2D over x + dy, to show that streaming x and dy costs nothing beyond moving them once.
+
+Writes OUT/conv_backward.json and OUT/conv_backward.md (same schema as conv_forward's) and prints
+the table last. --quick: ~1 GB working sets; --dry-run: tiny cases on pyooc's host backend without
+a GPU or torch (checks this script's peer geometry, pyooc's numerics and the report)."""
+
+import gc
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+import conv_forward as fwd  # noqa: E402  (targets, timing and report helpers shared with the forward)
+
+NAME = "conv_backward"
+PEERS = fwd.PEERS
+
+# name -> (operation, description, x shape, w shape, padding, cap on memory_limit)
+VGG, VOL = "2D VGG-like: 3x3, 256->256, 56x56, padding 1", "3D volume: 3x3x3, 32->32, {}^3, padding 1"
+CASES = {
+    "full": {
+        "data-vgg2d": ("data", VGG, (1344, 256, 56, 56), (256, 256, 3, 3), 1, C.GiB),
+        "data-vol3d": ("data", VOL.format(256), (2, 32, 256, 256, 256), (32, 32, 3, 3, 3), 1, C.GiB),
+        "filter-vgg2d": ("filter", VGG, (1344, 256, 56, 56), (256, 256, 3, 3), 1, C.GiB),
+        "filter-vol3d": ("filter", VOL.format(256), (2, 32, 256, 256, 256), (32, 32, 3, 3, 3), 1, C.GiB),
+    },
+    "quick": {
+        "data-vgg2d": ("data", VGG, (168, 256, 56, 56), (256, 256, 3, 3), 1, None),
+        "data-vol3d": ("data", VOL.format(128), (2, 32, 128, 128, 128), (32, 32, 3, 3, 3), 1, None),
+        "filter-vgg2d": ("filter", VGG, (168, 256, 56, 56), (256, 256, 3, 3), 1, None),
+        "filter-vol3d": ("filter", VOL.format(128), (2, 32, 128, 128, 128), (32, 32, 3, 3, 3), 1, None),
+    },
+    "dry-run": {
+        "data-vgg2d": ("data", "2D (tiny): 3x3, 16->16, 14x14", (8, 16, 14, 14), (16, 16, 3, 3), 1, None),
+        "data-vol3d": ("data", "3D (tiny): 3x3x3, 8->8, 24^3", (1, 8, 24, 24, 24), (8, 8, 3, 3, 3), 1, None),
+        "filter-vgg2d": ("filter", "2D (tiny): 3x3, 16->16, 14x14", (8, 16, 14, 14), (16, 16, 3, 3), 1, None),
+        "filter-vol3d": ("filter", "3D (tiny): 3x3x3, 8->8, 24^3", (1, 8, 24, 24, 24), (8, 8, 3, 3, 3), 1, None),
+    },
+}
+
+
+# --------------------------------------------------------------------------------------------
+# numpy references (dry run and the peers' geometry self-test)
+
+
+def _windows(x_padded_shape, w_shape, y_shape, stride, dilation):
+    """(kernel offset, slab of the padded input that offset reads) for every offset."""
+    for offs in np.ndindex(*w_shape[2:]):
+        yield offs, (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + (n - 1) * s + 1, s) for o, d, n, s in zip(offs, dilation, y_shape[2:], stride))
+
+
+def np_grad_input(x_shape, w, dy, stride, padding, dilation):
+    """float64 dx of the cross-correlation (torch semantics), any spatial rank and per-dim padding."""
+    dxp = np.zeros(tuple(x_shape[:2]) + tuple(n + 2 * p for n, p in zip(x_shape[2:], padding)))
+    for offs, win in _windows(dxp.shape, w.shape, dy.shape, stride, dilation):
+        dxp[win] += np.einsum("kc,nk...->nc...", w[(slice(None), slice(None)) + offs].astype(np.float64), dy)
+    return dxp[(slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in zip(padding, x_shape[2:]))]
+
+
+def np_grad_weight(x, w_shape, dy, stride, padding, dilation):
+    """float64 dw of the cross-correlation."""
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    dw = np.zeros(w_shape)
+    axes = "xyz"[:x.ndim - 2]
+    for offs, win in _windows(xp.shape, w_shape, dy.shape, stride, dilation):
+        dw[(slice(None), slice(None)) + offs] = np.einsum(f"nk{axes},nc{axes}->kc", dy.astype(np.float64), xp[win])
+    return dw
+
+
+def self_test_geometry(rng):
+    """The torch peers' gradient chunks emulated with numpy against the float64 gradients: N chunks
+    and slabs (halos, uneven edges, strides up to the kernel span, dilations). Raises AssertionError."""
+    checked = 0
+    for x_shape, w_shape, stride, padding, dilation in C.SELF_TEST_GEOMETRIES:
+        geom = C.ConvGeometry(x_shape, w_shape, stride, padding, dilation)
+        x = rng.standard_normal(x_shape)
+        w = rng.standard_normal(w_shape)
+        dy = rng.standard_normal(geom.y_shape)
+        dx_ref = np_grad_input(x_shape, w, dy, stride, padding, dilation)
+        dw_ref = np_grad_weight(x, w_shape, dy, stride, padding, dilation)
+        per_sample = 2 * 4 * (math.prod(x_shape[1:]) + math.prod(geom.y_shape[1:]))
+        for budget in C.self_test_budgets(per_sample):
+            try:
+                data_chunks, _ = C.plan_data_grad_chunks(geom, budget, 2, 2)
+                filter_chunks, _ = C.plan_chunks(geom, budget, 2, 2)
+            except MemoryError:
+                continue
+            dx = np.full(x_shape, np.nan)
+            for ch in data_chunks:
+                pads = C.chunk_conv_padding(geom, ch)
+                rows = ch.hi - ch.lo if ch.split else x_shape[2]
+                size = (ch.n1 - ch.n0, x_shape[1], rows) + x_shape[3:]
+                part = np_grad_input(size, w, dy[ch.n0:ch.n1, :, ch.o0:ch.o1], stride, pads, dilation)
+                keep = part[:, :, ch.t0 - ch.lo:ch.t1 - ch.lo] if ch.split else part
+                assert np.isnan(dx[ch.n0:ch.n1, :, ch.t0:ch.t1]).all(), "dx rows written twice"
+                dx[ch.n0:ch.n1, :, ch.t0:ch.t1] = keep
+            assert not np.isnan(dx).any() and np.allclose(dx, dx_ref, rtol=1e-10, atol=1e-10), (x_shape, budget)
+            dw = np.zeros(w_shape)
+            for ch in filter_chunks:
+                if ch.split:  # the halo'd slab, zero rows outside x
+                    slab = np.zeros((ch.n1 - ch.n0, x_shape[1], ch.in_rows) + x_shape[3:])
+                    slab[:, :, ch.pad_lo:ch.in_rows - ch.pad_hi] = x[ch.n0:ch.n1, :, ch.clip_lo:ch.clip_hi]
+                else:
+                    slab = x[ch.n0:ch.n1]
+                dw += np_grad_weight(slab, w_shape, dy[ch.n0:ch.n1, :, ch.o0:ch.o1], stride,
+                                     C.chunk_conv_padding(geom, ch), dilation)
+            assert np.allclose(dw, dw_ref, rtol=1e-10, atol=1e-10), (x_shape, budget)
+            checked += 2
+    return checked
+
+
+# --------------------------------------------------------------------------------------------
+# one case
+
+
+def operands(op, geom):
+    """(bytes in, bytes out) of an operation that moves each byte once."""
+    if op == "data":
+        return geom.y_bytes + geom.w_bytes, geom.x_bytes
+    return geom.x_bytes + geom.y_bytes, geom.w_bytes
+
+
+def call_pyooc(pyooc, op, geom, x, w, dy, out, limit, backend):
+    opts = dict(stride=geom.stride, padding=geom.padding, dilation=geom.dilation, out=out, memory_limit=limit,
+                backend=backend)
+    if op == "data":
+        return pyooc.conv_backward_data(dy, w, geom.x_shape, **opts)
+    return pyooc.conv_backward_filter(x, dy, geom.w_shape, **opts)
+
+
+def make_inputs(torch, op, geom, seed):
+    """Pageable numpy x (filter only), w (scaled by 1/sqrt(fan_in)) and dy; drawn on the GPU when there
+    is one."""
+    scale = 1.0 / math.sqrt(math.prod(geom.w_shape[1:]))
+    rng = np.random.default_rng(seed)
+
+    def draw(shape, salt, s=1.0):
+        if torch is None:
+            return (rng.standard_normal(shape) * s).astype(np.float32)
+        return C.host_randn(torch, shape, 3 * seed + salt, s)
+
+    x = draw(geom.x_shape, 0) if op == "filter" else None
+    return x, draw(geom.w_shape, 1, scale), draw(geom.y_shape, 2)
+
+
+class Reference:
+    """The in-core output (torch on the GPU, or numpy float64 in a dry run) and the relative error
+    of a host result against it."""
+
+    def __init__(self, torch, ref):
+        self.torch, self.ref = torch, ref
+
+    def compare(self, got):
+        if self.torch is not None:
+            return C.rel_error_on_device(self.torch, got, self.ref)
+        got = np.asarray(got)
+        if not np.isfinite(got).all():
+            return float("nan"), "non-finite output (unwritten or NaN)"
+        return float(np.linalg.norm(got - self.ref) / np.linalg.norm(self.ref)), "all outputs (float64 numpy)"
+
+
+def checked(result, peer, reference, out):
+    err, how = reference.compare(out)
+    result["errors"][peer] = err
+    result["checked"][peer] = how
+    if not err < fwd.TOLERANCE:
+        raise C.CheckFailed(f"{peer}: relative error {err:.3g} ({how}) is not below {fwd.TOLERANCE}")
+
+
+def incore_torch(torch, op, geom, x, w, dy, repeats):
+    """Median seconds of torch.nn.grad with everything on the GPU (cuDNN benchmark mode), and the
+    output, kept on the GPU as the reference."""
+    grad_input, grad_weight = C.torch_grad_fns(torch, geom.spatial)
+    g = geom
+    torch.backends.cudnn.benchmark = True
+    wd, dyd = torch.from_numpy(w).cuda(), torch.from_numpy(dy).cuda()
+    xd = torch.from_numpy(x).cuda() if x is not None else None
+    holder = {}
+
+    def call():
+        holder.pop("out", None)
+        if op == "data":
+            holder["out"] = grad_input(g.x_shape, wd, dyd, g.stride, g.padding, g.dilation, g.groups)
+        else:
+            holder["out"] = grad_weight(xd, g.w_shape, dyd, g.stride, g.padding, g.dilation, g.groups)
+
+    times = C.timed_runs(call, repeats, warmup=1, sync=torch.cuda.synchronize)
+    del xd, wd, dyd
+    return {"seconds": C.median(times), "times": times, "estimated": False}, holder["out"]
+
+
+def run_pyooc(pyooc, result, variant, op, geom, x, w, dy, out, limit, backend, reference, args):
+    def call():
+        call_pyooc(pyooc, op, geom, x, w, dy, out, limit, backend)
+
+    out.fill(np.nan)
+    start = time.perf_counter()
+    call()  # warm-up: its output is the one checked
+    warm = time.perf_counter() - start
+    checked(result, variant, reference, out)
+    times = fwd.timed_after_warmup(call, warm, args.repeats, args.max_run_seconds)
+    stats = pyooc.last_stats()
+    result["times"][variant] = times
+    result["pyooc_stats"][variant] = fwd.stats_dict(stats)
+    moved = stats["bytes_h2d"] + stats["bytes_d2h"]
+    result["pyooc_stats"][variant]["link_GBps"] = moved / C.median(times) / C.GB
+    return C.median(times)
+
+
+def run_torch_peer(torch, result, name, peer, limit, w_bytes, out, reference, repeats, args):
+    """Fits a torch peer to the budget (its warm-up output is the one checked), then times it."""
+    result[name] = C.fit_peer(torch, peer, limit, w_bytes, lambda: out.fill_(float("nan")))
+    checked(result, name, reference, out)
+    times = fwd.timed_after_warmup(peer.run, result[name]["warm_seconds"], repeats, args.max_run_seconds,
+                                   sync=torch.cuda.synchronize)
+    result["times"][name] = times
+    return C.median(times)
+
+
+def run_case(name, spec, ctx):
+    pyooc, torch, args = ctx["pyooc"], ctx["torch"], ctx["args"]
+    op, description, x_shape, w_shape, padding, cap = spec
+    sp = len(x_shape) - 2
+    geom = C.ConvGeometry(tuple(x_shape), tuple(w_shape), (1,) * sp, (padding,) * sp, (1,) * sp)
+    ws = geom.working_set_bytes
+    limit = fwd.memory_limit_for(ws, cap)
+    backend = ctx["backend"]
+    bytes_in, bytes_out = operands(op, geom)
+    result = {
+        "name": name, "operation": f"conv_backward_{op}", "description": description, "x_shape": geom.x_shape,
+        "w_shape": geom.w_shape, "y_shape": geom.y_shape, "stride": geom.stride, "padding": geom.padding,
+        "dilation": geom.dilation, "dtype": "float32", "x_bytes": geom.x_bytes, "w_bytes": geom.w_bytes,
+        "y_bytes": geom.y_bytes, "bytes_in": bytes_in, "bytes_out": bytes_out, "working_set_bytes": ws,
+        "memory_limit": limit, "working_set_over_limit": ws / limit, "flops": geom.flops,
+        "roofline_s": None, "pyooc_pinned_s": None, "pyooc_pageable_s": None, "incore_torch_s": None,
+        "naive_torch_s": None, "expert_torch_s": None,
+        "times": {}, "errors": {}, "checked": {}, "pyooc_stats": {}, "failures": {}, "skipped": {},
+    }
+    opts = dict(stride=geom.stride, padding=geom.padding, dilation=geom.dilation, memory_limit=limit, backend=backend)
+    plan = (pyooc.plan_conv_backward_data(geom.y_shape, geom.w_shape, geom.x_shape, **opts) if op == "data" else
+            pyooc.plan_conv_backward_filter(geom.x_shape, geom.y_shape, geom.w_shape, **opts))
+    result["pyooc_plan"] = fwd.plan_dict(plan)
+    C.log(f"[{name}] {description}: working set {C.fmt_bytes(ws)}, memory_limit {C.fmt_bytes(limit)}; "
+          f"pyooc plan: splits {plan.splits}, {plan.num_chunks} chunks")
+    started = time.perf_counter()
+    x, w, dy = make_inputs(torch, op, geom, args.seed)
+    out_shape = geom.x_shape if op == "data" else geom.w_shape
+    out = np.empty(out_shape, dtype=np.float32)
+    result["setup_seconds"] = time.perf_counter() - started
+
+    def attempt(peer, fn):
+        return C.attempt_peer(result, ctx, peer, fn)
+
+    # In-core torch: the roofline's compute term and the reference output.
+    if torch is not None:
+        def incore():
+            info, ref = incore_torch(torch, op, geom, x, w, dy, args.repeats)
+            ctx["reference"] = Reference(torch, ref)
+            result["times"]["incore"] = info["times"]
+            result["incore"] = {"estimated": False}
+            return info["seconds"]
+        result["incore_torch_s"] = attempt("incore", incore)
+        reference = ctx.pop("reference", None) or Reference(torch, None)
+    else:
+        result["skipped"]["incore"] = "no torch/GPU (dry run)"
+        ref = (np_grad_input(geom.x_shape, w, dy, geom.stride, geom.padding, geom.dilation) if op == "data" else
+               np_grad_weight(x, geom.w_shape, dy, geom.stride, geom.padding, geom.dilation))
+        reference = Reference(None, ref)
+    rl = C.roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
+    result["roofline"] = rl
+    result["roofline_s"] = rl["seconds"]
+
+    result["pyooc_pageable_s"] = attempt("pageable", lambda: run_pyooc(
+        pyooc, result, "pageable", op, geom, x, w, dy, out, limit, backend, reference, args))
+
+    if torch is not None and reference.ref is not None:
+        def naive():
+            torch.backends.cudnn.benchmark = False  # torch's default: what a naive loop gets
+            t = lambda a: None if a is None else torch.from_numpy(a)  # noqa: E731
+            peer = C.NaiveTorchGrad(torch, op, geom, t(x), t(w), t(dy), t(out))
+            return run_torch_peer(torch, result, "naive", peer, limit, geom.w_bytes, t(out), reference,
+                                  args.naive_repeats, args)
+        result["naive_torch_s"] = attempt("naive", naive)
+
+        def pinned():
+            pin = lambda a: None if a is None else _pinned(pyooc, torch, a)  # noqa: E731
+            xp, dyp, outp = pin(x), pin(dy), pyooc.pinned_empty(out_shape)
+            return run_pyooc(pyooc, result, "pinned", op, geom, xp, w, dyp, outp, limit, backend, reference, args)
+        result["pyooc_pinned_s"] = attempt("pinned", pinned)
+
+        def expert():
+            torch.backends.cudnn.benchmark = True
+            pin = lambda a: None if a is None else torch.from_numpy(a).pin_memory()  # noqa: E731
+            xt, wt, dyt = pin(x), pin(w), pin(dy)
+            outt = torch.empty(out_shape, dtype=torch.float32, pin_memory=True)
+            try:
+                peer = C.ExpertTorchGrad(torch, op, geom, xt, wt, dyt, outt, ctx["copier"])
+                seconds = run_torch_peer(torch, result, "expert", peer, limit, geom.w_bytes, outt, reference,
+                                         args.repeats, args)
+                result["expert"]["cudnn_benchmark"] = True
+                peer.release()
+                return seconds
+            finally:
+                del xt, dyt, outt
+                C.release_host_cache(torch)
+        result["expert_torch_s"] = attempt("expert", expert)
+    else:
+        for peer in ("naive", "pinned", "expert"):
+            result["skipped"][peer] = "no torch/GPU (dry run)" if torch is None else "no in-core reference"
+
+    fwd.summarize(result)
+    if op == "filter":  # a reduction: dw crosses the link once, x and dy (about) once
+        stats = result["pyooc_stats"].get("pinned") or result["pyooc_stats"].get("pageable") or {}
+        result["dw_traffic"] = {"dw_bytes": geom.w_bytes, "bytes_d2h": stats.get("bytes_d2h"),
+                                "bytes_h2d": stats.get("bytes_h2d"),
+                                "h2d_over_x_plus_dy": C.ratio(stats.get("bytes_h2d"), bytes_in)}
+    result["case_seconds"] = time.perf_counter() - started
+    return result
+
+
+def _pinned(pyooc, torch, a):
+    p = pyooc.pinned_empty(a.shape)
+    torch.from_numpy(p).copy_(torch.from_numpy(a))  # torch's copy uses every core; numpy's one
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# report
+
+
+def markdown(report):
+    """conv_forward's report, plus the weight gradient's traffic."""
+    traffic = [[c["name"], C.fmt_bytes(c["dw_traffic"]["dw_bytes"]), C.fmt_bytes(c["dw_traffic"]["bytes_d2h"]),
+                C.fmt_bytes(c["bytes_in"]), C.fmt_bytes(c["dw_traffic"]["bytes_h2d"]),
+                "-" if c["dw_traffic"]["h2d_over_x_plus_dy"] is None else f"{c['dw_traffic']['h2d_over_x_plus_dy']:.3f}"]
+               for c in report["cases"] if "dw_traffic" in c]
+    sections = ["", "Weight gradient traffic (pyooc, one call): dw is reduced on the device and crosses the link once:",
+                "", C.markdown_table(["case", "dw", "D2H", "x + dy", "H2D", "H2D / (x + dy)"], traffic)] if traffic else []
+    return fwd.markdown(report, name=NAME, roofline_note="; data: in = dy + w, out = dx; filter: in = x + dy, out = dw",
+                        sections=sections)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    return C.bench_main(argv, name=NAME, doc=__doc__, cases=CASES, peers=PEERS, run_case=run_case, markdown=markdown,
+                        self_test=self_test_geometry, tolerance=fwd.TOLERANCE)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
