@@ -204,7 +204,7 @@ Nest nest_of(const ConvProblem& p) {
   return nest;
 }
 
-// A tensor's full extents and a region's, for the copy-run length (plan_parts::contiguous_run).
+// A tensor's full extents and a region's, for the copy-run length (planner_parts::contiguous_run).
 std::array<int64_t, 5> family_extent(const ConvProblem& p, Family f) {
   switch (f) {
     case kX: return {p.n, p.c, p.in[0], p.in[1], p.in[2]};
