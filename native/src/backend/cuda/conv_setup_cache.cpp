@@ -109,6 +109,11 @@ struct ForwardAlgorithms {
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvSetup& s, Algo a, size_t* bytes) {
     return cudnnGetConvolutionForwardWorkspaceSize(h, s.x, s.w, s.conv, s.y, a, bytes);
   }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvSetup& s, const void* in1, const void* in2, void* out,
+                            int requested, int* returned, Perf* results, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionForwardAlgorithmEx(h, s.x, in1, s.w, in2, s.conv, s.y, out, requested, returned, results,
+                                                  ws, ws_bytes);
+  }
   static Algo& chosen(ConvSetup& s) { return s.algorithm; }
   // Implicit GEMM needs no workspace and runs every FP32 shape.
   static constexpr std::array<Algo, 1> fallbacks{CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM};
@@ -125,6 +130,11 @@ struct BackwardDataAlgorithms {
   }
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvSetup& s, Algo a, size_t* bytes) {
     return cudnnGetConvolutionBackwardDataWorkspaceSize(h, s.w, s.y, s.conv, s.x, a, bytes);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvSetup& s, const void* in1, const void* in2, void* out,
+                            int requested, int* returned, Perf* results, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardDataAlgorithmEx(h, s.w, in2, s.y, in1, s.conv, s.x, out, requested, returned,
+                                                       results, ws, ws_bytes);
   }
   static Algo& chosen(ConvSetup& s) { return s.data_algorithm; }
   // Implicit GEMM (deterministic) where its workspace fits, else the atomic-add sum of products,
@@ -143,6 +153,11 @@ struct BackwardFilterAlgorithms {
   }
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvSetup& s, Algo a, size_t* bytes) {
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, s.x, s.y, s.conv, s.w, a, bytes);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvSetup& s, const void* in1, const void* in2, void* out,
+                            int requested, int* returned, Perf* results, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, s.x, in1, s.y, in2, s.conv, s.w, out, requested, returned,
+                                                         results, ws, ws_bytes);
   }
   static Algo& chosen(ConvSetup& s) { return s.filter_algorithm; }
   static constexpr std::array<Algo, 2> fallbacks{CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
@@ -185,6 +200,27 @@ void choose_algorithm(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit
     return;
   }
   use_fallback<Algorithms>(handle, s, workspace_limit);
+}
+
+// The fastest full-FP32 algorithm timed on these buffers whose workspace fits; keeps the current
+// choice when none qualifies.
+template <typename Algorithms>
+void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, const void* in2, void* out,
+                         void* workspace, size_t workspace_limit) {
+  int max_count = 0;
+  OOC_CUDNN_CHECK(Algorithms::max_count(handle, &max_count));
+  std::vector<typename Algorithms::Perf> results(static_cast<size_t>(std::max(max_count, 1)));
+  int returned = 0;
+  OOC_CUDNN_CHECK(Algorithms::find(handle, s, in1, in2, out, static_cast<int>(results.size()), &returned,
+                                   results.data(), workspace_limit ? workspace : nullptr, workspace_limit));
+  for (int i = 0; i < std::min(returned, static_cast<int>(results.size())); ++i) {  // sorted by time
+    const typename Algorithms::Perf& r = results[static_cast<size_t>(i)];
+    if (r.status != CUDNN_STATUS_SUCCESS || uses_tensor_cores(r.mathType) || r.memory > workspace_limit) continue;
+    Algorithms::chosen(s) = r.algo;
+    s.workspace_bytes = r.memory;
+    break;
+  }
+  s.benchmarked = true;
 }
 
 template <typename Algorithms>
@@ -246,6 +282,22 @@ ConvSetup& ConvSetupCache::get(cudnnHandle_t handle, const ChunkConv& shape, siz
   auto setup = make_setup(handle, shape, workspace_limit, op);
   if (setups_.size() >= kMaxCachedSetups) setups_.clear();  // no setup is referenced between calls
   return *setups_.emplace(key, std::move(setup)).first->second;
+}
+
+void ConvSetupCache::benchmark(cudnnHandle_t handle, ConvSetup& setup, Operation op, const void* in1,
+                               const void* in2, void* out, void* workspace, size_t workspace_limit) {
+  switch (op) {
+    case Operation::forward:
+      benchmark_algorithm<ForwardAlgorithms>(handle, setup, in1, in2, out, workspace, workspace_limit);
+      break;
+    case Operation::backward_data:
+      benchmark_algorithm<BackwardDataAlgorithms>(handle, setup, in1, in2, out, workspace, workspace_limit);
+      break;
+    case Operation::backward_filter:
+      benchmark_algorithm<BackwardFilterAlgorithms>(handle, setup, in1, in2, out, workspace, workspace_limit);
+      break;
+    case Operation::backward_bias: setup.benchmarked = true; break;
+  }
 }
 
 bool ConvSetupCache::fall_back(cudnnHandle_t handle, ConvSetup& setup, Operation op, size_t workspace_limit) {

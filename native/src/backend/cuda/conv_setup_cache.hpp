@@ -24,6 +24,7 @@ struct ConvSetup {
   cudnnConvolutionBwdDataAlgo_t data_algorithm = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
   cudnnConvolutionBwdFilterAlgo_t filter_algorithm = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
   size_t workspace_bytes = 0;  // what the algorithm needs, within the limit it was chosen for
+  bool benchmarked = false;    // the algorithm was timed on real buffers, not only suggested
 };
 
 class ConvSetupCache {
@@ -38,6 +39,14 @@ class ConvSetupCache {
   // hold only for another math type than FMA): switches `setup` to the operation's fallback, which
   // runs every FP32 shape within the workspace limit. False when it already was the fallback.
   static bool fall_back(cudnnHandle_t handle, ConvSetup& setup, Operation op, size_t workspace_limit);
+
+  // Times every full-FP32 algorithm of `op` on the chunk's own device buffers (cudnnFind*Ex) and
+  // keeps the fastest whose workspace fits: cuDNN's heuristic pick ran the H200 bench layers at
+  // half the in-core speed. Overwrites `out`, so it is only called where the output is about to be
+  // overwritten anyway (beta == 0). Inputs in the backend's argument order: forward (x, w, y),
+  // backward data (dy, w, dx), backward filter (x, dy, dw).
+  static void benchmark(cudnnHandle_t handle, ConvSetup& setup, Operation op, const void* in1, const void* in2,
+                        void* out, void* workspace, size_t workspace_limit);
 
  private:
   using Key = std::array<int64_t, 24>;  // every ChunkConv field, the workspace limit, the operation

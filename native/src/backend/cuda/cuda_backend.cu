@@ -2,6 +2,7 @@
 // cuDNN's legacy convolution API (forward, backward data, filter and bias) in full FP32, staging buffers come from a page-locked cache.
 // One object per device, made once per process and used by one call at a time (api/ooc.cpp).
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -39,6 +40,11 @@ struct DeviceResources {
   ConvSetupCache conv_setups;
   PinnedPool staging{kStagingCacheBytes};
 };
+
+bool find_algorithms_from_env() {
+  const char* v = std::getenv("OOC_CUDNN_FIND");
+  return !(v && std::string(v) == "0");
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -122,6 +128,7 @@ class CudaBackend final : public Backend {
     DeviceScope scope(device_);
     throw_if_fault_injected(FaultSite::conv, "conv_forward");
     ConvSetup& setup = setup_for(shape, Operation::forward, workspace, workspace_bytes, "conv_forward");
+    benchmark_once(setup, Operation::forward, x, w, y, beta, workspace, workspace_bytes);
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
     run_with_fallback(setup, Operation::forward, workspace_bytes, "cudnnConvolutionForward", [&] {
       return cudnnConvolutionForward(resources_->cudnn, &alpha_f, setup.x, x, setup.w, w, setup.conv,
@@ -139,6 +146,7 @@ class CudaBackend final : public Backend {
     DeviceScope scope(device_);
     throw_if_fault_injected(FaultSite::conv, "conv_backward_data");
     ConvSetup& setup = setup_for(shape, Operation::backward_data, workspace, workspace_bytes, "conv_backward_data");
+    benchmark_once(setup, Operation::backward_data, dy, w, dx, beta, workspace, workspace_bytes);
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
     run_with_fallback(setup, Operation::backward_data, workspace_bytes, "cudnnConvolutionBackwardData", [&] {
       return cudnnConvolutionBackwardData(resources_->cudnn, &alpha_f, setup.w, w, setup.y, dy, setup.conv,
@@ -153,6 +161,7 @@ class CudaBackend final : public Backend {
     throw_if_fault_injected(FaultSite::conv, "conv_backward_filter");
     ConvSetup& setup =
         setup_for(shape, Operation::backward_filter, workspace, workspace_bytes, "conv_backward_filter");
+    benchmark_once(setup, Operation::backward_filter, x, dy, dw, beta, workspace, workspace_bytes);
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
     run_with_fallback(setup, Operation::backward_filter, workspace_bytes, "cudnnConvolutionBackwardFilter", [&] {
       return cudnnConvolutionBackwardFilter(resources_->cudnn, &alpha_f, setup.x, x, setup.y, dy, setup.conv,
@@ -252,6 +261,14 @@ class CudaBackend final : public Backend {
     return setup;
   }
 
+  // On a shape's first chunk whose output is overwritten (beta == 0), times the algorithms on its
+  // buffers and keeps the fastest (OOC_CUDNN_FIND=0: cuDNN's heuristic pick only).
+  void benchmark_once(ConvSetup& setup, Operation op, const void* in1, const void* in2, void* out, double beta,
+                      void* workspace, size_t workspace_bytes) {
+    if (setup.benchmarked || beta != 0.0 || !find_algorithms_) return;
+    ConvSetupCache::benchmark(resources_->cudnn, setup, op, in1, in2, out, workspace, workspace_bytes);
+  }
+
   // Runs a cuDNN call; where cuDNN refuses the chosen algorithm, falls back (and keeps the
   // fallback for this shape) until it runs or no fallback is left. Throws cudnn_error.
   template <typename Call>
@@ -265,6 +282,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   MachineModel machine_;
+  bool find_algorithms_ = find_algorithms_from_env();
   size_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: the widest row stride one pitched copy accepts
   std::unique_ptr<DeviceResources> resources_;
 };
