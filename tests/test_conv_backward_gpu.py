@@ -103,7 +103,7 @@ def test_cuda_alpha_beta(rng, alpha, beta, op, x_shape, w_shape, geometry, want)
 @pytest.mark.parametrize("countdown", [1, 3])
 def test_injected_conv_fault(rng, op, countdown):
     """A cuDNN failure in the countdown-th gradient call surfaces as CudnnError; the next call runs."""
-    x_shape, w_shape, geometry, want = {"data": SPLITS[0], "filter": SPLITS[7], "bias": SPLITS[11]}[op].values
+    _, x_shape, w_shape, geometry, want = {"data": SPLITS[0], "filter": SPLITS[7], "bias": SPLITS[11]}[op].values
     limit, plan = find_backward_budget(op, x_shape, w_shape, set(want), backend="cuda", **geometry)
     assert plan.num_chunks >= countdown
     x, w, dy = random_backward(rng, x_shape, w_shape, **geometry)
@@ -120,7 +120,7 @@ def test_injected_conv_fault(rng, op, countdown):
 # A working set above 2 GB through a 256 MiB budget, checked on a sample
 
 
-def dx_at(dy, w, index, stride, padding, dilation):
+def dx_at(dy, w, index, stride=1, padding=0, dilation=1):
     """dx[index] in float64 from its definition: every (k, output row, tap) that lands on it."""
     n, c, pos = index[0], index[1], index[2:]
     spatial = w.ndim - 2
@@ -137,7 +137,7 @@ def dx_at(dy, w, index, stride, padding, dilation):
     return total
 
 
-def dw_at(x, dy, index, stride, padding, dilation):
+def dw_at(x, dy, index, stride=1, padding=0, dilation=1):
     """dw[index] in float64: dy[:, k] against the x samples its tap reads, over every position."""
     k, c, taps = index[0], index[1], index[2:]
     spatial = x.ndim - 2
