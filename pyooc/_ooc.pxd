@@ -123,6 +123,7 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
         size_t bytes_h2d, bytes_d2h, device_bytes_reserved
         int64_t chunks
         double seconds, gather_seconds, scatter_seconds, host_wait_seconds
+        double h2d_busy_seconds, compute_busy_seconds, d2h_busy_seconds
 
     void set_default_memory_limit(size_t bytes)
     size_t default_memory_limit()

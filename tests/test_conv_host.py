@@ -329,3 +329,12 @@ def test_random_problems(case):
         plan = run_checked(x, w, bias=b, alpha=case["alpha"], beta=case["beta"], out=out, memory_limit=limit,
                            direct=case["direct"], **geometry)
     assert plan.splits == planned.splits and plan.tiles == planned.tiles
+
+
+def test_host_backend_reports_no_queue_times(rng):
+    """Queue busy times are a cuda-backend measurement; the host backend says -1, not a made-up figure."""
+    x = rng.standard_normal((2, 3, 9, 9), dtype=np.float32)
+    w = rng.standard_normal((4, 3, 3, 3), dtype=np.float32)
+    pyooc.conv_forward(x, w, backend="host")
+    stats = pyooc.last_stats()
+    assert (stats["h2d_busy_seconds"], stats["compute_busy_seconds"], stats["d2h_busy_seconds"]) == (-1, -1, -1)

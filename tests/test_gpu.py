@@ -306,3 +306,20 @@ def test_pinned_inputs_and_out(rng, which):
         out = pinned_copy(out)
     direct = {"all": True, "x": "x", "out": False, "w+bias": False}[which]
     run_checked(x, w, bias=b, out=out, memory_limit=limit, backend="cuda", direct=direct, **geometry)
+
+
+@pytest.mark.gpu
+def test_queue_busy_time_is_measured_on_request(rng, monkeypatch):
+    """OOC_PROFILE_QUEUES=1 reports device time per queue: each queue did work, none longer than the run."""
+    x = rng.standard_normal((8, 16, 64, 64), dtype=np.float32)
+    w = rng.standard_normal((16, 16, 3, 3), dtype=np.float32)
+    pyooc.conv_forward(x, w, padding=1, memory_limit="2MiB", backend="cuda")
+    assert pyooc.last_stats()["compute_busy_seconds"] == -1  # off by default
+    monkeypatch.setenv("OOC_PROFILE_QUEUES", "1")
+    y = pyooc.conv_forward(x, w, padding=1, memory_limit="2MiB", backend="cuda")
+    stats = pyooc.last_stats()
+    assert stats["chunks"] > 1
+    for queue in ("h2d", "compute", "d2h"):
+        busy = stats[f"{queue}_busy_seconds"]
+        assert 0 < busy <= stats["seconds"] * 1.05, (queue, busy, stats["seconds"])
+    assert rel_err(y, reference_conv(x, w, padding=1)) < TOL

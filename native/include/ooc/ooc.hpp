@@ -47,6 +47,8 @@ struct RunStats {
   int64_t chunks = 0;
   double seconds = 0;                    // wall time of the pipeline
   double gather_seconds = 0, scatter_seconds = 0, host_wait_seconds = 0;  // host worker time by stage
+  // Device time each queue was busy; -1 unless measured (cuda backend with OOC_PROFILE_QUEUES=1).
+  double h2d_busy_seconds = -1, compute_busy_seconds = -1, d2h_busy_seconds = -1;
 };
 
 // y = alpha * conv(x, w) + beta * y + bias. bias may be null (problem.has_bias says which).

@@ -5,6 +5,7 @@
 // the moment they are recorded.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <stdexcept>
@@ -86,7 +87,12 @@ class Backend {
   virtual void wait(Queue queue, Event event) = 0;     // queue's later work waits for event
   virtual void host_wait(Event event) = 0;             // the calling thread waits for event
   virtual bool query(Event event) = 0;                 // true when event has completed
-  virtual void synchronize() noexcept = 0;             // drain every queue (also on error paths)
+  virtual void synchronize() noexcept = 0;
+
+  // Device time each queue (h2d, compute, d2h) spent busy since start_queue_timing(), read after
+  // synchronize(); negative where the backend does not measure it (cuda: OOC_PROFILE_QUEUES=1).
+  virtual void start_queue_timing() {}
+  virtual std::array<double, 3> queue_busy_seconds() { return {-1.0, -1.0, -1.0}; }             // drain every queue (also on error paths)
 };
 
 // Makes the backend options ask for (automatic: cuda when a GPU is present).

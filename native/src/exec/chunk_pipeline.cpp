@@ -86,6 +86,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   DeviceArena arena(backend, plan.peak_device_bytes);
   PipelineResources res(backend);
   stats.device_bytes_reserved = arena.capacity();
+  backend.start_queue_timing();
 
   auto make_ring = [&](const StreamedTensor& t) {
     SlotRing r;
@@ -240,6 +241,10 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   while (!pending.empty()) scatter_front();
   backend.synchronize();
   stats.seconds = seconds_since(start);
+  const std::array<double, 3> busy = backend.queue_busy_seconds();
+  stats.h2d_busy_seconds = busy[0];
+  stats.compute_busy_seconds = busy[1];
+  stats.d2h_busy_seconds = busy[2];
   return stats;
 }
 

@@ -19,6 +19,7 @@
 #include "backend/cuda/fault_injection.hpp"
 #include "backend/cuda/pinned_pool.hpp"
 #include "backend/cuda/pointer_kind.hpp"
+#include "backend/cuda/queue_timer.hpp"
 #include "backend/cuda/strided_copy.hpp"
 
 namespace ooc {
@@ -114,12 +115,14 @@ class CudaBackend final : public Backend {
   void copy_h2d(void* device_dst, const void* host_src, size_t bytes) override {
     DeviceScope scope(device_);
     throw_if_fault_injected(FaultSite::copy, "copy_h2d");
+    QueueTimer::Span span = timed(Queue::h2d);
     OOC_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, resources_->h2d.get()));
   }
 
   void copy_d2h(void* host_dst, const void* device_src, size_t bytes) override {
     DeviceScope scope(device_);
     throw_if_fault_injected(FaultSite::copy, "copy_d2h");
+    QueueTimer::Span span = timed(Queue::d2h);
     OOC_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, resources_->d2h.get()));
   }
 
@@ -127,6 +130,7 @@ class CudaBackend final : public Backend {
                     double beta, void* workspace, size_t workspace_bytes) override {
     DeviceScope scope(device_);
     throw_if_fault_injected(FaultSite::conv, "conv_forward");
+    QueueTimer::Span span = timed(Queue::compute);
     ConvSetup& setup = setup_for(shape, Operation::forward, workspace, workspace_bytes, "conv_forward");
     benchmark_once(setup, Operation::forward, x, w, y, beta, workspace, workspace_bytes);
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
@@ -145,6 +149,7 @@ class CudaBackend final : public Backend {
                           double beta, void* workspace, size_t workspace_bytes) override {
     DeviceScope scope(device_);
     throw_if_fault_injected(FaultSite::conv, "conv_backward_data");
+    QueueTimer::Span span = timed(Queue::compute);
     ConvSetup& setup = setup_for(shape, Operation::backward_data, workspace, workspace_bytes, "conv_backward_data");
     benchmark_once(setup, Operation::backward_data, dy, w, dx, beta, workspace, workspace_bytes);
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
@@ -159,6 +164,7 @@ class CudaBackend final : public Backend {
                             double beta, void* workspace, size_t workspace_bytes) override {
     DeviceScope scope(device_);
     throw_if_fault_injected(FaultSite::conv, "conv_backward_filter");
+    QueueTimer::Span span = timed(Queue::compute);
     ConvSetup& setup =
         setup_for(shape, Operation::backward_filter, workspace, workspace_bytes, "conv_backward_filter");
     benchmark_once(setup, Operation::backward_filter, x, dy, dw, beta, workspace, workspace_bytes);
@@ -173,6 +179,7 @@ class CudaBackend final : public Backend {
   void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) override {
     DeviceScope scope(device_);
     throw_if_fault_injected(FaultSite::conv, "conv_backward_bias");
+    QueueTimer::Span span = timed(Queue::compute);
     ConvSetup& setup = setup_for(shape, Operation::backward_bias, nullptr, 0, "conv_backward_bias");
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
     OOC_CUDNN_CHECK(cudnnConvolutionBackwardBias(resources_->cudnn, &alpha_f, setup.y, dy, &beta_f, setup.bias, db));
@@ -185,12 +192,14 @@ class CudaBackend final : public Backend {
   void copy_h2d_strided(const StridedCopy& copy) override {
     DeviceScope scope(device_);
     throw_if_fault_injected(FaultSite::copy, "copy_h2d_strided");
+    QueueTimer::Span span = timed(Queue::h2d);
     issue_strided_copy(copy, max_pitch_, resources_->h2d.get());
   }
 
   void copy_d2h_strided(const StridedCopy& copy) override {
     DeviceScope scope(device_);
     throw_if_fault_injected(FaultSite::copy, "copy_d2h_strided");
+    QueueTimer::Span span = timed(Queue::d2h);
     issue_strided_copy(copy, max_pitch_, resources_->d2h.get());
   }
 
@@ -233,6 +242,12 @@ class CudaBackend final : public Backend {
     cuda_detail::throw_cuda_error(status, "cudaEventQuery(event)", __FILE__, __LINE__);
   }
 
+  void start_queue_timing() override { queue_timer_.start(); }
+  std::array<double, 3> queue_busy_seconds() override {
+    DeviceScope scope(device_);
+    return queue_timer_.busy_seconds();
+  }
+
   void synchronize() noexcept override {
     DeviceScope scope(device_, std::nothrow);
     if (!scope.ok() || !resources_) return;
@@ -241,6 +256,8 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  QueueTimer::Span timed(Queue queue) { return QueueTimer::Span(queue_timer_, static_cast<int>(queue), stream_of(queue)); }
+
   cudaStream_t stream_of(Queue queue) const {
     switch (queue) {
       case Queue::h2d: return resources_->h2d.get();
@@ -283,6 +300,7 @@ class CudaBackend final : public Backend {
   int device_;
   MachineModel machine_;
   bool find_algorithms_ = find_algorithms_from_env();
+  QueueTimer queue_timer_;  // OOC_PROFILE_QUEUES=1: device time per queue, for RunStats
   size_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: the widest row stride one pitched copy accepts
   std::unique_ptr<DeviceResources> resources_;
 };
