@@ -23,21 +23,10 @@ using ooc::PlannerConfig;
 using ooc::Range;
 using ooc_test::BackwardSpec;
 
-PlannerConfig config(size_t memory_limit, size_t workspace = 0) {
-  PlannerConfig c;
-  c.memory_limit = memory_limit;
-  c.workspace_bytes = workspace;
-  return c;
-}
+using ooc_test::config;
 
 size_t needed_bytes(const ConvProblem& p, size_t workspace = 0) {
-  try {
-    ooc::plan_conv_backward_for(p, config(1, workspace));
-  } catch (const ooc::out_of_budget& e) {
-    return e.needed_bytes();
-  }
-  ADD_FAILURE() << "a 1-byte budget did not throw out_of_budget for " << p.describe();
-  return 1;
+  return ooc_test::smallest_budget(ooc::plan_conv_backward_for, p, workspace);
 }
 
 // An H200-like machine (DESIGN.md section 4): links at tens of GB/s, compute far faster, so plans

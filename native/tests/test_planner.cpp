@@ -21,22 +21,10 @@ using ooc::Plan;
 using ooc::PlannerConfig;
 using ooc_test::ConvSpec;
 
-PlannerConfig config(size_t memory_limit, size_t workspace = 0) {
-  PlannerConfig c;
-  c.memory_limit = memory_limit;
-  c.workspace_bytes = workspace;
-  return c;
-}
+using ooc_test::config;
 
-// The smallest peak any plan needs, as the planner reports it when nothing fits.
 size_t needed_bytes(const ConvProblem& p, size_t workspace = 0) {
-  try {
-    ooc::plan_conv_forward_for(p, config(1, workspace));
-  } catch (const ooc::out_of_budget& e) {
-    return e.needed_bytes();
-  }
-  ADD_FAILURE() << "a 1-byte budget did not throw out_of_budget for " << p.describe();
-  return 1;
+  return ooc_test::smallest_budget(ooc::plan_conv_forward_for, p, workspace);
 }
 
 // Which dimensions a plan splits, as a label: "n", "k+c", "d0+d2", ...

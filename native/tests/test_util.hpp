@@ -13,8 +13,28 @@
 #include <vector>
 
 #include "ooc/ooc.hpp"
+#include "plan/planner.hpp"
 
 namespace ooc_test {
+
+inline ooc::PlannerConfig config(size_t memory_limit, size_t workspace = 0) {
+  ooc::PlannerConfig c;
+  c.memory_limit = memory_limit;
+  c.workspace_bytes = workspace;
+  return c;
+}
+
+// The smallest peak any plan of `plan_for` needs, as the planner reports it when nothing fits.
+template <typename PlanFor>
+size_t smallest_budget(PlanFor plan_for, const ooc::ConvProblem& p, size_t workspace = 0) {
+  try {
+    plan_for(p, config(1, workspace));
+  } catch (const ooc::out_of_budget& e) {
+    return e.needed_bytes();
+  }
+  ADD_FAILURE() << "a 1-byte budget did not throw out_of_budget for " << p.describe();
+  return 1;
+}
 
 using Shape = std::vector<int64_t>;
 
