@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <stdexcept>
 #include <vector>
 
 #include "exec/device_arena.hpp"
+#include "exec/scatter_worker.hpp"
 
 namespace ooc {
 namespace {
@@ -153,22 +153,9 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     stats.bytes_h2d += bytes;
   };
 
-  // Output regions copied into staging, waiting for the host to scatter them.
-  struct PendingScatter {
-    int slot;
-    Region region;  // region.box: the part written back, inside region.view
-  };
-  std::deque<PendingScatter> pending;
-  auto scatter_front = [&] {
-    const PendingScatter ps = pending.front();
-    pending.pop_front();
-    auto t = Clock::now();
-    backend.host_wait(outr.free[ps.slot]);
-    stats.host_wait_seconds += seconds_since(t);
-    t = Clock::now();
-    scatter_box(stage_out[ps.slot], ps.region.view, ps.region.box, pool);
-    stats.scatter_seconds += seconds_since(t);
-  };
+  // Output regions copied into staging are scattered by a thread of their own, while this one
+  // gathers the next inputs. Declared after the arena and staging: joined before they go.
+  ScatterWorker scatter(backend, ThreadPool::scatter_shared(), std::max(spec.out.slots, 1));
 
   // Writes back the part of the output region inside its view, from device slot s (on Queue::d2h).
   auto store = [&](const Region& r, int s) {
@@ -197,7 +184,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
       }
     }
     backend.record(outr.free[s], Queue::d2h);
-    if (inside.elements(5) > 0) pending.push_back({s, Region{r.view, inside}});
+    if (inside.elements(5) > 0) scatter.push(s, stage_out[s], outr.free[s], r.view, inside);
   };
 
   Backend::Event resident_ready = res.event();
@@ -214,9 +201,12 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     }
     if (ch.first_c) {
       const int s = outr.advance();
-      // Its staging buffer still holds an earlier chunk's output: scatter that first.
-      while (std::any_of(pending.begin(), pending.end(), [&](const PendingScatter& ps) { return ps.slot == s; }))
-        scatter_front();
+      // Its staging buffer may still hold an earlier chunk's output on its way out.
+      if (!out_direct) {
+        const auto t = Clock::now();
+        scatter.wait_slot_free(s);
+        stats.host_wait_seconds += seconds_since(t);
+      }
       if (load_out) load(spec.out_region(ch), out_direct, outr.slots[s], outr.free[s], outr.ready[s]);
       backend.wait(Queue::compute, outr.free[s]);
     }
@@ -235,10 +225,10 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
       backend.wait(Queue::d2h, out_computed[os]);
       store(spec.out_region(ch), os);
     }
-    // Scatter whatever has already arrived, so host work overlaps the device's.
-    while (!pending.empty() && backend.query(outr.free[pending.front().slot])) scatter_front();
   }
-  while (!pending.empty()) scatter_front();
+  scatter.finish();
+  stats.scatter_seconds = scatter.scatter_seconds();
+  stats.host_wait_seconds += scatter.host_wait_seconds();
   backend.synchronize();
   stats.seconds = seconds_since(start);
   const std::array<double, 3> busy = backend.queue_busy_seconds();

@@ -27,6 +27,11 @@ ThreadPool& ThreadPool::shared() {
   return pool;
 }
 
+ThreadPool& ThreadPool::scatter_shared() {
+  static ThreadPool pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u)));
+  return pool;
+}
+
 void ThreadPool::run_blocks() {
   for (;;) {
     int64_t begin;

@@ -26,6 +26,8 @@ class ThreadPool {
 
   // Shared by every call of the process: min(hardware threads, 16).
   static ThreadPool& shared();
+  // A second pool for scatters that run while shared() gathers: half as many threads.
+  static ThreadPool& scatter_shared();
 
  private:
   void worker_loop();
