@@ -52,7 +52,9 @@ def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dila
     """The Plan conv_forward would run for these shapes and options, without running it.
 
     bias: whether a bias is added (its K floats stay on the device). Raises MemoryError, saying how
-    much the smallest plan needs, when nothing fits memory_limit."""
+    much the smallest plan needs, when nothing fits memory_limit. The plan assumes pageable arrays
+    (gathered and scattered by host workers); when every array of a call is pinned, conv_forward
+    plans without that cost and may choose larger chunks."""
     x_shape = as_shape(x_shape, "x_shape")
     w_shape = as_shape(w_shape, "w_shape")
     _check_dtype(dtype)

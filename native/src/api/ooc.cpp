@@ -5,6 +5,9 @@
 #include <cudnn.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <initializer_list>
+#include <limits>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -101,14 +104,20 @@ Plan plan_operation(const ConvProblem& problem, Operation op, const Options& opt
   return plan_for(problem, planner_config(*slot.backend, options));
 }
 
-// Plans and runs one operation on the process-wide backend; `run` executes the plan.
+// Plans and runs one operation on the process-wide backend; `run` executes the plan. When every
+// tensor of the call is pinned (or device) memory it moves by DMA alone, so the plan is made
+// without the host gather/scatter cost that plan_* (which sees no pointers) assumes.
 template <typename Run>
 void run_operation(const ConvProblem& problem, Operation op, const Options& options, Plan* used, RunStats* stats,
-                   Run run) {
+                   std::initializer_list<const void*> tensors, Run run) {
   check_operation(problem, op);
   BackendSlot& slot = backend_slot(options);
   std::lock_guard<std::mutex> lock(slot.mutex);
-  Plan plan = plan_for(problem, planner_config(*slot.backend, options));
+  PlannerConfig config = planner_config(*slot.backend, options);
+  if (std::all_of(tensors.begin(), tensors.end(),
+                  [&](const void* t) { return !t || slot.backend->host_is_device_accessible(t); }))
+    config.machine.host_copy_bytes_per_s = std::numeric_limits<double>::infinity();
+  Plan plan = plan_for(problem, config);
   RunStats s = run(plan, *slot.backend);
   if (stats) *stats = s;
   if (used) *used = std::move(plan);
@@ -132,7 +141,7 @@ Plan plan_conv_backward_bias(const ConvProblem& problem, const Options& options)
 void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
                   const Options& options, Plan* used, RunStats* stats) {
   if (!x || !w || !y || (problem.has_bias && !bias)) throw invalid_argument("conv_forward: null data pointer");
-  run_operation(problem, Operation::forward, options, used, stats, [&](const Plan& plan, Backend& backend) {
+  run_operation(problem, Operation::forward, options, used, stats, {x, w, bias, y}, [&](const Plan& plan, Backend& backend) {
     return run_conv_forward(plan, backend, x, w, bias, y, ThreadPool::shared());
   });
 }
@@ -140,7 +149,7 @@ void conv_forward(const ConvProblem& problem, const float* x, const float* w, co
 void conv_backward_data(const ConvProblem& problem, const float* dy, const float* w, float* dx, const Options& options,
                         Plan* used, RunStats* stats) {
   if (!dy || !w || !dx) throw invalid_argument("conv_backward_data: null data pointer");
-  run_operation(problem, Operation::backward_data, options, used, stats, [&](const Plan& plan, Backend& backend) {
+  run_operation(problem, Operation::backward_data, options, used, stats, {dy, w, dx}, [&](const Plan& plan, Backend& backend) {
     return run_conv_backward_data(plan, backend, dy, w, dx, ThreadPool::shared());
   });
 }
@@ -148,7 +157,7 @@ void conv_backward_data(const ConvProblem& problem, const float* dy, const float
 void conv_backward_filter(const ConvProblem& problem, const float* x, const float* dy, float* dw,
                           const Options& options, Plan* used, RunStats* stats) {
   if (!x || !dy || !dw) throw invalid_argument("conv_backward_filter: null data pointer");
-  run_operation(problem, Operation::backward_filter, options, used, stats, [&](const Plan& plan, Backend& backend) {
+  run_operation(problem, Operation::backward_filter, options, used, stats, {x, dy, dw}, [&](const Plan& plan, Backend& backend) {
     return run_conv_backward_filter(plan, backend, x, dy, dw, ThreadPool::shared());
   });
 }
@@ -156,7 +165,7 @@ void conv_backward_filter(const ConvProblem& problem, const float* x, const floa
 void conv_backward_bias(const ConvProblem& problem, const float* dy, float* db, const Options& options, Plan* used,
                         RunStats* stats) {
   if (!dy || !db) throw invalid_argument("conv_backward_bias: null data pointer");
-  run_operation(problem, Operation::backward_bias, options, used, stats, [&](const Plan& plan, Backend& backend) {
+  run_operation(problem, Operation::backward_bias, options, used, stats, {dy, db}, [&](const Plan& plan, Backend& backend) {
     return run_conv_backward_bias(plan, backend, dy, db, ThreadPool::shared());
   });
 }
