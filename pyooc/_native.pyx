@@ -196,10 +196,12 @@ def conv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
 
 
 def plan_conv_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups,
-                      double alpha, double beta, bint has_bias, size_t memory_limit, str backend, int device):
+                      double alpha, double beta, bint has_bias, size_t memory_limit, str backend, int device,
+                      bint pinned=False):
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta,
                                                  has_bias)
     cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
     cdef ooc.Plan plan
     with nogil:
         plan = ooc.plan_conv_forward(problem, options)
@@ -265,10 +267,11 @@ def check_backward(str operation, tuple first, tuple second, tuple third, tuple 
 
 def plan_conv_backward(str operation, tuple first, tuple second, tuple third, tuple stride, tuple padding,
                        tuple dilation, int64_t groups, double alpha, double beta, size_t memory_limit, str backend,
-                       int device):
+                       int device, bint pinned=False):
     cdef ooc.ConvProblem problem = _backward_problem(operation, first, second, third, stride, padding, dilation,
                                                      groups, alpha, beta)
     cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
     cdef ooc.Plan plan
     with nogil:
         if problem.op == ooc.Operation.backward_data:

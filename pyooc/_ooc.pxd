@@ -118,6 +118,7 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
         size_t memory_limit
         BackendKind backend
         int device
+        bool assume_pinned
 
     cdef cppclass RunStats:
         size_t bytes_h2d, bytes_d2h, device_bytes_reserved

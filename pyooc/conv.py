@@ -48,19 +48,20 @@ def _record_stats(plan, stats):
 
 
 def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
-                      beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0):
+                      beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0, pinned=False):
     """The Plan conv_forward would run for these shapes and options, without running it.
 
     bias: whether a bias is added (its K floats stay on the device). Raises MemoryError, saying how
-    much the smallest plan needs, when nothing fits memory_limit. The plan assumes pageable arrays
-    (gathered and scattered by host workers); when every array of a call is pinned, conv_forward
-    plans without that cost and may choose larger chunks."""
+    much the smallest plan needs, when nothing fits memory_limit. pinned: plan for pinned arrays
+    (DMA only; conv_forward does so when every array it gets is pinned) rather than pageable ones
+    (gathered and scattered by host workers, a cost that favours other splits)."""
     x_shape = as_shape(x_shape, "x_shape")
     w_shape = as_shape(w_shape, "w_shape")
     _check_dtype(dtype)
     o = _common(_spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device)
     return _native.plan_conv_forward(x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"],
-                                     o["alpha"], o["beta"], bool(bias), o["memory_limit"], o["backend"], o["device"])
+                                     o["alpha"], o["beta"], bool(bias), o["memory_limit"], o["backend"], o["device"],
+                                     bool(pinned))
 
 
 def conv_forward(x, w, *, bias=None, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,

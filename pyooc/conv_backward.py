@@ -34,36 +34,40 @@ def _run(operation, inputs, third_shape, out_shape, formula, out, o):
 
 
 def _plan(operation, shapes, w_shape, dtype, stride, padding, dilation, groups, alpha, beta, memory_limit, backend,
-          device):
+          device, pinned):
     _check_dtype(dtype)
     o = _common(_spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device)
     return _native.plan_conv_backward(operation, *shapes, o["stride"], o["padding"], o["dilation"], o["groups"],
-                                      o["alpha"], o["beta"], o["memory_limit"], o["backend"], o["device"])
+                                      o["alpha"], o["beta"], o["memory_limit"], o["backend"], o["device"],
+                                      bool(pinned))
 
 
 def plan_conv_backward_data(dy_shape, w_shape, x_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
-                            beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0):
+                            beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0,
+                            pinned=False):
     """The Plan conv_backward_data would run for these shapes and options, without running it.
-    Raises MemoryError, saying how much the smallest plan needs, when nothing fits memory_limit."""
+    Raises MemoryError, saying how much the smallest plan needs, when nothing fits memory_limit.
+    pinned: plan for pinned arrays (as plan_conv_forward)."""
     shapes = as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape"), as_shape(x_shape, "x_shape")
     return _plan("conv_backward_data", shapes, shapes[1], dtype, stride, padding, dilation, groups, alpha, beta,
-                 memory_limit, backend, device)
+                 memory_limit, backend, device, pinned)
 
 
 def plan_conv_backward_filter(x_shape, dy_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
-                              beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0):
+                              beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0,
+                              pinned=False):
     """The Plan conv_backward_filter would run for these shapes and options, without running it."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
     return _plan("conv_backward_filter", shapes, shapes[2], dtype, stride, padding, dilation, groups, alpha, beta,
-                 memory_limit, backend, device)
+                 memory_limit, backend, device, pinned)
 
 
 def plan_conv_backward_bias(dy_shape, *, alpha=1.0, beta=0.0, dtype="float32", memory_limit=None, backend="auto",
-                            device=0):
+                            device=0, pinned=False):
     """The Plan conv_backward_bias would run for this shape and options, without running it."""
     shapes = as_shape(dy_shape, "dy_shape"), (), ()
     return _plan("conv_backward_bias", shapes, (1, 1, 1), dtype, 1, 0, 1, 1, alpha, beta, memory_limit, backend,
-                 device)
+                 device, pinned)
 
 
 def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,

@@ -263,3 +263,53 @@ def test_bias_and_beta_in_plan():
     scaled = pyooc.plan_conv_forward((2, 3, 9, 9), (4, 3, 3, 3), alpha=2.0, beta=0.5, memory_limit="1MiB",
                                      backend="host")
     assert "alpha=2 beta=0.5" in str(scaled)
+
+
+def _plan_key(plan):
+    return (plan.splits, plan.tiles, plan.loop_order, plan.num_chunks)
+
+
+@pytest.mark.parametrize("op", ["forward", "data", "filter"])
+def test_pinned_twin_is_the_plan_a_pinned_run_uses(rng, op):
+    """plan_*(pinned=True) is what a call with pinned arrays runs (host backend with every array
+    treated as pinned), plan_*(pinned=False) what a pageable call runs, and for this problem the two
+    differ: pinned arrays pay no host gather/scatter, so the model chooses another split."""
+    from conftest import host_direct_access
+    x_shape, w_shape, geometry = (4, 8, 40, 40), (8, 8, 3, 3), dict(padding=1)
+    dy_shape = (4, 8, 40, 40)
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal(w_shape, dtype=np.float32)
+    dy = rng.standard_normal(dy_shape, dtype=np.float32)
+    plan_of = {
+        "forward": lambda limit, pinned: pyooc.plan_conv_forward(x_shape, w_shape, memory_limit=limit, backend="host",
+                                                                 pinned=pinned, **geometry),
+        "data": lambda limit, pinned: pyooc.plan_conv_backward_data(dy_shape, w_shape, x_shape, memory_limit=limit,
+                                                                    backend="host", pinned=pinned, **geometry),
+        "filter": lambda limit, pinned: pyooc.plan_conv_backward_filter(x_shape, dy_shape, w_shape,
+                                                                        memory_limit=limit, backend="host",
+                                                                        pinned=pinned, **geometry),
+    }[op]
+    run = {
+        "forward": lambda limit: pyooc.conv_forward(x, w, memory_limit=limit, backend="host", **geometry),
+        "data": lambda limit: pyooc.conv_backward_data(dy, w, x_shape, memory_limit=limit, backend="host", **geometry),
+        "filter": lambda limit: pyooc.conv_backward_filter(x, dy, w_shape, memory_limit=limit, backend="host",
+                                                           **geometry),
+    }[op]
+    limits = [int(2**e) for e in np.arange(12, 24, 0.25)]
+    differing = [lim for lim in limits
+                 if _try_key(plan_of, lim, True) is not None
+                 and _try_key(plan_of, lim, True) != _try_key(plan_of, lim, False)]
+    assert differing, "no budget where pinned and pageable plans differ: the pinned twin would prove nothing"
+    limit = differing[0]
+    run(limit)
+    assert _plan_key(pyooc.last_stats()["plan"]) == _plan_key(plan_of(limit, False))
+    with host_direct_access():
+        run(limit)
+    assert _plan_key(pyooc.last_stats()["plan"]) == _plan_key(plan_of(limit, True))
+
+
+def _try_key(plan_of, limit, pinned):
+    try:
+        return _plan_key(plan_of(limit, pinned))
+    except MemoryError:
+        return None

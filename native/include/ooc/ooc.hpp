@@ -20,6 +20,9 @@ struct Options {
   size_t memory_limit = 0;  // bytes of device memory the call may use; 0: the process default
   BackendKind backend = BackendKind::automatic;
   int device = 0;
+  // plan_* only (runs see the pointers): plan as if every tensor were pinned, i.e. moved by DMA
+  // with no host gather/scatter.
+  bool assume_pinned = false;
 };
 
 // Process-wide default memory limit (bytes); 0 means "most of the free device memory"

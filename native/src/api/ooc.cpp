@@ -101,7 +101,9 @@ Plan plan_operation(const ConvProblem& problem, Operation op, const Options& opt
   check_operation(problem, op);
   BackendSlot& slot = backend_slot(options);
   std::lock_guard<std::mutex> lock(slot.mutex);
-  return plan_for(problem, planner_config(*slot.backend, options));
+  PlannerConfig config = planner_config(*slot.backend, options);
+  if (options.assume_pinned) config.machine.host_copy_bytes_per_s = std::numeric_limits<double>::infinity();
+  return plan_for(problem, config);
 }
 
 // Plans and runs one operation on the process-wide backend; `run` executes the plan. When every
