@@ -223,6 +223,7 @@ def run_pyooc(pyooc, result, variant, op, geom, x, w, dy, out, limit, backend, r
     result["pyooc_stats"][variant] = fwd.stats_dict(stats)
     moved = stats["bytes_h2d"] + stats["bytes_d2h"]
     result["pyooc_stats"][variant]["link_GBps"] = moved / C.median(times) / C.GB
+    fwd.record_queue_profile(pyooc, result, variant, call, backend)
     return C.median(times)
 
 

@@ -327,7 +327,23 @@ def run_pyooc(pyooc, result, variant, x, w, y, geom, limit, backend, reference, 
     result["pyooc_stats"][variant] = stats_dict(stats)
     moved = stats["bytes_h2d"] + stats["bytes_d2h"] if stats else None
     result["pyooc_stats"][variant]["link_GBps"] = moved / C.median(times) / C.GB if moved else None
+    record_queue_profile(pyooc, result, variant, call, backend)
     return C.median(times)
+
+
+def record_queue_profile(pyooc, result, variant, call, backend):
+    """One more, untimed run with every queue operation timed on the device (pyooc's
+    OOC_PROFILE_QUEUES): which of link-in, compute and link-out bounds this variant."""
+    if backend == "host":
+        return
+    os.environ["OOC_PROFILE_QUEUES"] = "1"
+    try:
+        call()
+    finally:
+        del os.environ["OOC_PROFILE_QUEUES"]
+    profile = pyooc.last_stats()
+    result.setdefault("pyooc_queue_profile", {})[variant] = {
+        k: profile.get(k) for k in ("seconds", "h2d_busy_seconds", "compute_busy_seconds", "d2h_busy_seconds")}
 
 
 def run_case(name, spec, ctx):
