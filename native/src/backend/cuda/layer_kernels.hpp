@@ -1,0 +1,19 @@
+// CUDA kernels of the batch-norm chunk operations and the GEMM bias (backend.hpp's channel_*),
+// launched on the given stream; every launch is checked (cuda_error).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.hpp"
+
+namespace ooc::cuda_kernels {
+
+void channel_moments(const ChunkChannels& s, const float* x, float* stats, cudaStream_t stream);
+void channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd, float* sums,
+                       cudaStream_t stream);
+void channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float* y,
+                    cudaStream_t stream);
+// c[i, j] += bias[j] over a row-major [rows, cols] matrix.
+void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* c, cudaStream_t stream);
+
+}  // namespace ooc::cuda_kernels
