@@ -318,6 +318,11 @@ def conv_backward(str operation, const float[::1] a, tuple a_shape, const float[
 
 # ---- layers.hpp: GEMM and batch norm
 
+def check_matmul(tuple a_shape, tuple b_shape):
+    """Validates op(a) [M, K] @ op(b) [K, N] (ValueError in torch's words)."""
+    ooc.matmul_problem(list(a_shape), list(b_shape), 1.0, 0.0, False)
+
+
 def plan_matmul(tuple a_shape, tuple b_shape, double alpha, double beta, bint has_bias, size_t memory_limit,
                 str backend, int device):
     """a_shape, b_shape: op(a) [M, K] and op(b) [K, N]."""
