@@ -46,7 +46,7 @@ const char* reduction_name(Operation op) {
   switch (op) {
     case Operation::forward: return "c";
     case Operation::backward_data: return "k";
-    case Operation::matmul: return "K (tiles c)";
+    case Operation::matmul: return "K";
     default: return "n and space";
   }
 }
@@ -58,9 +58,11 @@ std::string Plan::describe() const {
   const SlotNames names = slot_names(problem.op);
   std::vector<int64_t> tile_out(tiling.out.begin(), tiling.out.begin() + sd);
   std::vector<int64_t> split_out(splits_out.begin(), splits_out.begin() + sd);
-  const bool accumulates = problem.op == Operation::forward || problem.op == Operation::matmul ? splits_c > 1
-                           : problem.op == Operation::backward_data   ? splits_k > 1
-                                                                      : num_chunks() > static_cast<size_t>(splits_k * splits_c);
+  const bool reduces_over_c = problem.op == Operation::forward || problem.op == Operation::matmul;
+  const bool per_chunk = problem.op >= Operation::batchnorm_forward_training;  // batch norm: independent chunks
+  const bool accumulates = !per_chunk && (reduces_over_c                              ? splits_c > 1
+                                          : problem.op == Operation::backward_data   ? splits_k > 1
+                                          : num_chunks() > static_cast<size_t>(splits_k * splits_c));
   std::ostringstream s;
   s << "Plan for " << problem.describe() << "\n"
     << "  backend " << backend << ", memory_limit " << format_bytes(static_cast<double>(memory_limit)) << "\n"
