@@ -41,6 +41,7 @@ struct DeviceResources {
   EventPool events;
   CudnnHandle cudnn;
   CublasGemm blas;
+  cuda_kernels::ReductionScratch reduction_scratch;
   ConvSetupCache conv_setups;
   PinnedPool staging{kStagingCacheBytes};
 };
@@ -200,14 +201,16 @@ class CudaBackend final : public Backend {
   void channel_moments(const ChunkChannels& shape, const float* x, float* stats) override {
     DeviceScope scope(device_);
     QueueTimer::Span span = timed(Queue::compute);
-    cuda_kernels::channel_moments(shape, x, stats, resources_->compute.get());
+    double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
+    cuda_kernels::channel_moments(shape, x, stats, scratch, resources_->compute.get());
   }
 
   void channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
                          float* sums) override {
     DeviceScope scope(device_);
     QueueTimer::Span span = timed(Queue::compute);
-    cuda_kernels::channel_grad_sums(shape, x, dy, mean_invstd, sums, resources_->compute.get());
+    double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
+    cuda_kernels::channel_grad_sums(shape, x, dy, mean_invstd, sums, scratch, resources_->compute.get());
   }
 
   void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef,

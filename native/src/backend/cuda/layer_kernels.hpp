@@ -8,9 +8,26 @@
 
 namespace ooc::cuda_kernels {
 
-void channel_moments(const ChunkChannels& s, const float* x, float* stats, cudaStream_t stream);
+// Device memory for the reductions' part sums, kept and grown as chunks need (a few KiB to MiB:
+// c x parts x 16 bytes, outside the plan's arena).
+class ReductionScratch {
+ public:
+  ReductionScratch() = default;
+  ~ReductionScratch();
+  ReductionScratch(const ReductionScratch&) = delete;
+  ReductionScratch& operator=(const ReductionScratch&) = delete;
+  double* get(size_t bytes);
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// The reductions need float64 scratch of reduction_scratch_bytes(s) (device memory) for their part sums.
+size_t reduction_scratch_bytes(const ChunkChannels& s);
+void channel_moments(const ChunkChannels& s, const float* x, float* stats, double* scratch, cudaStream_t stream);
 void channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd, float* sums,
-                       cudaStream_t stream);
+                       double* scratch, cudaStream_t stream);
 void channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float* y,
                     cudaStream_t stream);
 // c[i, j] += bias[j] over a row-major [rows, cols] matrix.
