@@ -9,6 +9,7 @@
 #include <random>
 
 #include "layers_run.hpp"
+#include "plan/layer_planners.hpp"
 
 namespace {
 
@@ -44,6 +45,20 @@ TEST(GemmPlanner, WholeProblemIsOneChunkWhenItFits) {
   const ooc::ConvProblem p = ooc::matmul_problem({20, 30}, {30, 10}, 1.0, 0.0, true);
   const Plan plan = ooc::plan_matmul(p, host(1 << 20));
   EXPECT_EQ(plan.num_chunks(), 1u);
+}
+
+TEST(GemmPlanner, CublasWorkspaceCountsInThePeakAndFallsBackToNone) {
+  const ooc::ConvProblem p = ooc::matmul_problem({200, 300}, {300, 100}, 1.0, 0.0, false);
+  ooc::PlannerConfig cfg;
+  cfg.memory_limit = 1 << 20;
+  cfg.workspace_bytes = 100000;  // rounded down to 256-byte multiples
+  Plan plan = ooc::plan_matmul_for(p, cfg);
+  EXPECT_EQ(plan.workspace_bytes, 99840u);
+  EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);
+  cfg.memory_limit = 20000;  // room for tiles only
+  plan = ooc::plan_matmul_for(p, cfg);
+  EXPECT_EQ(plan.workspace_bytes, 0u);
+  check_gemm_plan(plan, 200, 100, 300);
 }
 
 TEST(GemmPlanner, ImpossibleBudgetAndBadShapes) {

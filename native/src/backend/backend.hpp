@@ -86,9 +86,11 @@ class Backend {
   virtual void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) = 0;
 
   // On Queue::compute, the layers of layers.hpp (defaults throw: a backend without them).
+  // workspace: workspace_bytes of device memory the GEMM library may use (none when 0).
   virtual void gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
-                    double beta) {
-    (void)shape; (void)a; (void)b; (void)bias; (void)c; (void)alpha; (void)beta;
+                    double beta, void* workspace, size_t workspace_bytes) {
+    (void)shape; (void)a; (void)b; (void)bias; (void)c; (void)alpha; (void)beta; (void)workspace;
+    (void)workspace_bytes;
     throw std::logic_error(name() + " backend has no gemm");
   }
   // Per channel of x's tile: stats[2 * ch] = mean, stats[2 * ch + 1] = M2 (sum of squared deviations).

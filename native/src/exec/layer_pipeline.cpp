@@ -41,6 +41,7 @@ RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans
   spec.b = {b, plan.w_buffers, plan.w_slot_bytes};
   spec.out = {c, plan.y_buffers, plan.y_slot_bytes};
   spec.beta = p.beta;
+  spec.workspace_bytes = plan.workspace_bytes;
   const TensorView av = view(a, trans_a ? Extent{K, M, 1, 1, 1} : Extent{M, K, 1, 1, 1});
   const TensorView bv = view(b, trans_b ? Extent{N, K, 1, 1, 1} : Extent{K, N, 1, 1, 1});
   const TensorView cv = view(c, {M, N, 1, 1, 1});
@@ -55,9 +56,10 @@ RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans
     spec.resident_bytes = plan.bias_bytes;
   }
   spec.compute = [&](const Chunk& ch, const float* as, const float* bs, const float* bias_dev, float* cs, double beta,
-                     void*) {
+                     void* workspace) {
     const ChunkGemm shape{ch.n.size(), ch.k.size(), ch.c.size(), trans_a, trans_b};
-    backend.gemm(shape, as, bs, ch.last_c && p.has_bias ? bias_dev + ch.k.begin : nullptr, cs, p.alpha, beta);
+    backend.gemm(shape, as, bs, ch.last_c && p.has_bias ? bias_dev + ch.k.begin : nullptr, cs, p.alpha, beta,
+                 workspace, plan.workspace_bytes);
   };
   return run_chunks(plan, backend, pool, spec);
 }

@@ -20,7 +20,13 @@ struct GemmCandidate {
 
 }  // namespace
 
-Plan plan_matmul_for(const ConvProblem& p, const PlannerConfig& cfg) {
+namespace {
+
+// cuBLAS' SGEMM kernels use a few MiB of workspace at most (its own default pool is 32 MiB on Hopper).
+constexpr size_t kMaxGemmWorkspaceBytes = size_t{32} << 20;
+
+Plan plan_gemm(const ConvProblem& p, const PlannerConfig& cfg) {
+  const size_t workspace = std::min(cfg.workspace_bytes, kMaxGemmWorkspaceBytes) / 256 * 256;
   const int64_t M = p.n, K = p.c, N = p.k;
   const double es = static_cast<double>(dtype_size(p.dtype));
   const size_t budget = cfg.memory_limit;
@@ -42,7 +48,7 @@ Plan plan_matmul_for(const ConvProblem& p, const PlannerConfig& cfg) {
           c.b_slot = slot_bytes(tk * tn, es);
           c.c_slot = slot_bytes(tm * tn, es);
           c.bias_slot = p.has_bias ? slot_bytes(N, es) : 0;
-          c.peak = c.a_bufs * c.a_slot + c.b_bufs * c.b_slot + c.c_bufs * c.c_slot + c.bias_slot;
+          c.peak = c.a_bufs * c.a_slot + c.b_bufs * c.b_slot + c.c_bufs * c.c_slot + c.bias_slot + workspace;
           if (c.peak > budget) {
             smallest_peak = std::min(smallest_peak, c.peak);
             continue;
@@ -71,7 +77,7 @@ Plan plan_matmul_for(const ConvProblem& p, const PlannerConfig& cfg) {
           c.seconds = predict_seconds(t, cfg.machine);
           if (c.seconds < best.seconds) best = c;
         }
-  if (best.tm == 0) throw_out_of_budget(p, budget, smallest_peak, false);
+  if (best.tm == 0) throw_out_of_budget(p, budget, smallest_peak, workspace > 0);
 
   Plan plan;
   plan.problem = p;
@@ -94,6 +100,7 @@ Plan plan_matmul_for(const ConvProblem& p, const PlannerConfig& cfg) {
   plan.w_slot_bytes = best.b_slot;
   plan.y_slot_bytes = best.c_slot;
   plan.bias_bytes = best.bias_slot;
+  plan.workspace_bytes = workspace;
   plan.peak_device_bytes = best.peak;
   plan.bytes_h2d = static_cast<size_t>(best.h2d);
   plan.bytes_d2h = static_cast<size_t>(best.d2h);
@@ -119,6 +126,12 @@ Plan plan_matmul_for(const ConvProblem& p, const PlannerConfig& cfg) {
         plan.chunks.push_back(ch);
       }
   return plan;
+}
+
+}  // namespace
+
+Plan plan_matmul_for(const ConvProblem& p, const PlannerConfig& cfg) {
+  return with_workspace_fallback(cfg, [&](const PlannerConfig& c) { return plan_gemm(p, c); });
 }
 
 }  // namespace ooc

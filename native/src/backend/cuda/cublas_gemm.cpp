@@ -28,13 +28,16 @@ CublasGemm::~CublasGemm() {
 }
 
 void CublasGemm::run(const ChunkGemm& s, const float* a, const float* b, float* c, double alpha, double beta,
-                     cudaStream_t stream) {
+                     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (!handle_) {
     check_cublas(cublasCreate(&handle_), "cublasCreate");
     check_cublas(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     check_cublas(cublasSetPointerMode(handle_, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
   }
   check_cublas(cublasSetStream(handle_, stream), "cublasSetStream");
+  // After cublasSetStream, which resets the workspace to cuBLAS' own pool (memory outside the budget).
+  check_cublas(cublasSetWorkspace(handle_, workspace_bytes ? workspace : nullptr, workspace_bytes),
+               "cublasSetWorkspace");
   // cuBLAS is column-major: a row-major [r, c] matrix is its column-major [c, r]. So row-major
   // C = op(A) op(B) is computed as column-major C^T = op(B)^T op(A)^T: the operands swap places.
   const int m = as_int(s.m, "m"), n = as_int(s.n, "n"), k = as_int(s.k, "k");

@@ -16,8 +16,9 @@ class CublasGemm {
   CublasGemm& operator=(const CublasGemm&) = delete;
 
   // c = alpha * op(a) @ op(b) + beta * c on `stream` (backend.hpp's ChunkGemm); beta == 0 never reads c.
-  void run(const ChunkGemm& s, const float* a, const float* b, float* c, double alpha, double beta,
-           cudaStream_t stream);
+  // cuBLAS works in `workspace` (the plan's, inside its budget; none when 0 bytes), never its own pool.
+  void run(const ChunkGemm& s, const float* a, const float* b, float* c, double alpha, double beta, void* workspace,
+           size_t workspace_bytes, cudaStream_t stream);
 
  private:
   cublasHandle_t handle_ = nullptr;

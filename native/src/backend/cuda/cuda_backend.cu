@@ -190,11 +190,11 @@ class CudaBackend final : public Backend {
   }
 
   void gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
-            double beta) override {
+            double beta, void* workspace, size_t workspace_bytes) override {
     DeviceScope scope(device_);
     throw_if_fault_injected(FaultSite::conv, "gemm");
     QueueTimer::Span span = timed(Queue::compute);
-    resources_->blas.run(shape, a, b, c, alpha, beta, resources_->compute.get());
+    resources_->blas.run(shape, a, b, c, alpha, beta, workspace, workspace_bytes, resources_->compute.get());
     if (bias) cuda_kernels::add_row_bias(shape.m, shape.n, bias, c, resources_->compute.get());
   }
 

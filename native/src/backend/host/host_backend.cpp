@@ -66,7 +66,7 @@ class HostBackend final : public Backend {
   }
 
   void gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
-            double beta) override {
+            double beta, void*, size_t) override {
     host_gemm(shape, a, b, bias, c, alpha, beta, ThreadPool::shared());
   }
   void channel_moments(const ChunkChannels& shape, const float* x, float* stats) override {
