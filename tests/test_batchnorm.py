@@ -164,3 +164,16 @@ def test_gpu_training_backward_inference(rng, limit):
     yi = pyooc.batchnorm_forward_inference(x, scale, bias, mean.astype(np.float32), var.astype(np.float32),
                                            memory_limit=limit, backend="cuda")
     assert rel_err(yi, ref_y) < TOL
+
+
+@pytest.mark.gpu
+def test_gpu_pinned_training(rng):
+    shape = (4, 3, 50, 20)
+    x = pyooc.pinned_empty(shape, np.float32)
+    x[...] = rng.standard_normal(shape, dtype=np.float32) + 3
+    scale, bias = rng.standard_normal(3, dtype=np.float32), rng.standard_normal(3, dtype=np.float32)
+    out = pyooc.pinned_empty(shape, np.float32)
+    out[...] = np.nan
+    y, _, _ = pyooc.batchnorm_forward_training(x, scale, bias, out=out, memory_limit=1 << 15, backend="cuda")
+    assert pyooc.last_stats()["plan"].num_chunks > 1
+    assert rel_err(y, ref_training(x, scale, bias, 1e-5)[0]) < TOL
