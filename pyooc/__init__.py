@@ -15,6 +15,10 @@ from pyooc.conv import conv_forward, last_stats, plan_conv_forward  # noqa: E402
 from pyooc.conv_backward import (  # noqa: E402
     conv_backward_bias, conv_backward_data, conv_backward_filter, plan_conv_backward_bias, plan_conv_backward_data,
     plan_conv_backward_filter)
+from pyooc.batchnorm import (  # noqa: E402
+    batchnorm_backward, batchnorm_forward_inference, batchnorm_forward_training, plan_batchnorm_backward,
+    plan_batchnorm_forward_inference, plan_batchnorm_forward_training)
+from pyooc.linalg import linear_backward, linear_forward, matmul, plan_linear_forward, plan_matmul  # noqa: E402
 from pyooc.memory import get_memory_limit, parse_memory_limit, set_memory_limit  # noqa: E402
 from pyooc.pinned import pinned_empty  # noqa: E402
 
@@ -69,6 +73,9 @@ __all__ = [
     "CudaError", "CudnnError", "conv_forward", "plan_conv_forward", "conv_backward_data", "conv_backward_filter",
     "conv_backward_bias", "plan_conv_backward_data", "plan_conv_backward_filter", "plan_conv_backward_bias",
     "last_stats", "set_memory_limit",
+    "matmul", "plan_matmul", "linear_forward", "plan_linear_forward", "linear_backward",
+    "batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
+    "plan_batchnorm_forward_training", "plan_batchnorm_forward_inference", "plan_batchnorm_backward",
     "get_memory_limit", "parse_memory_limit", "pinned_empty", "cudnn_version", "device_count", "info",
     "measure_link_bandwidth", "roofline_seconds",
     "__version__",

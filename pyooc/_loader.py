@@ -30,12 +30,25 @@ def _preload_cudnn():
     return None
 
 
+def _preload_cublas():
+    # libooc also needs cuBLAS (libcublas.so.13, with libcublasLt.so.13) from NVIDIA's cu13 wheel.
+    for entry in sys.path:
+        lib = os.path.join(entry, "nvidia", "cu13", "lib")
+        if os.path.exists(os.path.join(lib, "libcublas.so.13")):
+            for name in ("libcublasLt.so.13", "libcublas.so.13"):
+                ctypes.CDLL(os.path.join(lib, name), mode=ctypes.RTLD_GLOBAL)
+            return lib
+    return None
+
+
 def load_native():
     try:
         return importlib.import_module("pyooc._native")
     except ImportError as first:
-        if "cudnn" not in str(first):
+        if "cudnn" not in str(first) and "cublas" not in str(first):
             raise
+        if "cublas" in str(first):
+            _preload_cublas()
         found = _preload_cudnn()
         if found is None:
             raise ImportError(

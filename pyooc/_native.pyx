@@ -70,6 +70,11 @@ cdef class Plan:
         return out
 
     @property
+    def passes(self):
+        """Passes over the chunk list: 2 for batch-norm training and backward (reduce, then apply)."""
+        return self.c_obj.get().passes
+
+    @property
     def num_chunks(self):
         return self.c_obj.get().num_chunks()
 
@@ -137,7 +142,8 @@ cdef class Plan:
         """The chunks in execution order, each a dict of index ranges (half-open) and flags, keyed by
         the tensors the operation moves. conv_forward: n, k, c, out (y), in (x, halo included),
         load_x, load_w, first_c, last_c. The gradients: first / last mark a reduction's first and
-        last chunk; conv_backward_data: n, c, k, dx (the rows written back), dx_computed, dy (the
+        last chunk; matmul: m, n (the c tile), k (the K range reduced), load_a, load_b, first, last;
+        batch norm: n, c, spatial (an x tile; every pass walks the same list); conv_backward_data: n, c, k, dx (the rows written back), dx_computed, dy (the
         device's rows), dy_read (the rows loaded: those contributing to dx), load_dy, load_w;
         conv_backward_filter: n, k, c, dy, x, load_x, load_dy; conv_backward_bias: n, k, dy, load_dy."""
         cdef ooc.Plan* p = self.c_obj.get()
@@ -148,7 +154,13 @@ cdef class Plan:
         for i in range(p.chunks.size()):
             ch = &p.chunks[i]
             n, k, c = (ch.n.begin, ch.n.end), (ch.k.begin, ch.k.end), (ch.c.begin, ch.c.end)
-            if op == ooc.Operation.forward:
+            if op == ooc.Operation.matmul:  # rows of c, columns of c, the K range reduced
+                result.append({"m": n, "n": k, "k": c, "load_a": ch.load_x, "load_b": ch.load_w,
+                               "first": ch.first_c, "last": ch.last_c})
+            elif (op == ooc.Operation.batchnorm_forward_training or op == ooc.Operation.batchnorm_forward_inference
+                  or op == ooc.Operation.batchnorm_backward):  # an x tile
+                result.append({"n": n, "c": c, "spatial": _ranges(ch.input, sd)})
+            elif op == ooc.Operation.forward:
                 result.append({
                     "n": n, "k": k, "c": c, "out": _ranges(ch.out, sd), "in": _ranges(ch.input, sd),
                     "load_x": ch.load_x, "load_w": ch.load_w, "first_c": ch.first_c, "last_c": ch.last_c,
@@ -304,6 +316,95 @@ def conv_backward(str operation, const float[::1] a, tuple a_shape, const float[
             ooc.conv_backward_filter(problem, &a[0], b_ptr, &out[0], options, &plan, &stats)
         else:
             ooc.conv_backward_bias(problem, &a[0], &out[0], options, &plan, &stats)
+    return _ran(plan, stats)
+
+
+# ---- layers.hpp: GEMM and batch norm
+
+def check_matmul(tuple a_shape, tuple b_shape):
+    """Validates op(a) [M, K] @ op(b) [K, N] (ValueError in torch's words)."""
+    ooc.matmul_problem(list(a_shape), list(b_shape), 1.0, 0.0, False)
+
+
+def plan_matmul(tuple a_shape, tuple b_shape, double alpha, double beta, bint has_bias, size_t memory_limit,
+                str backend, int device):
+    """a_shape, b_shape: op(a) [M, K] and op(b) [K, N]."""
+    cdef ooc.ConvProblem problem = ooc.matmul_problem(list(a_shape), list(b_shape), alpha, beta, has_bias)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_matmul(problem, options)
+    return Plan.wrap(plan)
+
+
+def matmul(const float[::1] a, tuple a_shape, bint trans_a, const float[::1] b, tuple b_shape, bint trans_b, bias,
+           float[::1] c, double alpha, double beta, size_t memory_limit, str backend, int device):
+    """Shapes are op(a)'s and op(b)'s; the arrays are stored transposed where trans_* says."""
+    cdef const float[::1] bv
+    cdef const float* bias_ptr = NULL
+    if bias is not None:
+        bv = bias
+        bias_ptr = &bv[0]
+    cdef ooc.ConvProblem problem = ooc.matmul_problem(list(a_shape), list(b_shape), alpha, beta, bias is not None)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.matmul(problem, trans_a, trans_b, &a[0], &b[0], bias_ptr, &c[0], options, &plan, &stats)
+    return _ran(plan, stats)
+
+
+_BATCHNORM = {"batchnorm_forward_training": ooc.Operation.batchnorm_forward_training,
+              "batchnorm_forward_inference": ooc.Operation.batchnorm_forward_inference,
+              "batchnorm_backward": ooc.Operation.batchnorm_backward}
+
+
+def plan_batchnorm(str operation, tuple x_shape, size_t memory_limit, str backend, int device):
+    cdef ooc.ConvProblem problem = ooc.batchnorm_problem(_BATCHNORM[operation], list(x_shape))
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_batchnorm(problem, options)
+    return Plan.wrap(plan)
+
+
+cdef float* _ptr(object array) except? NULL:
+    """Data pointer of a flat float32 view, or NULL for None."""
+    cdef const float[::1] v
+    if array is None:
+        return NULL
+    v = array
+    return <float*>&v[0]
+
+
+def batchnorm(str operation, tuple x_shape, dict arrays, double eps, double momentum, size_t memory_limit,
+              str backend, int device):
+    """Runs a batch-norm operation on flat float32 views (no copies); `arrays` maps the argument
+    names of layers.hpp to arrays or None. Returns (plan, stats)."""
+    cdef ooc.ConvProblem problem = ooc.batchnorm_problem(_BATCHNORM[operation], list(x_shape))
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    cdef float* x = _ptr(arrays["x"])
+    cdef float* scale = _ptr(arrays["scale"])
+    cdef float* bias = _ptr(arrays.get("bias"))
+    cdef float* mean = _ptr(arrays.get("mean"))
+    cdef float* var = _ptr(arrays.get("var"))
+    cdef float* dy = _ptr(arrays.get("dy"))
+    cdef float* out = _ptr(arrays["out"])
+    cdef float* out2 = _ptr(arrays.get("out2"))
+    cdef float* out3 = _ptr(arrays.get("out3"))
+    cdef float* running_mean = _ptr(arrays.get("running_mean"))
+    cdef float* running_var = _ptr(arrays.get("running_var"))
+    cdef ooc.Operation op = problem.op
+    with nogil:
+        if op == ooc.Operation.batchnorm_forward_training:
+            ooc.batchnorm_forward_training(problem, x, scale, bias, eps, momentum, running_mean, running_var, out,
+                                           out2, out3, options, &plan, &stats)
+        elif op == ooc.Operation.batchnorm_forward_inference:
+            ooc.batchnorm_forward_inference(problem, x, scale, bias, mean, var, eps, out, options, &plan, &stats)
+        else:
+            ooc.batchnorm_backward(problem, x, dy, scale, mean, var, out, out2, out3, options, &plan, &stats)
     return _ran(plan, stats)
 
 

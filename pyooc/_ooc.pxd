@@ -19,6 +19,10 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
         backward_data
         backward_filter
         backward_bias
+        matmul
+        batchnorm_forward_training
+        batchnorm_forward_inference
+        batchnorm_backward
 
     const char* operation_name(Operation op)
 
@@ -102,6 +106,7 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         size_t x_slot_bytes, w_slot_bytes, y_slot_bytes, bias_bytes, workspace_bytes
         size_t peak_device_bytes, memory_limit, bytes_h2d, bytes_d2h
         double predicted_seconds
+        int passes
         MachineModel machine
         vector[Chunk] chunks
         size_t num_chunks()
@@ -152,6 +157,28 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
     LinkBandwidth measure_link_bandwidth(int device, size_t nbytes) except +translate_exception
     void* alloc_pinned(size_t bytes) except +translate_exception
     void free_pinned(void* ptr)
+
+
+cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
+    ConvProblem matmul_problem(const vector[int64_t]& a_shape, const vector[int64_t]& b_shape, double alpha,
+                               double beta, bool has_bias) except +translate_exception
+    Plan plan_matmul(const ConvProblem& problem, const Options& options) except +translate_exception
+    void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, const float* b,
+                const float* bias, float* c, const Options& options, Plan* used,
+                RunStats* stats) except +translate_exception
+    ConvProblem batchnorm_problem(Operation op, const vector[int64_t]& x_shape) except +translate_exception
+    Plan plan_batchnorm(const ConvProblem& problem, const Options& options) except +translate_exception
+    void batchnorm_forward_training(const ConvProblem& problem, const float* x, const float* scale,
+                                    const float* bias, double eps, double momentum, float* running_mean,
+                                    float* running_var, float* y, float* saved_mean, float* saved_invstd,
+                                    const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void batchnorm_forward_inference(const ConvProblem& problem, const float* x, const float* scale,
+                                     const float* bias, const float* mean, const float* var, double eps, float* y,
+                                     const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void batchnorm_backward(const ConvProblem& problem, const float* x, const float* dy, const float* scale,
+                            const float* saved_mean, const float* saved_invstd, float* dx, float* dscale,
+                            float* dbias, const Options& options, Plan* used,
+                            RunStats* stats) except +translate_exception
 
 
 cdef extern from "ooc/ooc.hpp" namespace "ooc::testing" nogil:

@@ -91,6 +91,8 @@ struct Plan {
   size_t memory_limit = 0;
   size_t bytes_h2d = 0, bytes_d2h = 0;
   double predicted_seconds = 0;
+  // Passes over the chunk list: 2 for batch-norm training and backward (statistics, then apply).
+  int passes = 1;
   MachineModel machine;
   std::vector<Chunk> chunks;
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 
+#include "api/backend_access.hpp"
 #include "backend/backend.hpp"
 #include "exec/conv_pipeline.hpp"
 #include "exec/thread_pool.hpp"
@@ -170,6 +171,12 @@ void conv_backward_bias(const ConvProblem& problem, const float* dy, float* db, 
   run_operation(problem, Operation::backward_bias, options, used, stats, {dy, db}, [&](const Plan& plan, Backend& backend) {
     return run_conv_backward_bias(plan, backend, dy, db, ThreadPool::shared());
   });
+}
+
+void with_backend(const Options& options, const std::function<void(Backend&, const PlannerConfig&)>& fn) {
+  BackendSlot& slot = backend_slot(options);
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  fn(*slot.backend, planner_config(*slot.backend, options));
 }
 
 }  // namespace ooc

@@ -36,6 +36,18 @@ struct ChunkConv {
   Dims3 in{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1}, out{1, 1, 1};
 };
 
+// One GEMM chunk, row-major dense tiles: c[m, n] = alpha * op(a) @ op(b) + beta * c (+ bias[n]);
+// a is [m, k] ([k, m] when trans_a), b is [k, n] ([n, k] when trans_b).
+struct ChunkGemm {
+  int64_t m = 1, n = 1, k = 1;
+  bool trans_a = false, trans_b = false;
+};
+
+// One batch-norm chunk: a dense [n, c, space] tile (space: the spatial elements of one channel row).
+struct ChunkChannels {
+  int64_t n = 1, c = 1, space = 1;
+};
+
 class Backend {
  public:
   using Event = int;
@@ -72,6 +84,34 @@ class Backend {
   virtual void conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
                                     double beta, void* workspace, size_t workspace_bytes) = 0;
   virtual void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) = 0;
+
+  // On Queue::compute, the layers of layers.hpp (defaults throw: a backend without them).
+  // workspace: workspace_bytes of device memory the GEMM library may use (none when 0).
+  virtual void gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
+                    double beta, void* workspace, size_t workspace_bytes) {
+    (void)shape; (void)a; (void)b; (void)bias; (void)c; (void)alpha; (void)beta; (void)workspace;
+    (void)workspace_bytes;
+    throw std::logic_error(name() + " backend has no gemm");
+  }
+  // Per channel of x's tile: stats[2 * ch] = mean, stats[2 * ch + 1] = M2 (sum of squared deviations).
+  virtual void channel_moments(const ChunkChannels& shape, const float* x, float* stats) {
+    (void)shape; (void)x; (void)stats;
+    throw std::logic_error(name() + " backend has no batch norm");
+  }
+  // Per channel: sums[2 * ch] = sum(dy), sums[2 * ch + 1] = sum(dy * (x - mean) * invstd), with
+  // mean_invstd[2 * ch] = mean, mean_invstd[2 * ch + 1] = invstd.
+  virtual void channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
+                                 float* sums) {
+    (void)shape; (void)x; (void)dy; (void)mean_invstd; (void)sums;
+    throw std::logic_error(name() + " backend has no batch norm");
+  }
+  // Per channel affine map: dy == null: y = x * coef[2ch] + coef[2ch+1];
+  // else y = x * coef[3ch] + dy * coef[3ch+1] + coef[3ch+2].
+  virtual void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef,
+                              float* y) {
+    (void)shape; (void)x; (void)dy; (void)coef; (void)y;
+    throw std::logic_error(name() + " backend has no batch norm");
+  }
 
   // Direct DMA between caller memory and device slots, without staging. Only used when
   // host_is_device_accessible(ptr) (pinned or registered memory).

@@ -34,6 +34,9 @@ SlotNames slot_names(Operation op) {
     case Operation::backward_data: return {"dx", "w", "dy", "", "dx"};
     case Operation::backward_filter: return {"x", "dw", "dy", "", "dw"};
     case Operation::backward_bias: return {"", "", "dy", "db", "db"};
+    case Operation::matmul: return {"a", "b", "c", "bias", "c"};
+    case Operation::batchnorm_backward: return {"x", "dy", "dx", "coefficients", "dx"};
+    default: return {"x", "", "y", "coefficients", "y"};  // batch-norm forward
   }
   return {"x", "w", "y", "bias", "y"};
 }
@@ -43,6 +46,7 @@ const char* reduction_name(Operation op) {
   switch (op) {
     case Operation::forward: return "c";
     case Operation::backward_data: return "k";
+    case Operation::matmul: return "K";
     default: return "n and space";
   }
 }
@@ -54,16 +58,19 @@ std::string Plan::describe() const {
   const SlotNames names = slot_names(problem.op);
   std::vector<int64_t> tile_out(tiling.out.begin(), tiling.out.begin() + sd);
   std::vector<int64_t> split_out(splits_out.begin(), splits_out.begin() + sd);
-  const bool accumulates = problem.op == Operation::forward           ? splits_c > 1
-                           : problem.op == Operation::backward_data   ? splits_k > 1
-                                                                      : num_chunks() > static_cast<size_t>(splits_k * splits_c);
+  const bool reduces_over_c = problem.op == Operation::forward || problem.op == Operation::matmul;
+  const bool per_chunk = problem.op >= Operation::batchnorm_forward_training;  // batch norm: independent chunks
+  const bool accumulates = !per_chunk && (reduces_over_c                              ? splits_c > 1
+                                          : problem.op == Operation::backward_data   ? splits_k > 1
+                                          : num_chunks() > static_cast<size_t>(splits_k * splits_c));
   std::ostringstream s;
   s << "Plan for " << problem.describe() << "\n"
     << "  backend " << backend << ", memory_limit " << format_bytes(static_cast<double>(memory_limit)) << "\n"
     << "  splits: n=" << splits_n << " k=" << splits_k << " c=" << splits_c << " out=" << format_shape(split_out)
     << "  (tiles: n=" << tiling.n << " k=" << tiling.k << " c=" << tiling.c << " out=" << format_shape(tile_out)
     << ")\n"
-    << "  " << num_chunks() << " chunks, loop order " << loop_order_name(order) << ", " << buffers << " buffers"
+    << "  " << num_chunks() << " chunks" << (passes > 1 ? " x " + std::to_string(passes) + " passes" : std::string())
+    << ", loop order " << loop_order_name(order) << ", " << buffers << " buffers"
     << (w_resident ? ", w resident" : "")
     << (accumulates ? std::string(", ") + names.output + " accumulates over " + reduction_name(problem.op) +
                           " on the device"

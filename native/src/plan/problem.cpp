@@ -4,6 +4,7 @@
 
 #include "ooc/errors.hpp"
 #include "plan/conv_geometry.hpp"
+#include "plan/layer_problems.hpp"
 #include "plan/shape_format.hpp"
 
 namespace ooc {
@@ -28,6 +29,10 @@ const char* operation_name(Operation op) {
     case Operation::backward_data: return "conv_backward_data";
     case Operation::backward_filter: return "conv_backward_filter";
     case Operation::backward_bias: return "conv_backward_bias";
+    case Operation::matmul: return "matmul";
+    case Operation::batchnorm_forward_training: return "batchnorm_forward_training";
+    case Operation::batchnorm_forward_inference: return "batchnorm_forward_inference";
+    case Operation::batchnorm_backward: return "batchnorm_backward";
   }
   return "?";
 }
@@ -222,6 +227,7 @@ double ConvProblem::flops() const {
 
 std::string ConvProblem::describe() const {
   std::ostringstream s;
+  if (op >= Operation::matmul) return describe_layer(*this);  // layers.hpp's operations
   s << "conv" << spatial_dims << "d ";
   switch (op) {
     case Operation::forward:
@@ -240,6 +246,7 @@ std::string ConvProblem::describe() const {
       s << "backward bias " << dtype_name(dtype) << ": dy" << format_shape(y_shape()) << " -> db[" << k << "]";
       if (alpha != 1.0 || beta != 0.0) s << ", alpha=" << alpha << " beta=" << beta;
       return s.str();
+    default: break;
   }
   std::vector<int64_t> st(stride.begin(), stride.begin() + spatial_dims),
       pa(padding.begin(), padding.begin() + spatial_dims), di(dilation.begin(), dilation.begin() + spatial_dims);

@@ -10,6 +10,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/cuda/conv_setup_cache.hpp"
+#include "backend/cuda/cublas_gemm.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_machine_model.hpp"
 #include "backend/cuda/cuda_stream.hpp"
@@ -17,6 +18,7 @@
 #include "backend/cuda/device_scope.hpp"
 #include "backend/cuda/event_pool.hpp"
 #include "backend/cuda/fault_injection.hpp"
+#include "backend/cuda/layer_kernels.hpp"
 #include "backend/cuda/pinned_pool.hpp"
 #include "backend/cuda/pointer_kind.hpp"
 #include "backend/cuda/queue_timer.hpp"
@@ -38,6 +40,8 @@ struct DeviceResources {
   CudaStream h2d, compute, d2h;
   EventPool events;
   CudnnHandle cudnn;
+  CublasGemm blas;
+  cuda_kernels::ReductionScratch reduction_scratch;
   ConvSetupCache conv_setups;
   PinnedPool staging{kStagingCacheBytes};
 };
@@ -183,6 +187,37 @@ class CudaBackend final : public Backend {
     ConvSetup& setup = setup_for(shape, Operation::backward_bias, nullptr, 0, "conv_backward_bias");
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
     OOC_CUDNN_CHECK(cudnnConvolutionBackwardBias(resources_->cudnn, &alpha_f, setup.y, dy, &beta_f, setup.bias, db));
+  }
+
+  void gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
+            double beta, void* workspace, size_t workspace_bytes) override {
+    DeviceScope scope(device_);
+    throw_if_fault_injected(FaultSite::conv, "gemm");
+    QueueTimer::Span span = timed(Queue::compute);
+    resources_->blas.run(shape, a, b, c, alpha, beta, workspace, workspace_bytes, resources_->compute.get());
+    if (bias) cuda_kernels::add_row_bias(shape.m, shape.n, bias, c, resources_->compute.get());
+  }
+
+  void channel_moments(const ChunkChannels& shape, const float* x, float* stats) override {
+    DeviceScope scope(device_);
+    QueueTimer::Span span = timed(Queue::compute);
+    double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
+    cuda_kernels::channel_moments(shape, x, stats, scratch, resources_->compute.get());
+  }
+
+  void channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
+                         float* sums) override {
+    DeviceScope scope(device_);
+    QueueTimer::Span span = timed(Queue::compute);
+    double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
+    cuda_kernels::channel_grad_sums(shape, x, dy, mean_invstd, sums, scratch, resources_->compute.get());
+  }
+
+  void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef,
+                      float* y) override {
+    DeviceScope scope(device_);
+    QueueTimer::Span span = timed(Queue::compute);
+    cuda_kernels::channel_affine(shape, x, dy, coef, y, resources_->compute.get());
   }
 
   // Pinned or registered host memory (and device or managed memory, which must never be read by

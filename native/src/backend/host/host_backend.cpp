@@ -8,6 +8,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/host/host_conv.hpp"
+#include "backend/host/host_layers.hpp"
 #include "exec/thread_pool.hpp"
 
 namespace ooc {
@@ -62,6 +63,22 @@ class HostBackend final : public Backend {
   }
   void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) override {
     host_conv_backward_bias(shape, dy, db, alpha, beta, ThreadPool::shared());
+  }
+
+  void gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
+            double beta, void*, size_t) override {
+    host_gemm(shape, a, b, bias, c, alpha, beta, ThreadPool::shared());
+  }
+  void channel_moments(const ChunkChannels& shape, const float* x, float* stats) override {
+    host_channel_moments(shape, x, stats, ThreadPool::shared());
+  }
+  void channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
+                         float* sums) override {
+    host_channel_grad_sums(shape, x, dy, mean_invstd, sums, ThreadPool::shared());
+  }
+  void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef,
+                      float* y) override {
+    host_channel_affine(shape, x, dy, coef, y, ThreadPool::shared());
   }
 
   bool host_is_device_accessible(const void*) override { return direct_access(); }

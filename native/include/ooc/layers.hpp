@@ -1,0 +1,47 @@
+// libooc's layers beyond convolution: GEMM (matmul, linear) and batch normalization, out of core.
+// Same contract as ooc.hpp's convolutions: host pointers, Options::memory_limit, a Plan and
+// RunStats of what ran; problems are ConvProblem values whose op names the layer:
+//   matmul:    c[M, N] = alpha * op(a) @ op(b) + beta * c (+ bias[N]); n = M, c = K, k = N.
+//   batchnorm: x [n, c, spatial...] (rank 2 to 5), statistics per channel over n and space.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ooc/ooc.hpp"
+
+namespace ooc {
+
+// GEMM. a_shape is op(a)'s [M, K], b_shape op(b)'s [K, N]; a mismatch throws invalid_argument in
+// torch's words ("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)").
+ConvProblem matmul_problem(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& b_shape, double alpha,
+                           double beta, bool has_bias);
+Plan plan_matmul(const ConvProblem& problem, const Options& options);
+// trans_a: a is stored [K, M] (op(a) = a^T); trans_b: b is stored [N, K]. bias: [N] or null
+// (problem.has_bias). c is never read when beta == 0.
+void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, const float* b, const float* bias,
+            float* c, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+
+// Batch normalization; op is one of the batchnorm_* operations. Throws invalid_argument naming x.
+ConvProblem batchnorm_problem(Operation op, const std::vector<int64_t>& x_shape);
+Plan plan_batchnorm(const ConvProblem& problem, const Options& options);
+
+// y = (x - mean) * invstd * scale + bias with the batch's statistics (biased variance), in two
+// passes over x: per-chunk (mean, M2) merged on the host in float64 (Chan et al.), then apply.
+// saved_mean, saved_invstd: [c] outputs. running_mean / running_var ([c], both or neither) are
+// updated in place like torch: r = (1 - momentum) * r + momentum * stat, unbiased variance.
+void batchnorm_forward_training(const ConvProblem& problem, const float* x, const float* scale, const float* bias,
+                                double eps, double momentum, float* running_mean, float* running_var, float* y,
+                                float* saved_mean, float* saved_invstd, const Options& options, Plan* used = nullptr,
+                                RunStats* stats = nullptr);
+// y = (x - mean) / sqrt(var + eps) * scale + bias, one pass.
+void batchnorm_forward_inference(const ConvProblem& problem, const float* x, const float* scale, const float* bias,
+                                 const float* mean, const float* var, double eps, float* y, const Options& options,
+                                 Plan* used = nullptr, RunStats* stats = nullptr);
+// Gradients of the training forward: pass 1 reduces sum(dy) and sum(dy * xhat) per channel
+// (dbias, dscale), pass 2 computes dx.
+void batchnorm_backward(const ConvProblem& problem, const float* x, const float* dy, const float* scale,
+                        const float* saved_mean, const float* saved_invstd, float* dx, float* dscale, float* dbias,
+                        const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+
+}  // namespace ooc

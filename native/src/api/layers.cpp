@@ -1,0 +1,130 @@
+// layers.hpp's entry points: GEMM and batch normalization, planned and run like the convolutions.
+#include "ooc/layers.hpp"
+
+#include <cmath>
+
+#include "api/backend_access.hpp"
+#include "exec/layer_pipeline.hpp"
+#include "exec/thread_pool.hpp"
+#include "plan/layer_planners.hpp"
+
+namespace ooc {
+namespace {
+
+void check_op(const ConvProblem& p, bool ok, const char* what) {
+  if (!ok)
+    throw invalid_argument(std::string(what) + ": the problem describes " + operation_name(p.op) +
+                           " (make it with the matching factory of layers.hpp)");
+}
+
+bool is_batchnorm(Operation op) {
+  return op == Operation::batchnorm_forward_training || op == Operation::batchnorm_forward_inference ||
+         op == Operation::batchnorm_backward;
+}
+
+void check_eps(double eps) {
+  if (!(eps > 0) || !std::isfinite(eps)) throw invalid_argument("eps must be positive, got " + std::to_string(eps));
+}
+
+template <typename Run>
+void run_layer(const ConvProblem& p, const Options& options, Plan* used, RunStats* stats, Run run) {
+  with_backend(options, [&](Backend& backend, const PlannerConfig& cfg) {
+    Plan plan = p.op == Operation::matmul ? plan_matmul_for(p, cfg) : plan_batchnorm_for(p, cfg);
+    RunStats s = run(plan, backend);
+    if (stats) *stats = s;
+    if (used) *used = std::move(plan);
+  });
+}
+
+}  // namespace
+
+Plan plan_matmul(const ConvProblem& problem, const Options& options) {
+  check_op(problem, problem.op == Operation::matmul, "plan_matmul");
+  Plan plan;
+  with_backend(options, [&](Backend&, const PlannerConfig& cfg) { plan = plan_matmul_for(problem, cfg); });
+  return plan;
+}
+
+void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, const float* b, const float* bias,
+            float* c, const Options& options, Plan* used, RunStats* stats) {
+  check_op(problem, problem.op == Operation::matmul, "matmul");
+  if (!a || !b || !c || (problem.has_bias && !bias)) throw invalid_argument("matmul: null data pointer");
+  run_layer(problem, options, used, stats, [&](const Plan& plan, Backend& backend) {
+    return run_matmul(plan, backend, trans_a, trans_b, a, b, bias, c, ThreadPool::shared());
+  });
+}
+
+Plan plan_batchnorm(const ConvProblem& problem, const Options& options) {
+  check_op(problem, is_batchnorm(problem.op), "plan_batchnorm");
+  Plan plan;
+  with_backend(options, [&](Backend&, const PlannerConfig& cfg) { plan = plan_batchnorm_for(problem, cfg); });
+  return plan;
+}
+
+void batchnorm_forward_training(const ConvProblem& problem, const float* x, const float* scale, const float* bias,
+                                double eps, double momentum, float* running_mean, float* running_var, float* y,
+                                float* saved_mean, float* saved_invstd, const Options& options, Plan* used,
+                                RunStats* stats) {
+  check_op(problem, problem.op == Operation::batchnorm_forward_training, "batchnorm_forward_training");
+  check_eps(eps);
+  if (!x || !scale || !bias || !y || !saved_mean || !saved_invstd || (!running_mean != !running_var))
+    throw invalid_argument("batchnorm_forward_training: null data pointer (running_mean and running_var go together)");
+  if (problem.n * problem.in[0] * problem.in[1] * problem.in[2] <= 1)
+    throw invalid_argument("Expected more than 1 value per channel when training, got input size " +
+                           std::to_string(problem.n) + "x" + std::to_string(problem.c));
+  BatchnormTensors t;
+  t.x = x;
+  t.scale = scale;
+  t.bias = bias;
+  t.out = y;
+  t.out_mean = saved_mean;
+  t.out_invstd = saved_invstd;
+  t.running_mean = running_mean;
+  t.running_var = running_var;
+  t.eps = eps;
+  t.momentum = momentum;
+  run_layer(problem, options, used, stats, [&](const Plan& plan, Backend& backend) {
+    return run_batchnorm(plan, backend, t, ThreadPool::shared());
+  });
+}
+
+void batchnorm_forward_inference(const ConvProblem& problem, const float* x, const float* scale, const float* bias,
+                                 const float* mean, const float* var, double eps, float* y, const Options& options,
+                                 Plan* used, RunStats* stats) {
+  check_op(problem, problem.op == Operation::batchnorm_forward_inference, "batchnorm_forward_inference");
+  check_eps(eps);
+  if (!x || !scale || !bias || !mean || !var || !y) throw invalid_argument("batchnorm_forward_inference: null data pointer");
+  BatchnormTensors t;
+  t.x = x;
+  t.scale = scale;
+  t.bias = bias;
+  t.mean = mean;
+  t.var = var;
+  t.out = y;
+  t.eps = eps;
+  run_layer(problem, options, used, stats, [&](const Plan& plan, Backend& backend) {
+    return run_batchnorm(plan, backend, t, ThreadPool::shared());
+  });
+}
+
+void batchnorm_backward(const ConvProblem& problem, const float* x, const float* dy, const float* scale,
+                        const float* saved_mean, const float* saved_invstd, float* dx, float* dscale, float* dbias,
+                        const Options& options, Plan* used, RunStats* stats) {
+  check_op(problem, problem.op == Operation::batchnorm_backward, "batchnorm_backward");
+  if (!x || !dy || !scale || !saved_mean || !saved_invstd || !dx || !dscale || !dbias)
+    throw invalid_argument("batchnorm_backward: null data pointer");
+  BatchnormTensors t;
+  t.x = x;
+  t.dy = dy;
+  t.scale = scale;
+  t.saved_mean = saved_mean;
+  t.saved_invstd = saved_invstd;
+  t.out = dx;
+  t.dscale = dscale;
+  t.dbias = dbias;
+  run_layer(problem, options, used, stats, [&](const Plan& plan, Backend& backend) {
+    return run_batchnorm(plan, backend, t, ThreadPool::shared());
+  });
+}
+
+}  // namespace ooc

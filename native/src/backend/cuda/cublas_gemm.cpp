@@ -1,0 +1,52 @@
+#include "backend/cuda/cublas_gemm.hpp"
+
+#include <limits>
+#include <string>
+
+#include "backend/cuda/cuda_check.hpp"
+
+namespace ooc {
+namespace {
+
+void check_cublas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw cuda_error(static_cast<int>(status),
+                     std::string(call) + " failed: " + cublasGetStatusName(status) + " (" +
+                         cublasGetStatusString(status) + ")");
+}
+
+int as_int(int64_t v, const char* what) {
+  if (v > std::numeric_limits<int>::max())
+    throw std::logic_error(std::string("cublas gemm: ") + what + " exceeds int (the planner keeps tiles below 2^31)");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+CublasGemm::~CublasGemm() {
+  if (handle_) (void)cublasDestroy(handle_);
+}
+
+void CublasGemm::run(const ChunkGemm& s, const float* a, const float* b, float* c, double alpha, double beta,
+                     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (!handle_) {
+    check_cublas(cublasCreate(&handle_), "cublasCreate");
+    check_cublas(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    check_cublas(cublasSetPointerMode(handle_, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
+  }
+  check_cublas(cublasSetStream(handle_, stream), "cublasSetStream");
+  // After cublasSetStream, which resets the workspace to cuBLAS' own pool (memory outside the budget).
+  check_cublas(cublasSetWorkspace(handle_, workspace_bytes ? workspace : nullptr, workspace_bytes),
+               "cublasSetWorkspace");
+  // cuBLAS is column-major: a row-major [r, c] matrix is its column-major [c, r]. So row-major
+  // C = op(A) op(B) is computed as column-major C^T = op(B)^T op(A)^T: the operands swap places.
+  const int m = as_int(s.m, "m"), n = as_int(s.n, "n"), k = as_int(s.k, "k");
+  const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int ldb = s.trans_b ? k : n;  // b stored [n, k] when transposed, else [k, n]
+  const int lda = s.trans_a ? m : k;  // a stored [k, m] when transposed, else [m, k]
+  const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+  check_cublas(cublasSgemm(handle_, op_b, op_a, n, m, k, &alpha_f, b, ldb, a, lda, &beta_f, c, n), "cublasSgemm");
+}
+
+}  // namespace ooc

@@ -1,0 +1,170 @@
+#include "backend/cuda/layer_kernels.hpp"
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.hpp"
+
+namespace ooc::cuda_kernels {
+namespace {
+
+constexpr int kReduceThreads = 256;
+// Enough blocks in all to fill an H100/H200 a few times over.
+constexpr int64_t kTargetBlocks = 1024;
+
+// Sums two doubles per thread over the block; thread 0 gets the totals.
+__device__ void block_sum2(double& a, double& b) {
+  __shared__ double sa[kReduceThreads], sb[kReduceThreads];
+  sa[threadIdx.x] = a;
+  sb[threadIdx.x] = b;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) {
+      sa[threadIdx.x] += sa[threadIdx.x + step];
+      sb[threadIdx.x] += sb[threadIdx.x + step];
+    }
+    __syncthreads();
+  }
+  a = sa[0];
+  b = sb[0];
+}
+
+// Per-channel reductions of a [n, c, space] tile into two float64 sums, split over a grid of
+// (c, parts) blocks so that few channels still spread over the whole GPU; part sums land in
+// scratch[(ch * parts + part) * 2 + {0, 1}] and a second kernel merges them per channel.
+// moments: d = x - shift (the channel's first element, against cancellation), sums d and d^2;
+// grad sums: dy and dy * (x - mean) * invstd.
+template <bool Grad>
+__global__ void partial_sums_kernel(int64_t n, int64_t c, int64_t space, const float* x, const float* dy,
+                                    const float* mean_invstd, double* scratch) {
+  const int64_t ch = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
+  const double shift = Grad ? mean_invstd[2 * ch] : x[ch * space];
+  const double invstd = Grad ? mean_invstd[2 * ch + 1] : 1.0;
+  double a = 0, b = 0;
+  const int64_t count = n * space, step = parts * blockDim.x;
+#pragma unroll 4
+  for (int64_t i = part * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += step) {
+    const int64_t row = i / space, o = (row * c + ch) * space + (i - row * space);
+    const double d = static_cast<double>(x[o]) - shift;
+    if (Grad) {
+      const double g = dy[o];
+      a += g;
+      b += g * d * invstd;
+    } else {
+      a += d;
+      b += d * d;
+    }
+  }
+  block_sum2(a, b);
+  if (threadIdx.x == 0) {
+    scratch[(ch * parts + part) * 2] = a;
+    scratch[(ch * parts + part) * 2 + 1] = b;
+  }
+}
+
+// One thread per channel: adds the parts; moments become (mean, M2), grad sums stay sums.
+template <bool Grad>
+__global__ void merge_parts_kernel(int64_t n, int64_t c, int64_t space, int64_t parts, const float* x,
+                                   const double* scratch, float* out) {
+  const int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (ch >= c) return;
+  double a = 0, b = 0;
+  for (int64_t p = 0; p < parts; ++p) {
+    a += scratch[(ch * parts + p) * 2];
+    b += scratch[(ch * parts + p) * 2 + 1];
+  }
+  if (Grad) {
+    out[2 * ch] = static_cast<float>(a);
+    out[2 * ch + 1] = static_cast<float>(b);
+  } else {
+    const double cnt = static_cast<double>(n * space);
+    out[2 * ch] = static_cast<float>(x[ch * space] + a / cnt);
+    out[2 * ch + 1] = static_cast<float>(b - a * a / cnt);
+  }
+}
+
+__global__ void affine_kernel(int64_t total, int64_t c, int64_t space, const float* x, const float* dy,
+                              const float* coef, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t ch = (i / space) % c;
+    if (dy)
+      y[i] = x[i] * coef[3 * ch] + dy[i] * coef[3 * ch + 1] + coef[3 * ch + 2];
+    else
+      y[i] = x[i] * coef[2 * ch] + coef[2 * ch + 1];
+  }
+}
+
+__global__ void row_bias_kernel(int64_t total, int64_t cols, const float* bias, float* c) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    c[i] += bias[i % cols];
+}
+
+unsigned grid_for(int64_t total, int threads) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((total + threads - 1) / threads, 65535)));
+}
+
+}  // namespace
+
+int64_t reduction_parts(const ChunkChannels& s) {
+  const int64_t per_channel = s.n * s.space;
+  const int64_t by_size = (per_channel + kReduceThreads * 8 - 1) / (kReduceThreads * 8);
+  return std::max<int64_t>(1, std::min({by_size, kTargetBlocks / std::max<int64_t>(s.c, 1) + 1, int64_t{65535}}));
+}
+
+size_t reduction_scratch_bytes(const ChunkChannels& s) {
+  return static_cast<size_t>(s.c * reduction_parts(s) * 2) * sizeof(double);
+}
+
+namespace {
+template <bool Grad>
+void channel_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd, float* out,
+                  double* scratch, cudaStream_t stream) {
+  const int64_t parts = reduction_parts(s);
+  const dim3 grid(static_cast<unsigned>(s.c), static_cast<unsigned>(parts));  // y: at most 65535
+  partial_sums_kernel<Grad><<<grid, kReduceThreads, 0, stream>>>(s.n, s.c, s.space, x, dy, mean_invstd, scratch);
+  OOC_CUDA_CHECK(cudaGetLastError());
+  merge_parts_kernel<Grad><<<grid_for(s.c, 128), 128, 0, stream>>>(s.n, s.c, s.space, parts, x, scratch, out);
+  OOC_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace
+
+void channel_moments(const ChunkChannels& s, const float* x, float* stats, double* scratch, cudaStream_t stream) {
+  channel_sums<false>(s, x, nullptr, nullptr, stats, scratch, stream);
+}
+
+void channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd, float* sums,
+                       double* scratch, cudaStream_t stream) {
+  channel_sums<true>(s, x, dy, mean_invstd, sums, scratch, stream);
+}
+
+void channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float* y,
+                    cudaStream_t stream) {
+  const int64_t total = s.n * s.c * s.space;
+  affine_kernel<<<grid_for(total, 256), 256, 0, stream>>>(total, s.c, s.space, x, dy, coef, y);
+  OOC_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* c, cudaStream_t stream) {
+  const int64_t total = rows * cols;
+  row_bias_kernel<<<grid_for(total, 256), 256, 0, stream>>>(total, cols, bias, c);
+  OOC_CUDA_CHECK(cudaGetLastError());
+}
+
+ReductionScratch::~ReductionScratch() {
+  if (data_) cuda_detail::ignore_cuda_error(cudaFree(data_));
+}
+
+double* ReductionScratch::get(size_t bytes) {
+  if (bytes > bytes_) {
+    // cudaFree waits for the device, so no kernel still reads the old buffer.
+    if (data_) OOC_CUDA_CHECK(cudaFree(data_));
+    data_ = nullptr;
+    bytes_ = 0;
+    OOC_CUDA_CHECK(cudaMalloc(&data_, bytes));
+    bytes_ = bytes;
+  }
+  return static_cast<double*>(data_);
+}
+
+}  // namespace ooc::cuda_kernels

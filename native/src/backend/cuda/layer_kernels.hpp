@@ -1,0 +1,36 @@
+// CUDA kernels of the batch-norm chunk operations and the GEMM bias (backend.hpp's channel_*),
+// launched on the given stream; every launch is checked (cuda_error).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.hpp"
+
+namespace ooc::cuda_kernels {
+
+// Device memory for the reductions' part sums, kept and grown as chunks need (a few KiB to MiB:
+// c x parts x 16 bytes, outside the plan's arena).
+class ReductionScratch {
+ public:
+  ReductionScratch() = default;
+  ~ReductionScratch();
+  ReductionScratch(const ReductionScratch&) = delete;
+  ReductionScratch& operator=(const ReductionScratch&) = delete;
+  double* get(size_t bytes);
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// The reductions need float64 scratch of reduction_scratch_bytes(s) (device memory) for their part sums.
+size_t reduction_scratch_bytes(const ChunkChannels& s);
+void channel_moments(const ChunkChannels& s, const float* x, float* stats, double* scratch, cudaStream_t stream);
+void channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd, float* sums,
+                       double* scratch, cudaStream_t stream);
+void channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float* y,
+                    cudaStream_t stream);
+// c[i, j] += bias[j] over a row-major [rows, cols] matrix.
+void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* c, cudaStream_t stream);
+
+}  // namespace ooc::cuda_kernels

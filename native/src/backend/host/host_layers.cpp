@@ -1,0 +1,85 @@
+#include "backend/host/host_layers.hpp"
+
+#include <vector>
+
+namespace ooc {
+
+void host_gemm(const ChunkGemm& s, const float* a, const float* b, const float* bias, float* c, double alpha,
+               double beta, ThreadPool& pool) {
+  // Element (i, j) of op(a) and op(b) in their stored layouts.
+  auto at = [&](int64_t i, int64_t kk) { return s.trans_a ? a[kk * s.m + i] : a[i * s.k + kk]; };
+  auto bt = [&](int64_t kk, int64_t j) { return s.trans_b ? b[j * s.k + kk] : b[kk * s.n + j]; };
+  pool.parallel_for(s.m, [&](int64_t begin, int64_t end) {
+    std::vector<double> acc(static_cast<size_t>(s.n));
+    for (int64_t i = begin; i < end; ++i) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t kk = 0; kk < s.k; ++kk) {
+        const double av = at(i, kk);
+        for (int64_t j = 0; j < s.n; ++j) acc[j] += av * bt(kk, j);
+      }
+      for (int64_t j = 0; j < s.n; ++j) {
+        double v = alpha * acc[j] + (beta != 0.0 ? beta * static_cast<double>(c[i * s.n + j]) : 0.0);
+        if (bias) v += bias[j];
+        c[i * s.n + j] = static_cast<float>(v);
+      }
+    }
+  });
+}
+
+void host_channel_moments(const ChunkChannels& s, const float* x, float* stats, ThreadPool& pool) {
+  pool.parallel_for(s.c, [&](int64_t begin, int64_t end) {
+    for (int64_t ch = begin; ch < end; ++ch) {
+      // Shifted by the channel's first element: sums of squares then lose little to cancellation.
+      const double shift = x[ch * s.space];
+      double sum = 0, sq = 0;
+      for (int64_t n = 0; n < s.n; ++n) {
+        const float* row = x + (n * s.c + ch) * s.space;
+        for (int64_t i = 0; i < s.space; ++i) {
+          const double d = row[i] - shift;
+          sum += d;
+          sq += d * d;
+        }
+      }
+      const double count = static_cast<double>(s.n * s.space);
+      stats[2 * ch] = static_cast<float>(shift + sum / count);
+      stats[2 * ch + 1] = static_cast<float>(sq - sum * sum / count);
+    }
+  });
+}
+
+void host_channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd,
+                            float* sums, ThreadPool& pool) {
+  pool.parallel_for(s.c, [&](int64_t begin, int64_t end) {
+    for (int64_t ch = begin; ch < end; ++ch) {
+      const double mean = mean_invstd[2 * ch], invstd = mean_invstd[2 * ch + 1];
+      double sdy = 0, sdyx = 0;
+      for (int64_t n = 0; n < s.n; ++n) {
+        const int64_t o = (n * s.c + ch) * s.space;
+        for (int64_t i = 0; i < s.space; ++i) {
+          sdy += dy[o + i];
+          sdyx += dy[o + i] * ((x[o + i] - mean) * invstd);
+        }
+      }
+      sums[2 * ch] = static_cast<float>(sdy);
+      sums[2 * ch + 1] = static_cast<float>(sdyx);
+    }
+  });
+}
+
+void host_channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float* y,
+                         ThreadPool& pool) {
+  pool.parallel_for(s.n * s.c, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t ch = row % s.c, o = row * s.space;
+      if (dy) {
+        const float a = coef[3 * ch], b = coef[3 * ch + 1], c = coef[3 * ch + 2];
+        for (int64_t i = 0; i < s.space; ++i) y[o + i] = x[o + i] * a + dy[o + i] * b + c;
+      } else {
+        const float a = coef[2 * ch], b = coef[2 * ch + 1];
+        for (int64_t i = 0; i < s.space; ++i) y[o + i] = x[o + i] * a + b;
+      }
+    }
+  });
+}
+
+}  // namespace ooc

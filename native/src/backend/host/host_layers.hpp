@@ -1,0 +1,17 @@
+// Reference CPU kernels of the layers in layers.hpp (GEMM, batch norm), as backend.hpp specifies them.
+#pragma once
+
+#include "backend/backend.hpp"
+#include "exec/thread_pool.hpp"
+
+namespace ooc {
+
+void host_gemm(const ChunkGemm& s, const float* a, const float* b, const float* bias, float* c, double alpha,
+               double beta, ThreadPool& pool);
+void host_channel_moments(const ChunkChannels& s, const float* x, float* stats, ThreadPool& pool);
+void host_channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd,
+                            float* sums, ThreadPool& pool);
+void host_channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float* y,
+                         ThreadPool& pool);
+
+}  // namespace ooc

@@ -1,0 +1,181 @@
+#include "exec/layer_pipeline.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace ooc {
+namespace {
+
+using Extent = std::array<int64_t, kMaxRank>;
+
+Box box_of(Range a, Range b, Range s0 = {0, 1}, Range s1 = {0, 1}, Range s2 = {0, 1}) {
+  return Box{{a.begin, b.begin, s0.begin, s1.begin, s2.begin}, {a.end, b.end, s0.end, s1.end, s2.end}};
+}
+
+TensorView view(const void* data, const Extent& shape) { return TensorView::contiguous(data, shape, 5, 4); }
+
+void add_stats(RunStats& total, const RunStats& s) {
+  total.bytes_h2d += s.bytes_h2d;
+  total.bytes_d2h += s.bytes_d2h;
+  total.device_bytes_reserved = std::max(total.device_bytes_reserved, s.device_bytes_reserved);
+  total.chunks += s.chunks;
+  total.seconds += s.seconds;
+  total.gather_seconds += s.gather_seconds;
+  total.scatter_seconds += s.scatter_seconds;
+  total.host_wait_seconds += s.host_wait_seconds;
+  auto add = [](double& a, double b) { a = a < 0 || b < 0 ? std::max(a, b) : a + b; };
+  add(total.h2d_busy_seconds, s.h2d_busy_seconds);
+  add(total.compute_busy_seconds, s.compute_busy_seconds);
+  add(total.d2h_busy_seconds, s.d2h_busy_seconds);
+}
+
+}  // namespace
+
+RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans_b, const float* a, const float* b,
+                    const float* bias, float* c, ThreadPool& pool) {
+  const ConvProblem& p = plan.problem;
+  const int64_t M = p.n, K = p.c, N = p.k;
+  OperationSpec spec;
+  spec.a = {a, plan.x_buffers, plan.x_slot_bytes};
+  spec.b = {b, plan.w_buffers, plan.w_slot_bytes};
+  spec.out = {c, plan.y_buffers, plan.y_slot_bytes};
+  spec.beta = p.beta;
+  spec.workspace_bytes = plan.workspace_bytes;
+  const TensorView av = view(a, trans_a ? Extent{K, M, 1, 1, 1} : Extent{M, K, 1, 1, 1});
+  const TensorView bv = view(b, trans_b ? Extent{N, K, 1, 1, 1} : Extent{K, N, 1, 1, 1});
+  const TensorView cv = view(c, {M, N, 1, 1, 1});
+  // Tiles keep the stored layout; the kernel is told which operand is transposed.
+  spec.a_region = [=](const Chunk& ch) { return Region{av, trans_a ? box_of(ch.c, ch.n) : box_of(ch.n, ch.c)}; };
+  spec.b_region = [=](const Chunk& ch) { return Region{bv, trans_b ? box_of(ch.k, ch.c) : box_of(ch.c, ch.k)}; };
+  spec.out_region = [=](const Chunk& ch) { return Region{cv, box_of(ch.n, ch.k)}; };
+  spec.a_loads = [](const Chunk& ch) { return ch.load_x; };
+  spec.b_loads = [](const Chunk& ch) { return ch.load_w; };
+  if (p.has_bias) {  // resident; added by the last chunk of each K reduction
+    spec.resident = Region{view(bias, {N, 1, 1, 1, 1}), box_of({0, N}, {0, 1})};
+    spec.resident_bytes = plan.bias_bytes;
+  }
+  spec.compute = [&](const Chunk& ch, const float* as, const float* bs, const float* bias_dev, float* cs, double beta,
+                     void* workspace) {
+    const ChunkGemm shape{ch.n.size(), ch.k.size(), ch.c.size(), trans_a, trans_b};
+    backend.gemm(shape, as, bs, ch.last_c && p.has_bias ? bias_dev + ch.k.begin : nullptr, cs, p.alpha, beta,
+                 workspace, plan.workspace_bytes);
+  };
+  return run_chunks(plan, backend, pool, spec);
+}
+
+RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensors& t, ThreadPool& pool) {
+  const ConvProblem& p = plan.problem;
+  const int64_t C = p.c;
+  const Extent x_shape{p.n, C, p.in[0], p.in[1], p.in[2]};
+  const bool backward = p.op == Operation::batchnorm_backward;
+  const TensorView xv = view(t.x, x_shape), ov = view(t.out, x_shape);
+  const TensorView dyv = backward ? view(t.dy, x_shape) : TensorView{};
+  auto x_region = [xv](const Chunk& ch) { return Region{xv, box_of(ch.n, ch.c, ch.in[0], ch.in[1], ch.in[2])}; };
+  auto shape_of = [](const Chunk& ch) {
+    return ChunkChannels{ch.n.size(), ch.c.size(), ch.in[0].size() * ch.in[1].size() * ch.in[2].size()};
+  };
+  auto base_spec = [&](float* out, size_t out_slot_bytes) {
+    OperationSpec spec;
+    spec.a = {t.x, plan.x_buffers, plan.x_slot_bytes};
+    if (backward) spec.b = {t.dy, plan.w_buffers, plan.w_slot_bytes};
+    spec.out = {out, plan.y_buffers, out_slot_bytes};
+    spec.a_region = x_region;
+    spec.b_region = [dyv](const Chunk& ch) { return Region{dyv, box_of(ch.n, ch.c, ch.in[0], ch.in[1], ch.in[2])}; };
+    spec.a_loads = spec.b_loads = [](const Chunk&) { return true; };
+    return spec;
+  };
+  RunStats total;
+  total.h2d_busy_seconds = total.compute_busy_seconds = total.d2h_busy_seconds = -1;
+  std::vector<float> coef;  // resident per-channel coefficients of the apply pass
+
+  if (p.op == Operation::batchnorm_forward_inference) {
+    coef.resize(2 * C);
+    for (int64_t c = 0; c < C; ++c) {
+      const double a = t.scale[c] / std::sqrt(static_cast<double>(t.var[c]) + t.eps);
+      coef[2 * c] = static_cast<float>(a);
+      coef[2 * c + 1] = static_cast<float>(t.bias[c] - t.mean[c] * a);
+    }
+  } else {
+    // Pass 1: each chunk writes its own row of a [chunks, C, 2] table (no accumulation on the device).
+    const int64_t rows = static_cast<int64_t>(plan.chunks.size());
+    std::vector<float> table(static_cast<size_t>(rows * C * 2));
+    std::vector<float> mean_invstd;
+    OperationSpec spec = base_spec(table.data(), plan.y_slot_bytes);
+    const TensorView tv = view(table.data(), {rows, C, 2, 1, 1});
+    spec.out_region = [tv](const Chunk& ch) { return Region{tv, box_of(ch.k, ch.c, {0, 2})}; };
+    if (backward) {
+      mean_invstd.resize(2 * C);
+      for (int64_t c = 0; c < C; ++c) {
+        mean_invstd[2 * c] = t.saved_mean[c];
+        mean_invstd[2 * c + 1] = t.saved_invstd[c];
+      }
+      spec.resident = Region{view(mean_invstd.data(), {C, 2, 1, 1, 1}), box_of({0, C}, {0, 2})};
+      spec.resident_bytes = plan.bias_bytes;
+      spec.compute = [&](const Chunk& ch, const float* xs, const float* dys, const float* res, float* outs, double,
+                         void*) { backend.channel_grad_sums(shape_of(ch), xs, dys, res + 2 * ch.c.begin, outs); };
+    } else {
+      spec.compute = [&](const Chunk& ch, const float* xs, const float*, const float*, float* outs, double, void*) {
+        backend.channel_moments(shape_of(ch), xs, outs);
+      };
+    }
+    add_stats(total, run_chunks(plan, backend, pool, spec));
+
+    // Merge the chunks' rows per channel in float64: Chan et al.'s pairwise update of (count,
+    // mean, M2) for the statistics, plain sums for the gradients.
+    std::vector<double> count(C, 0.0), m1(C, 0.0), m2(C, 0.0);
+    for (const Chunk& ch : plan.chunks) {
+      const double nb = static_cast<double>(shape_of(ch).n * shape_of(ch).space);
+      for (int64_t c = ch.c.begin; c < ch.c.end; ++c) {
+        const float* row = &table[static_cast<size_t>((ch.k.begin * C + c) * 2)];
+        if (backward) {
+          m1[c] += row[0];
+          m2[c] += row[1];
+          continue;
+        }
+        const double na = count[c], n = na + nb, delta = row[0] - m1[c];
+        m1[c] += delta * nb / n;
+        m2[c] += row[1] + delta * delta * na * nb / n;
+        count[c] = n;
+      }
+    }
+    const double total_count = static_cast<double>(p.n) * p.in[0] * p.in[1] * p.in[2];
+    coef.resize((backward ? 3 : 2) * C);
+    for (int64_t c = 0; c < C; ++c) {
+      if (backward) {
+        const double invstd = t.saved_invstd[c], mean = t.saved_mean[c];
+        const double g = t.scale[c] * invstd, mean_dy = m1[c] / total_count, mean_dyx = m2[c] / total_count;
+        t.dbias[c] = static_cast<float>(m1[c]);
+        t.dscale[c] = static_cast<float>(m2[c]);
+        coef[3 * c] = static_cast<float>(-g * invstd * mean_dyx);
+        coef[3 * c + 1] = static_cast<float>(g);
+        coef[3 * c + 2] = static_cast<float>(-g * mean_dy + g * invstd * mean * mean_dyx);
+        continue;
+      }
+      const double mean = m1[c], var = m2[c] / total_count, invstd = 1.0 / std::sqrt(var + t.eps);
+      t.out_mean[c] = static_cast<float>(mean);
+      t.out_invstd[c] = static_cast<float>(invstd);
+      if (t.running_mean) {
+        const double unbiased = total_count > 1 ? m2[c] / (total_count - 1) : var;
+        t.running_mean[c] = static_cast<float>((1 - t.momentum) * t.running_mean[c] + t.momentum * mean);
+        t.running_var[c] = static_cast<float>((1 - t.momentum) * t.running_var[c] + t.momentum * unbiased);
+      }
+      const double a = t.scale[c] * invstd;
+      coef[2 * c] = static_cast<float>(a);
+      coef[2 * c + 1] = static_cast<float>(t.bias[c] - mean * a);
+    }
+  }
+
+  // The apply pass: y (or dx) = per-channel affine map of x (and dy).
+  const int per = backward ? 3 : 2;
+  OperationSpec spec = base_spec(t.out, plan.y_slot_bytes);
+  spec.out_region = [ov](const Chunk& ch) { return Region{ov, box_of(ch.n, ch.c, ch.in[0], ch.in[1], ch.in[2])}; };
+  spec.resident = Region{view(coef.data(), {C, per, 1, 1, 1}), box_of({0, C}, {0, per})};
+  spec.resident_bytes = plan.bias_bytes;
+  spec.compute = [&](const Chunk& ch, const float* xs, const float* dys, const float* res, float* outs, double,
+                     void*) { backend.channel_affine(shape_of(ch), xs, backward ? dys : nullptr, res + per * ch.c.begin, outs); };
+  add_stats(total, run_chunks(plan, backend, pool, spec));
+  return total;
+}
+
+}  // namespace ooc

@@ -1,0 +1,25 @@
+// Runs layers.hpp's plans through the chunk pipeline: GEMM in one pass; batch norm in one
+// (inference) or two (training, backward: per-chunk statistics, merged on the host in float64,
+// then a per-channel affine pass).
+#pragma once
+
+#include "exec/chunk_pipeline.hpp"
+
+namespace ooc {
+
+RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans_b, const float* a, const float* b,
+                    const float* bias, float* c, ThreadPool& pool);
+
+struct BatchnormTensors {
+  const float *x = nullptr, *dy = nullptr, *scale = nullptr, *bias = nullptr;
+  const float *mean = nullptr, *var = nullptr;            // inference: the statistics to use
+  const float *saved_mean = nullptr, *saved_invstd = nullptr;  // backward: the forward's
+  float *out = nullptr;                                   // y or dx
+  float *out_mean = nullptr, *out_invstd = nullptr;       // training: saved_mean, saved_invstd
+  float *running_mean = nullptr, *running_var = nullptr;  // training, optional
+  float *dscale = nullptr, *dbias = nullptr;              // backward
+  double eps = 1e-5, momentum = 0.1;
+};
+RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensors& t, ThreadPool& pool);
+
+}  // namespace ooc

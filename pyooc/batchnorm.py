@@ -1,0 +1,147 @@
+"""Out-of-core batch normalization over host arrays (torch.nn.functional.batch_norm's semantics,
+NC + spatial, per channel). Arguments are checked here; libooc (native/include/ooc/layers.hpp)
+plans the tiles and runs two passes where the statistics need them, with the GIL released."""
+
+import numpy as np
+
+from pyooc._arrays import as_float, as_input, as_output, as_shape
+from pyooc._loader import load_native
+from pyooc.conv import _check_dtype, _common, _record_stats
+
+_native = load_native()
+
+
+def _options(memory_limit, backend, device):
+    return _common(1, 1, 0, 1, 1, 1.0, 0.0, memory_limit, backend, device)
+
+
+def _x(x, name="x"):
+    x = as_input(x, name)
+    if not 2 <= x.ndim <= 5:
+        raise ValueError(f"{name} must have 2 to 5 dimensions (N, C, spatial...), got shape {list(x.shape)}")
+    return x
+
+
+def _per_channel(array, name, channels, writable=False):
+    if array is None:
+        raise TypeError(f"{name} must be an array, got None")
+    if writable:
+        if not isinstance(array, np.ndarray) or array.dtype != np.float32 or not array.flags.c_contiguous \
+                or not array.flags.writeable:
+            raise TypeError(f"{name} must be a writable C-contiguous float32 numpy array (updated in place)")
+    else:
+        array = as_input(array, name)
+    if array.shape != (channels,):
+        raise ValueError(f"{name} must have shape [{channels}] (one per channel), got {list(array.shape)}")
+    return array
+
+
+def _eps(eps):
+    eps = as_float(eps, "eps")
+    if not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    return eps
+
+
+def _output(out, x, inputs):
+    if out is None:
+        return np.empty(x.shape, dtype=np.float32)
+    return as_output(out, x.shape, inputs)
+
+
+def _run(operation, x, arrays, eps, momentum, o):
+    flat = {k: (None if v is None else v.reshape(-1)) for k, v in arrays.items()}
+    plan, stats = _native.batchnorm(operation, x.shape, flat, eps, momentum, o["memory_limit"], o["backend"],
+                                    o["device"])
+    _record_stats(plan, stats)
+
+
+def plan_batchnorm_forward_training(x_shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
+    """The Plan batchnorm_forward_training would run: plan.passes is 2 (statistics, then normalize)."""
+    return _plan("batchnorm_forward_training", x_shape, dtype, memory_limit, backend, device)
+
+
+def plan_batchnorm_forward_inference(x_shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
+    """The Plan batchnorm_forward_inference would run (one pass)."""
+    return _plan("batchnorm_forward_inference", x_shape, dtype, memory_limit, backend, device)
+
+
+def plan_batchnorm_backward(x_shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
+    """The Plan batchnorm_backward would run: 2 passes (reduce sum(dy), sum(dy * xhat); then dx)."""
+    return _plan("batchnorm_backward", x_shape, dtype, memory_limit, backend, device)
+
+
+def _plan(operation, x_shape, dtype, memory_limit, backend, device):
+    _check_dtype(dtype)
+    o = _options(memory_limit, backend, device)
+    return _native.plan_batchnorm(operation, as_shape(x_shape, "x_shape"), o["memory_limit"], o["backend"],
+                                  o["device"])
+
+
+def batchnorm_forward_training(x, scale, bias, *, eps=1e-5, momentum=0.1, running_mean=None, running_var=None,
+                               out=None, memory_limit=None, backend="auto", device=0):
+    """y = (x - mean) / sqrt(var + eps) * scale + bias with the batch's per-channel statistics over N
+    and space (biased variance), out of core. Returns (y, saved_mean, saved_invstd).
+
+    running_mean / running_var (float32 [C], both or neither) are updated in place like torch:
+    r = (1 - momentum) * r + momentum * batch statistic, with the unbiased variance. Statistics are
+    merged across chunks in float64 (Chan et al.), so they do not depend on the split."""
+    x = _x(x)
+    c = x.shape[1]
+    scale, bias = _per_channel(scale, "scale", c), _per_channel(bias, "bias", c)
+    eps, momentum = _eps(eps), as_float(momentum, "momentum")
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("running_mean and running_var go together: pass both or neither")
+    if running_mean is not None:
+        running_mean = _per_channel(running_mean, "running_mean", c, writable=True)
+        running_var = _per_channel(running_var, "running_var", c, writable=True)
+    if x.size // c <= 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(x.shape)}")
+    o = _options(memory_limit, backend, device)
+    out = _output(out, x, {"x": x, "scale": scale, "bias": bias})
+    saved_mean, saved_invstd = np.empty(c, np.float32), np.empty(c, np.float32)
+    _run("batchnorm_forward_training", x,
+         {"x": x, "scale": scale, "bias": bias, "out": out, "out2": saved_mean, "out3": saved_invstd,
+          "running_mean": running_mean, "running_var": running_var}, eps, momentum, o)
+    return out, saved_mean, saved_invstd
+
+
+def batchnorm_forward_inference(x, scale, bias, mean, var, *, eps=1e-5, out=None, memory_limit=None, backend="auto",
+                                device=0):
+    """y = (x - mean) / sqrt(var + eps) * scale + bias with given per-channel statistics, out of
+    core, one pass."""
+    x = _x(x)
+    c = x.shape[1]
+    arrays = {name: _per_channel(a, name, c) for name, a in
+              (("scale", scale), ("bias", bias), ("mean", mean), ("var", var))}
+    eps = _eps(eps)
+    o = _options(memory_limit, backend, device)
+    out = _output(out, x, dict(arrays, x=x))
+    _run("batchnorm_forward_inference", x, dict(arrays, x=x, out=out), eps, 0.0, o)
+    return out
+
+
+def batchnorm_backward(x, dy, scale, saved_mean, saved_invstd, *, eps=1e-5, out=None, memory_limit=None,
+                       backend="auto", device=0):
+    """Gradients of batchnorm_forward_training: (dx, dscale, dbias), out of core in two passes
+    (sum(dy) and sum(dy * xhat) per channel, then dx). saved_mean / saved_invstd are the forward's;
+    eps is checked for symmetry with the forward (saved_invstd already includes it)."""
+    x, dy = _x(x), _x(dy, "dy")
+    if dy.shape != x.shape:
+        raise ValueError(f"dy must have x's shape {list(x.shape)}, got {list(dy.shape)}")
+    c = x.shape[1]
+    scale = _per_channel(scale, "scale", c)
+    saved_mean = _per_channel(saved_mean, "saved_mean", c)
+    saved_invstd = _per_channel(saved_invstd, "saved_invstd", c)
+    _eps(eps)
+    o = _options(memory_limit, backend, device)
+    out = _output(out, x, {"x": x, "dy": dy, "scale": scale})
+    dscale, dbias = np.empty(c, np.float32), np.empty(c, np.float32)
+    _run("batchnorm_backward", x,
+         {"x": x, "dy": dy, "scale": scale, "mean": saved_mean, "var": saved_invstd, "out": out, "out2": dscale,
+          "out3": dbias}, 1e-5, 0.0, o)
+    return out, dscale, dbias
+
+
+__all__ = ["batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
+           "plan_batchnorm_forward_training", "plan_batchnorm_forward_inference", "plan_batchnorm_backward"]

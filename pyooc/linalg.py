@@ -1,0 +1,110 @@
+"""Out-of-core GEMM over host arrays: matmul and torch's F.linear with its gradients. Arguments are
+checked here as conv.py checks them; libooc (native/include/ooc/layers.hpp) validates the shapes
+(torch's wording), plans the 2D blocking with a split K and runs it with the GIL released."""
+
+import numpy as np
+
+from pyooc._arrays import as_input, as_output, as_shape
+from pyooc._loader import load_native
+from pyooc.conv import _check_dtype, _common, _record_stats
+
+_native = load_native()
+
+
+def _options(alpha, beta, memory_limit, backend, device):
+    return _common(1, 1, 0, 1, 1, alpha, beta, memory_limit, backend, device)
+
+
+def _matrix(array, name):
+    array = as_input(array, name)
+    if array.ndim != 2:
+        raise ValueError(f"{name} must be a matrix (2-D), got {array.ndim}-D shape {list(array.shape)}")
+    return array
+
+
+def _shapes_of(a_shape, b_shape):
+    if len(a_shape) != 2 or len(b_shape) != 2:
+        raise ValueError(f"a_shape and b_shape must be 2-D, got {list(a_shape)} and {list(b_shape)}")
+
+
+def _gemm(a, a_shape, trans_a, b, b_shape, trans_b, bias, out, o, inputs):
+    """c = alpha * op(a) @ op(b) + beta * out (+ bias); a_shape, b_shape: op(a)'s and op(b)'s."""
+    # Validates the shapes (torch's message) before anything is allocated.
+    _native.check_matmul(a_shape, b_shape)
+    c_shape = (a_shape[0], b_shape[1])
+    if out is None:
+        if o["beta"] != 0.0:
+            raise ValueError("beta != 0 needs out= (c = alpha * a @ b + beta * out)")
+        out = np.empty(c_shape, dtype=np.float32)
+    else:
+        as_output(out, c_shape, inputs)
+    plan, stats = _native.matmul(a.reshape(-1), a_shape, trans_a, b.reshape(-1), b_shape, trans_b,
+                                 None if bias is None else bias.reshape(-1), out.reshape(-1), o["alpha"], o["beta"],
+                                 o["memory_limit"], o["backend"], o["device"])
+    _record_stats(plan, stats)
+    return out
+
+
+def plan_matmul(a_shape, b_shape, *, bias=False, alpha=1.0, beta=0.0, dtype="float32", memory_limit=None,
+                backend="auto", device=0):
+    """The Plan matmul would run for a [M, K] @ b [K, N], without running it: splits n (M), k (N)
+    and c (K, accumulated on the device). Raises MemoryError when nothing fits memory_limit."""
+    a_shape, b_shape = as_shape(a_shape, "a_shape"), as_shape(b_shape, "b_shape")
+    _check_dtype(dtype)
+    _shapes_of(a_shape, b_shape)
+    o = _options(alpha, beta, memory_limit, backend, device)
+    return _native.plan_matmul(a_shape, b_shape, o["alpha"], o["beta"], bool(bias), o["memory_limit"], o["backend"],
+                               o["device"])
+
+
+def matmul(a, b, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, backend="auto", device=0):
+    """alpha * a @ b + beta * out for float32 matrices a [M, K], b [K, N], out of core (cuBLAS SGEMM
+    in full FP32 on the GPU; no TF32). Inputs go in zero-copy and are never written; the result is
+    a new array or `out` (beta != 0 needs out)."""
+    a, b = _matrix(a, "mat1"), _matrix(b, "mat2")
+    o = _options(alpha, beta, memory_limit, backend, device)
+    return _gemm(a, a.shape, False, b, b.shape, False, None, out, o, {"a": a, "b": b})
+
+
+def plan_linear_forward(x_shape, w_shape, *, bias=False, memory_limit=None, backend="auto", device=0):
+    """The Plan linear_forward would run (x [M, K], w [N, K])."""
+    x_shape, w_shape = as_shape(x_shape, "x_shape"), as_shape(w_shape, "w_shape")
+    _shapes_of(x_shape, w_shape)
+    return plan_matmul(x_shape, (w_shape[1], w_shape[0]), bias=bias, memory_limit=memory_limit, backend=backend,
+                       device=device)
+
+
+def linear_forward(x, w, bias=None, *, out=None, memory_limit=None, backend="auto", device=0):
+    """y = x @ w.T + bias (torch.nn.functional.linear) for x [M, K], w [N, K], bias [N], out of
+    core; w is read in place (no transposed copy)."""
+    x, w = _matrix(x, "input"), _matrix(w, "weight")
+    if bias is not None:
+        bias = as_input(bias, "bias")
+        if bias.ndim != 1 or bias.shape[0] != w.shape[0]:
+            raise ValueError(f"bias must have shape [{w.shape[0]}] (one per output feature), got {list(bias.shape)}")
+    o = _options(1.0, 0.0, memory_limit, backend, device)
+    return _gemm(x, x.shape, False, w, (w.shape[1], w.shape[0]), True, bias, out, o, {"x": x, "w": w, "bias": bias})
+
+
+def linear_backward(x, w, dy, *, bias=True, memory_limit=None, backend="auto", device=0):
+    """Gradients of y = x @ w.T + bias: (dx = dy @ w [M, K], dw = dy.T @ x [N, K], db = dy summed
+    over rows [N], or None when bias=False), each out of core; dy [M, N]. db is the GEMM
+    ones[1, M] @ dy, so it streams dy like the others."""
+    x, w, dy = _matrix(x, "input"), _matrix(w, "weight"), _matrix(dy, "grad_output")
+    if dy.shape != (x.shape[0], w.shape[0]):
+        raise ValueError(f"grad_output must have shape {[x.shape[0], w.shape[0]]} (input rows x weight rows), "
+                         f"got {list(dy.shape)}")
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(f"mat1 and mat2 shapes cannot be multiplied ({x.shape[0]}x{x.shape[1]} and "
+                         f"{w.shape[1]}x{w.shape[0]})")
+    o = _options(1.0, 0.0, memory_limit, backend, device)
+    dx = _gemm(dy, dy.shape, False, w, w.shape, False, None, None, o, {})
+    dw = _gemm(dy, (dy.shape[1], dy.shape[0]), True, x, x.shape, False, None, None, o, {})
+    db = None
+    if bias:
+        ones = np.ones((1, dy.shape[0]), dtype=np.float32)
+        db = _gemm(ones, ones.shape, False, dy, dy.shape, False, None, None, o, {}).reshape(-1)
+    return dx, dw, db
+
+
+__all__ = ["matmul", "plan_matmul", "linear_forward", "plan_linear_forward", "linear_backward"]
