@@ -24,7 +24,11 @@ const char* dtype_name(DType dtype);
 //   backward_data    dx = alpha * conv_transpose(dy, w) + beta * dx      (dy has y's shape)
 //   backward_filter  dw = alpha * sum over n, out of dy (x) x-windows + beta * dw
 //   backward_bias    db = alpha * sum over n, out of dy + beta * db      (db: [k])
-enum class Operation { forward, backward_data, backward_filter, backward_bias };
+enum class Operation {
+  forward, backward_data, backward_filter, backward_bias,
+  // layers.hpp: element-wise and per-position layers (k == c, out == in)
+  activation_forward, activation_backward, softmax_forward, softmax_backward, add_tensor
+};
 const char* operation_name(Operation op);  // "conv_forward", "conv_backward_data", ...
 
 // One convolution operation, cuDNN cross-correlation, described by its forward geometry:

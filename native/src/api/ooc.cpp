@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "api/backend_access.hpp"
 #include "backend/backend.hpp"
 #include "exec/conv_pipeline.hpp"
 #include "exec/thread_pool.hpp"
@@ -58,6 +59,12 @@ PlannerConfig planner_config(Backend& backend, const Options& options) {
 }
 
 }  // namespace
+
+void with_backend(const Options& options, const std::function<void(Backend&, const PlannerConfig&)>& fn) {
+  BackendSlot& slot = backend_slot(options);
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  fn(*slot.backend, planner_config(*slot.backend, options));
+}
 
 void set_default_memory_limit(size_t bytes) { g_default_memory_limit = bytes; }
 size_t default_memory_limit() { return g_default_memory_limit; }

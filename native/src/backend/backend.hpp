@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ooc/layers.hpp"
 #include "ooc/ooc.hpp"
 #include "ooc/plan.hpp"
 
@@ -72,6 +73,22 @@ class Backend {
   virtual void conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
                                     double beta, void* workspace, size_t workspace_bytes) = 0;
   virtual void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) = 0;
+
+  // On Queue::compute, the layers of layers.hpp over dense chunks [n, c, in...] (shape.k unused):
+  //   activation: y = f(x); dx = f'(x) * dy from y, dy and x
+  //   softmax: over c per (n, position) or over c*space per n (instance); log: log-softmax
+  //   add_tensor: out = alpha * a + beta * (b ? b : out), a shaped a_shape (dims 1 or out's); beta == 0
+  //   never reads out
+  // The defaults (host/host_layers.cpp) are the reference loops over host-addressable slots, which
+  // is what the host backend uses; the cuda backend overrides them with cuDNN.
+  virtual void activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y);
+  virtual void activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
+                                   const float* dy, const float* x, float* dx);
+  virtual void softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y);
+  virtual void softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                                float* dx);
+  virtual void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
+                          double beta, const float* b, float* out);
 
   // Direct DMA between caller memory and device slots, without staging. Only used when
   // host_is_device_accessible(ptr) (pinned or registered memory).

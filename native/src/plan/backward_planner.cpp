@@ -200,6 +200,8 @@ Nest nest_of(const ConvProblem& p) {
       break;
     case Operation::forward:
       throw std::logic_error("plan_conv_backward_for: a forward problem");
+    default:
+      throw std::logic_error("plan_conv_backward_for: not a convolution gradient (layers plan in layer_planner)");
   }
   return nest;
 }

@@ -28,6 +28,11 @@ const char* operation_name(Operation op) {
     case Operation::backward_data: return "conv_backward_data";
     case Operation::backward_filter: return "conv_backward_filter";
     case Operation::backward_bias: return "conv_backward_bias";
+    case Operation::activation_forward: return "activation_forward";
+    case Operation::activation_backward: return "activation_backward";
+    case Operation::softmax_forward: return "softmax_forward";
+    case Operation::softmax_backward: return "softmax_backward";
+    case Operation::add_tensor: return "add_tensor";
   }
   return "?";
 }
@@ -216,12 +221,17 @@ int64_t ConvProblem::y_elements() const { return n * k * out[0] * out[1] * out[2
 
 double ConvProblem::flops() const {
   if (op == Operation::backward_bias) return static_cast<double>(y_elements());
+  if (op > Operation::backward_bias) return 8.0 * static_cast<double>(y_elements());  // layers: a few flops per element
   return 2.0 * static_cast<double>(y_elements()) * static_cast<double>(c / groups) *
          static_cast<double>(kernel[0] * kernel[1] * kernel[2]);
 }
 
 std::string ConvProblem::describe() const {
   std::ostringstream s;
+  if (op > Operation::backward_bias) {  // layers.hpp: element-wise and per-position layers
+    s << operation_name(op) << " " << dtype_name(dtype) << ": " << format_shape(x_shape());
+    return s.str();
+  }
   s << "conv" << spatial_dims << "d ";
   switch (op) {
     case Operation::forward:
@@ -240,6 +250,7 @@ std::string ConvProblem::describe() const {
       s << "backward bias " << dtype_name(dtype) << ": dy" << format_shape(y_shape()) << " -> db[" << k << "]";
       if (alpha != 1.0 || beta != 0.0) s << ", alpha=" << alpha << " beta=" << beta;
       return s.str();
+    default: break;
   }
   std::vector<int64_t> st(stride.begin(), stride.begin() + spatial_dims),
       pa(padding.begin(), padding.begin() + spatial_dims), di(dilation.begin(), dilation.begin() + spatial_dims);

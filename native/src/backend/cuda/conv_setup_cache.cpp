@@ -253,6 +253,7 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
     case Operation::backward_data: choose_algorithm<BackwardDataAlgorithms>(handle, *s, workspace_limit); break;
     case Operation::backward_filter: choose_algorithm<BackwardFilterAlgorithms>(handle, *s, workspace_limit); break;
     case Operation::backward_bias: break;  // a reduction: no algorithm, no workspace
+    default: break;                        // layers (layers.hpp) have no convolution setup
   }
   return s;
 }
@@ -297,6 +298,7 @@ void ConvSetupCache::benchmark(cudnnHandle_t handle, ConvSetup& setup, Operation
       benchmark_algorithm<BackwardFilterAlgorithms>(handle, setup, in1, in2, out, workspace, workspace_limit);
       break;
     case Operation::backward_bias: setup.benchmarked = true; break;
+    default: break;
   }
 }
 
@@ -306,6 +308,7 @@ bool ConvSetupCache::fall_back(cudnnHandle_t handle, ConvSetup& setup, Operation
     case Operation::backward_data: return fall_back_to<BackwardDataAlgorithms>(handle, setup, workspace_limit);
     case Operation::backward_filter: return fall_back_to<BackwardFilterAlgorithms>(handle, setup, workspace_limit);
     case Operation::backward_bias: return false;
+    default: return false;
   }
   return false;
 }

@@ -56,9 +56,17 @@ struct ConvolutionDescriptorTraits {
   static cudnnStatus_t destroy(Handle h) { return cudnnDestroyConvolutionDescriptor(h); }
 };
 
+struct ActivationDescriptorTraits {
+  using Handle = cudnnActivationDescriptor_t;
+  static constexpr const char* create_call = "cudnnCreateActivationDescriptor";
+  static cudnnStatus_t create(Handle* h) { return cudnnCreateActivationDescriptor(h); }
+  static cudnnStatus_t destroy(Handle h) { return cudnnDestroyActivationDescriptor(h); }
+};
+
 using CudnnHandle = CudnnObject<CudnnHandleTraits>;
 using TensorDescriptor = CudnnObject<TensorDescriptorTraits>;
 using FilterDescriptor = CudnnObject<FilterDescriptorTraits>;
 using ConvolutionDescriptor = CudnnObject<ConvolutionDescriptorTraits>;
+using ActivationDescriptor = CudnnObject<ActivationDescriptorTraits>;
 
 }  // namespace ooc

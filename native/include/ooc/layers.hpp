@@ -1,0 +1,49 @@
+// Out-of-core element-wise and per-position layers over host tensors: activation, softmax and
+// add-tensor (cuDNN's ActivationForward/Backward, SoftmaxForward/Backward, AddTensor). Shapes are
+// [n, c, spatial...] (rank 3 to 5; callers flatten anything else), float32, C-contiguous. Each
+// runs through the same planner vocabulary (Plan, Chunk) and pipeline as the convolution.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ooc/ooc.hpp"
+
+namespace ooc {
+
+enum class ActivationMode { relu, sigmoid, tanh, clipped_relu, elu, swish };
+enum class SoftmaxMode { channel, instance };  // channel: over c per (n, position); instance: over c*space per n
+
+// Parses "relu", ... / "channel", "instance"; invalid_argument listing the valid names otherwise.
+ActivationMode activation_mode_from_name(const std::string& name);
+SoftmaxMode softmax_mode_from_name(const std::string& name);
+
+// The problem each layer plans for (problem.op says which; k == c, out == in).
+ConvProblem layer_problem(Operation op, const std::vector<int64_t>& shape);
+
+Plan plan_activation_forward(const std::vector<int64_t>& shape, const Options& options);
+Plan plan_activation_backward(const std::vector<int64_t>& shape, const Options& options);
+Plan plan_softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options);
+Plan plan_softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options);
+// a broadcasts over c: each dim of a is 1 or equals c's. in_place: out is c (c is then read as out).
+Plan plan_add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& c_shape, bool in_place,
+                     const Options& options);
+
+// y = f(x); y may be x (in place). coef: clipped_relu's ceiling, elu's alpha, swish's beta.
+void activation_forward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* x,
+                        float* y, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+// dx = f'(x) * dy (from y, dy and x); dx may be dy.
+void activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* y,
+                         const float* dy, const float* x, float* dx, const Options& options, Plan* used = nullptr,
+                         RunStats* stats = nullptr);
+void softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* x, float* y,
+                     const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+void softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                      float* dx, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+// out = alpha * a + beta * c (a broadcast); out may be c (in place).
+void add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& c_shape, double alpha,
+                const float* a, double beta, const float* c, float* out, const Options& options,
+                Plan* used = nullptr, RunStats* stats = nullptr);
+
+}  // namespace ooc

@@ -1,0 +1,294 @@
+// The layers of layers.hpp: problem checks, plans (plan/layer_planner) and the pipeline specs
+// that stream their chunks (exec/chunk_pipeline) through the backend's layer kernels.
+#include "ooc/layers.hpp"
+
+#include <sstream>
+
+#include "api/backend_access.hpp"
+#include "exec/chunk_pipeline.hpp"
+#include "exec/thread_pool.hpp"
+#include "plan/layer_planner.hpp"
+#include "plan/shape_format.hpp"
+
+namespace ooc {
+namespace {
+
+using Extent = std::array<int64_t, kMaxRank>;
+
+template <typename Mode, size_t N>
+Mode mode_from_name(const std::string& name, const char* what, const std::array<const char*, N>& names) {
+  for (size_t i = 0; i < N; ++i)
+    if (name == names[i]) return static_cast<Mode>(i);
+  std::ostringstream msg;
+  msg << what << " must be one of";
+  for (size_t i = 0; i < N; ++i) msg << (i ? ", " : " ") << "'" << names[i] << "'";
+  msg << "; got '" << name << "'";
+  throw invalid_argument(msg.str());
+}
+
+Extent extent_of(const std::vector<int64_t>& shape) {
+  Extent e{1, 1, 1, 1, 1};
+  for (size_t i = 0; i < shape.size(); ++i) e[i] = shape[i];
+  return e;
+}
+
+ChunkConv chunk_of(const Extent& e, int spatial_dims) {
+  ChunkConv s;
+  s.spatial_dims = spatial_dims;
+  s.n = e[0];
+  s.c = s.k = e[1];
+  s.in = s.out = {e[2], e[3], e[4]};
+  return s;
+}
+
+Extent chunk_extent(const Chunk& ch) { return {ch.n.size(), ch.c.size(), ch.in[0].size(), ch.in[1].size(), ch.in[2].size()}; }
+
+Box chunk_box(const Chunk& ch) {
+  Box b;
+  b.lo = {ch.n.begin, ch.c.begin, ch.in[0].begin, ch.in[1].begin, ch.in[2].begin};
+  b.hi = {ch.n.end, ch.c.end, ch.in[0].end, ch.in[1].end, ch.in[2].end};
+  return b;
+}
+
+// A full-size tensor of the problem, streamed chunk by chunk.
+struct Streamed {
+  TensorView view;
+  StreamedTensor tensor;
+  std::function<Region(const Chunk&)> region;
+};
+
+Streamed streamed(const Plan& plan, const void* data, int slots, size_t slot_bytes) {
+  const ConvProblem& p = plan.problem;
+  Streamed s;
+  s.view = TensorView::contiguous(data, {p.n, p.c, p.in[0], p.in[1], p.in[2]}, 5, dtype_size(p.dtype));
+  s.tensor = {data, slots, slot_bytes};
+  s.region = [v = s.view](const Chunk& ch) { return Region{v, chunk_box(ch)}; };
+  return s;
+}
+
+OperationSpec elementwise_spec(const Plan& plan, const void* a, const void* b, const void* third, float* out) {
+  OperationSpec spec;
+  const int slots = plan.buffers;
+  const Streamed sa = streamed(plan, a, slots, plan.x_slot_bytes), so = streamed(plan, out, slots, plan.y_slot_bytes);
+  spec.a = sa.tensor;
+  spec.a_region = sa.region;
+  spec.a_loads = [](const Chunk&) { return true; };
+  if (b) {
+    const Streamed sb = streamed(plan, b, slots, plan.x_slot_bytes);
+    spec.b = sb.tensor;
+    spec.b_region = sb.region;
+  }
+  spec.b_loads = [](const Chunk&) { return true; };
+  if (third) {
+    const Streamed st = streamed(plan, third, slots, plan.x_slot_bytes);
+    spec.third = st.tensor;
+    spec.third_region = st.region;
+  }
+  spec.out = so.tensor;
+  spec.out_region = so.region;
+  return spec;
+}
+
+void require(bool ok, const char* what) {
+  if (!ok) throw invalid_argument(std::string(what) + ": null data pointer");
+}
+
+// Plans (and, when run is set, runs) one layer on the process-wide backend.
+void plan_and_run(const ConvProblem& p, const LayerPlanSpec& ls, const Options& options, Plan* plan_out,
+                  const std::function<OperationSpec(const Plan&, Backend&)>& make_spec, RunStats* stats) {
+  with_backend(options, [&](Backend& backend, const PlannerConfig& config) {
+    Plan plan = plan_layer(p, ls, config);
+    if (make_spec) {
+      RunStats s = run_chunks(plan, backend, ThreadPool::shared(), make_spec(plan, backend));
+      if (stats) *stats = s;
+    }
+    if (plan_out) *plan_out = std::move(plan);
+  });
+}
+
+LayerPlanSpec softmax_spec(SoftmaxMode mode, int full_inputs) {
+  LayerPlanSpec ls;
+  ls.full_inputs = full_inputs;
+  const bool space = mode == SoftmaxMode::channel;  // c is never split; space only for channel mode
+  ls.splittable = {true, false, space, space, space};
+  ls.whole = mode == SoftmaxMode::channel ? "softmax over channels reduces over c, so c (for one position)"
+                                          : "softmax over instances reduces over c and space, so one instance";
+  return ls;
+}
+
+Plan run_plan(const ConvProblem& p, const LayerPlanSpec& ls, const Options& options) {
+  Plan plan;
+  plan_and_run(p, ls, options, &plan, nullptr, nullptr);
+  return plan;
+}
+
+LayerPlanSpec add_spec(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& c_shape, bool in_place,
+                       double beta) {
+  if (a_shape.size() != c_shape.size())
+    throw invalid_argument("a must have as many dimensions as c: a" + format_shape(a_shape) + ", c" +
+                           format_shape(c_shape));
+  LayerPlanSpec ls;
+  ls.full_inputs = in_place ? 0 : 1;
+  ls.reads_output = in_place && beta != 0.0;
+  ls.has_broadcast = true;
+  for (size_t d = 0; d < a_shape.size(); ++d) {
+    if (a_shape[d] != 1 && a_shape[d] != c_shape[d])
+      throw invalid_argument("a" + format_shape(a_shape) + " does not broadcast to c" + format_shape(c_shape) +
+                             ": each dimension of a must be 1 or equal c's (dimension " + std::to_string(d) + ")");
+    ls.broadcast_full[d] = a_shape[d] != 1 || c_shape[d] == 1;
+  }
+  return ls;
+}
+
+}  // namespace
+
+ActivationMode activation_mode_from_name(const std::string& name) {
+  return mode_from_name<ActivationMode>(
+      name, "activation mode", std::array<const char*, 6>{"relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish"});
+}
+
+SoftmaxMode softmax_mode_from_name(const std::string& name) {
+  return mode_from_name<SoftmaxMode>(name, "softmax mode", std::array<const char*, 2>{"channel", "instance"});
+}
+
+ConvProblem layer_problem(Operation op, const std::vector<int64_t>& shape) {
+  if (op <= Operation::backward_bias) throw invalid_argument("layer_problem: not a layer operation");
+  if (shape.size() < 3 || shape.size() > 5)
+    throw invalid_argument(std::string(operation_name(op)) + ": expected a tensor of rank 3 to 5 [n, c, spatial...], got " +
+                           format_shape(shape));
+  for (int64_t d : shape)
+    if (d <= 0) throw invalid_argument(std::string(operation_name(op)) + ": every dimension must be positive, got " +
+                                       format_shape(shape));
+  ConvProblem p;
+  p.op = op;
+  p.spatial_dims = static_cast<int>(shape.size()) - 2;
+  p.n = shape[0];
+  p.c = p.k = shape[1];
+  for (int d = 0; d < p.spatial_dims; ++d) p.in[d] = p.out[d] = shape[2 + d];
+  return p;
+}
+
+Plan plan_activation_forward(const std::vector<int64_t>& shape, const Options& options) {
+  return run_plan(layer_problem(Operation::activation_forward, shape), LayerPlanSpec{}, options);
+}
+
+Plan plan_activation_backward(const std::vector<int64_t>& shape, const Options& options) {
+  LayerPlanSpec ls;
+  ls.full_inputs = 3;
+  return run_plan(layer_problem(Operation::activation_backward, shape), ls, options);
+}
+
+Plan plan_softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options) {
+  return run_plan(layer_problem(Operation::softmax_forward, shape), softmax_spec(mode, 1), options);
+}
+
+Plan plan_softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options) {
+  return run_plan(layer_problem(Operation::softmax_backward, shape), softmax_spec(mode, 2), options);
+}
+
+Plan plan_add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& c_shape, bool in_place,
+                     const Options& options) {
+  const LayerPlanSpec ls = add_spec(a_shape, c_shape, in_place, 1.0);
+  return run_plan(layer_problem(Operation::add_tensor, c_shape), ls, options);
+}
+
+void activation_forward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* x, float* y,
+                        const Options& options, Plan* used, RunStats* stats) {
+  require(x && y, "activation_forward");
+  const ConvProblem p = layer_problem(Operation::activation_forward, shape);
+  plan_and_run(p, LayerPlanSpec{}, options, used, [&](const Plan& plan, Backend& backend) {
+    OperationSpec spec = elementwise_spec(plan, x, nullptr, nullptr, y);
+    spec.compute = [&backend, &p, mode, coef](const Chunk& ch, const float* xs, const float*, const float*, float* ys,
+                                               double, void*) {
+      backend.activation_forward(chunk_of(chunk_extent(ch), p.spatial_dims), mode, coef, xs, ys);
+    };
+    return spec;
+  }, stats);
+}
+
+void activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* y,
+                         const float* dy, const float* x, float* dx, const Options& options, Plan* used,
+                         RunStats* stats) {
+  require(y && dy && x && dx, "activation_backward");
+  const ConvProblem p = layer_problem(Operation::activation_backward, shape);
+  LayerPlanSpec ls;
+  ls.full_inputs = 3;
+  plan_and_run(p, ls, options, used, [&](const Plan& plan, Backend& backend) {
+    OperationSpec spec = elementwise_spec(plan, y, dy, x, dx);
+    spec.compute3 = [&backend, &p, mode, coef](const Chunk& ch, const float* ys, const float* dys, const float* xs,
+                                                float* dxs, double) {
+      backend.activation_backward(chunk_of(chunk_extent(ch), p.spatial_dims), mode, coef, ys, dys, xs, dxs);
+    };
+    return spec;
+  }, stats);
+}
+
+void softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* x, float* y,
+                     const Options& options, Plan* used, RunStats* stats) {
+  require(x && y, "softmax_forward");
+  const ConvProblem p = layer_problem(Operation::softmax_forward, shape);
+  plan_and_run(p, softmax_spec(mode, 1), options, used, [&](const Plan& plan, Backend& backend) {
+    OperationSpec spec = elementwise_spec(plan, x, nullptr, nullptr, y);
+    spec.compute = [&backend, &p, mode, log](const Chunk& ch, const float* xs, const float*, const float*, float* ys,
+                                              double, void*) {
+      backend.softmax_forward(chunk_of(chunk_extent(ch), p.spatial_dims), mode, log, xs, ys);
+    };
+    return spec;
+  }, stats);
+}
+
+void softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                      float* dx, const Options& options, Plan* used, RunStats* stats) {
+  require(y && dy && dx, "softmax_backward");
+  const ConvProblem p = layer_problem(Operation::softmax_backward, shape);
+  plan_and_run(p, softmax_spec(mode, 2), options, used, [&](const Plan& plan, Backend& backend) {
+    OperationSpec spec = elementwise_spec(plan, y, dy, nullptr, dx);
+    spec.compute = [&backend, &p, mode, log](const Chunk& ch, const float* ys, const float* dys, const float*,
+                                              float* dxs, double, void*) {
+      backend.softmax_backward(chunk_of(chunk_extent(ch), p.spatial_dims), mode, log, ys, dys, dxs);
+    };
+    return spec;
+  }, stats);
+}
+
+void add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& c_shape, double alpha, const float* a,
+                double beta, const float* c, float* out, const Options& options, Plan* used, RunStats* stats) {
+  require(a && c && out, "add_tensor");
+  const bool in_place = out == c;
+  const LayerPlanSpec ls = add_spec(a_shape, c_shape, in_place, beta);
+  ConvProblem p = layer_problem(Operation::add_tensor, c_shape);
+  p.alpha = alpha;
+  p.beta = beta;
+  plan_and_run(p, ls, options, used, [&](const Plan& plan, Backend& backend) {
+    // Streamed as a: the broadcast tensor, one box per chunk (1 along its broadcast dims); b: c,
+    // unless out is c, which the pipeline then loads itself (scaled by beta).
+    const Extent a_ext = extent_of(a_shape);
+    const TensorView av = TensorView::contiguous(a, a_ext, 5, dtype_size(p.dtype));
+    OperationSpec spec = elementwise_spec(plan, c, nullptr, nullptr, out);
+    spec.a = {a, plan.w_buffers, plan.w_slot_bytes};
+    spec.a_region = [av, full = ls.broadcast_full](const Chunk& ch) {
+      Box b = chunk_box(ch);
+      for (int d = 0; d < 5; ++d)
+        if (!full[d]) b.lo[d] = 0, b.hi[d] = 1;
+      return Region{av, b};
+    };
+    const bool separate = !in_place;
+    if (separate) {
+      const Streamed sc = streamed(plan, c, plan.buffers, plan.x_slot_bytes);
+      spec.b = sc.tensor;
+      spec.b_region = sc.region;
+    }
+    spec.beta = separate ? 0.0 : beta;
+    spec.compute = [&backend, &p, full = ls.broadcast_full, separate, alpha, beta](
+                       const Chunk& ch, const float* as, const float* cs, const float*, float* outs, double, void*) {
+      Extent box = chunk_extent(ch), abox = box;
+      for (int d = 0; d < 5; ++d)
+        if (!full[d]) abox[d] = 1;
+      backend.add_tensor(chunk_of(abox, p.spatial_dims), chunk_of(box, p.spatial_dims), alpha, as, beta,
+                         separate ? cs : nullptr, outs);
+    };
+    return spec;
+  }, stats);
+}
+
+}  // namespace ooc

@@ -1,0 +1,130 @@
+// Reference loops of the layers (layers.hpp) over dense host chunks, in double precision where
+// they reduce; they are Backend's default implementations, used by the host backend.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "backend/backend.hpp"
+#include "exec/thread_pool.hpp"
+
+namespace ooc {
+namespace {
+
+int64_t spatial_elements(const ChunkConv& s) { return s.in[0] * s.in[1] * s.in[2]; }
+int64_t elements(const ChunkConv& s) { return s.n * s.c * spatial_elements(s); }
+
+// f(i) for i in [0, count), on the worker pool.
+template <typename F>
+void each(int64_t count, F f) {
+  ThreadPool::shared().parallel_for(count, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) f(i);
+  });
+}
+
+double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+
+double activate(ActivationMode mode, double coef, double x) {
+  switch (mode) {
+    case ActivationMode::relu: return x > 0 ? x : 0.0;
+    case ActivationMode::sigmoid: return sigmoid(x);
+    case ActivationMode::tanh: return std::tanh(x);
+    case ActivationMode::clipped_relu: return std::min(std::max(x, 0.0), coef);
+    case ActivationMode::elu: return x > 0 ? x : coef * std::expm1(x);
+    case ActivationMode::swish: return x * sigmoid(coef * x);
+  }
+  throw std::logic_error("activation: unknown mode");
+}
+
+// dy * f'(x), from y = f(x) where that is how cuDNN computes it.
+double activate_grad(ActivationMode mode, double coef, double y, double dy, double x) {
+  switch (mode) {
+    case ActivationMode::relu: return x > 0 ? dy : 0.0;
+    case ActivationMode::sigmoid: return dy * y * (1.0 - y);
+    case ActivationMode::tanh: return dy * (1.0 - y * y);
+    case ActivationMode::clipped_relu: return x > 0 && x < coef ? dy : 0.0;
+    case ActivationMode::elu: return x > 0 ? dy : dy * coef * std::exp(x);
+    case ActivationMode::swish: {
+      const double s = sigmoid(coef * x);
+      return dy * (s + coef * x * s * (1.0 - s));
+    }
+  }
+  throw std::logic_error("activation: unknown mode");
+}
+
+// Calls f(base, count, stride) for each group softmax reduces over: channel mode: the c values at
+// one (n, position), `stride` apart; instance: the c*space values of one n, contiguous.
+template <typename F>
+void for_each_group(const ChunkConv& s, SoftmaxMode mode, F f) {
+  const int64_t sp = spatial_elements(s);
+  if (mode == SoftmaxMode::instance) {
+    each(s.n, [&](int64_t n) { f(n * s.c * sp, s.c * sp, int64_t{1}); });
+    return;
+  }
+  each(s.n * sp, [&](int64_t g) {
+    const int64_t n = g / sp, pos = g % sp;
+    f(n * s.c * sp + pos, s.c, sp);
+  });
+}
+
+}  // namespace
+
+void Backend::activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y) {
+  each(elements(shape), [&](int64_t i) {
+    y[i] = static_cast<float>(activate(mode, coef, x[i]));
+  });
+}
+
+void Backend::activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
+                                  const float* dy, const float* x, float* dx) {
+  each(elements(shape), [&](int64_t i) {
+    dx[i] = static_cast<float>(activate_grad(mode, coef, y[i], dy[i], x[i]));
+  });
+}
+
+void Backend::softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y) {
+  for_each_group(shape, mode, [&](int64_t base, int64_t count, int64_t stride) {
+    double m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < count; ++j) m = std::max(m, static_cast<double>(x[base + j * stride]));
+    for (int64_t j = 0; j < count; ++j) sum += std::exp(x[base + j * stride] - m);
+    for (int64_t j = 0; j < count; ++j) {
+      const double v = x[base + j * stride] - m;
+      y[base + j * stride] = static_cast<float>(log ? v - std::log(sum) : std::exp(v) / sum);
+    }
+  });
+}
+
+void Backend::softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                               float* dx) {
+  for_each_group(shape, mode, [&](int64_t base, int64_t count, int64_t stride) {
+    double dot = 0;  // softmax: sum dy*y; log-softmax: sum dy
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t i = base + j * stride;
+      dot += log ? static_cast<double>(dy[i]) : static_cast<double>(dy[i]) * y[i];
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t i = base + j * stride;
+      dx[i] = static_cast<float>(log ? dy[i] - std::exp(static_cast<double>(y[i])) * dot : y[i] * (dy[i] - dot));
+    }
+  });
+}
+
+void Backend::add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
+                         double beta, const float* b, float* out) {
+  const int64_t ext[5] = {out_shape.n, out_shape.c, out_shape.in[0], out_shape.in[1], out_shape.in[2]};
+  const int64_t aext[5] = {a_shape.n, a_shape.c, a_shape.in[0], a_shape.in[1], a_shape.in[2]};
+  int64_t astride[5];
+  astride[4] = 1;
+  for (int d = 3; d >= 0; --d) astride[d] = astride[d + 1] * aext[d + 1];
+  each(elements(out_shape), [&](int64_t i) {
+    int64_t rest = i, ai = 0;
+    for (int d = 4; d >= 0; --d) {
+      const int64_t idx = rest % ext[d];
+      rest /= ext[d];
+      if (aext[d] != 1) ai += idx * astride[d];
+    }
+    const double prev = beta == 0.0 ? 0.0 : beta * (b ? b[i] : out[i]);
+    out[i] = static_cast<float>(alpha * a[ai] + prev);
+  });
+}
+
+}  // namespace ooc
