@@ -164,6 +164,8 @@ cdef class Plan:
                     "n": n, "k": k, "c": c, "dy": _ranges(ch.out, sd), "x": _ranges(ch.input, sd),
                     "load_x": ch.load_x, "load_dy": ch.load_y, "first": ch.first_c, "last": ch.last_c,
                 })
+            elif <int>op >= <int>ooc.Operation.activation_forward:  # layers: disjoint boxes of the tensor
+                result.append({"n": n, "c": c, "box": _ranges(ch.input, sd)})
             else:
                 result.append({"n": n, "k": k, "dy": _ranges(ch.out, sd), "load_dy": ch.load_y,
                                "first": ch.first_c, "last": ch.last_c})
@@ -383,3 +385,6 @@ cdef class PinnedAllocation:
     @property
     def address(self):
         return <uintptr_t>self.ptr
+
+
+include "_layers.pxi"

@@ -19,6 +19,11 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
         backward_data
         backward_filter
         backward_bias
+        activation_forward
+        activation_backward
+        softmax_forward
+        softmax_backward
+        add_tensor
 
     const char* operation_name(Operation op)
 
@@ -151,6 +156,36 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
     LinkBandwidth measure_link_bandwidth(int device, size_t nbytes) except +translate_exception
     void* alloc_pinned(size_t bytes) except +translate_exception
     void free_pinned(void* ptr)
+
+
+cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
+    cdef enum class ActivationMode(int):
+        relu
+    cdef enum class SoftmaxMode(int):
+        channel
+
+    ActivationMode activation_mode_from_name(const string& name) except +translate_exception
+    SoftmaxMode softmax_mode_from_name(const string& name) except +translate_exception
+    Plan plan_activation_forward(const vector[int64_t]& shape, const Options& options) except +translate_exception
+    Plan plan_activation_backward(const vector[int64_t]& shape, const Options& options) except +translate_exception
+    Plan plan_softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode,
+                              const Options& options) except +translate_exception
+    Plan plan_softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode,
+                               const Options& options) except +translate_exception
+    Plan plan_add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, bool in_place,
+                         const Options& options) except +translate_exception
+    void activation_forward(const vector[int64_t]& shape, ActivationMode mode, double coef, const float* x, float* y,
+                            const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void activation_backward(const vector[int64_t]& shape, ActivationMode mode, double coef, const float* y,
+                             const float* dy, const float* x, float* dx, const Options& options, Plan* used,
+                             RunStats* stats) except +translate_exception
+    void softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const float* x, float* y,
+                         const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                          float* dx, const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, double alpha, const float* a,
+                    double beta, const float* c, float* out, const Options& options, Plan* used,
+                    RunStats* stats) except +translate_exception
 
 
 cdef extern from "ooc/ooc.hpp" namespace "ooc::testing" nogil:
