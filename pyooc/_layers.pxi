@@ -97,3 +97,34 @@ def add_tensor(tuple a_shape, tuple c_shape, double alpha, const float[::1] a, d
     with nogil:
         ooc.add_tensor(av, cv, alpha, &a[0], beta, &c[0], &out[0], options, &plan, &stats)
     return _ran(plan, stats)
+
+
+def pool_output_shape(tuple x_shape, tuple kernel, tuple stride, tuple padding):
+    """Checks the pooling geometry (ValueError naming the argument) and gives y's shape."""
+    return tuple(ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding)).y_shape())
+
+
+def pool_mode(str mode):
+    ooc.pool_mode_from_name(mode.encode())
+
+
+def plan_pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, size_t memory_limit, str backend,
+                      int device):
+    cdef ooc.ConvProblem problem = ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding))
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_pool_forward(problem, options)
+    return Plan.wrap(plan)
+
+
+def pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, const float[::1] x,
+                 float[::1] y, size_t memory_limit, str backend, int device):
+    cdef ooc.ConvProblem problem = ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding))
+    cdef ooc.PoolMode m = ooc.pool_mode_from_name(mode.encode())
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.pool_forward(problem, m, &x[0], &y[0], options, &plan, &stats)
+    return _ran(plan, stats)

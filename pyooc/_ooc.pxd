@@ -24,6 +24,7 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
         softmax_forward
         softmax_backward
         add_tensor
+        pool_forward
 
     const char* operation_name(Operation op)
 
@@ -164,6 +165,14 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
     cdef enum class SoftmaxMode(int):
         channel
 
+    cdef enum class PoolMode(int):
+        max
+    PoolMode pool_mode_from_name(const string& name) except +translate_exception
+    ConvProblem pool_problem(const vector[int64_t]& x_shape, const vector[int64_t]& kernel,
+                             const vector[int64_t]& stride, const vector[int64_t]& padding) except +translate_exception
+    Plan plan_pool_forward(const ConvProblem& problem, const Options& options) except +translate_exception
+    void pool_forward(const ConvProblem& problem, PoolMode mode, const float* x, float* y, const Options& options,
+                      Plan* used, RunStats* stats) except +translate_exception
     ActivationMode activation_mode_from_name(const string& name) except +translate_exception
     SoftmaxMode softmax_mode_from_name(const string& name) except +translate_exception
     Plan plan_activation_forward(const vector[int64_t]& shape, const Options& options) except +translate_exception

@@ -15,6 +15,22 @@ namespace ooc {
 enum class ActivationMode { relu, sigmoid, tanh, clipped_relu, elu, swish };
 enum class SoftmaxMode { channel, instance };  // channel: over c per (n, position); instance: over c*space per n
 
+// Pooling (cuDNN PoolingForward): max, average counting padding (CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING)
+// or average over the window's part inside the tensor (..._EXCLUDE_PADDING).
+enum class PoolMode { max, avg, avg_exclude_pad };
+PoolMode pool_mode_from_name(const std::string& name);
+
+// x: [n, c, in...] (rank 3 to 5); kernel, stride, padding: one entry per spatial dim (or one for
+// all). Checks as torch does (padding at most half the kernel; the kernel fits the padded input).
+ConvProblem pool_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
+                         const std::vector<int64_t>& stride, const std::vector<int64_t>& padding);
+// Splits n, c and every unpadded spatial dim (with the window halo); padded dims stay whole, since
+// pooling's implicit padding (-inf for max, excluded for avg_exclude_pad) is not explicit zeros
+// and cuDNN's legacy padding is symmetric.
+Plan plan_pool_forward(const ConvProblem& problem, const Options& options);
+void pool_forward(const ConvProblem& problem, PoolMode mode, const float* x, float* y, const Options& options,
+                  Plan* used = nullptr, RunStats* stats = nullptr);
+
 // Parses "relu", ... / "channel", "instance"; invalid_argument listing the valid names otherwise.
 ActivationMode activation_mode_from_name(const std::string& name);
 SoftmaxMode softmax_mode_from_name(const std::string& name);

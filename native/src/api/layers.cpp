@@ -7,6 +7,7 @@
 #include "api/backend_access.hpp"
 #include "exec/chunk_pipeline.hpp"
 #include "exec/thread_pool.hpp"
+#include "plan/conv_geometry.hpp"
 #include "plan/layer_planner.hpp"
 #include "plan/shape_format.hpp"
 
@@ -145,6 +146,84 @@ LayerPlanSpec add_spec(const std::vector<int64_t>& a_shape, const std::vector<in
 ActivationMode activation_mode_from_name(const std::string& name) {
   return mode_from_name<ActivationMode>(
       name, "activation mode", std::array<const char*, 6>{"relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish"});
+}
+
+PoolMode pool_mode_from_name(const std::string& name) {
+  return mode_from_name<PoolMode>(name, "pooling mode", std::array<const char*, 3>{"max", "avg", "avg_exclude_pad"});
+}
+
+ConvProblem pool_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
+                         const std::vector<int64_t>& stride, const std::vector<int64_t>& padding) {
+  ConvProblem p = layer_problem(Operation::pool_forward, x_shape);
+  const int sd = p.spatial_dims;
+  auto expand = [&](const std::vector<int64_t>& v, const char* name, int64_t least) {
+    if (v.size() != 1 && v.size() != static_cast<size_t>(sd))
+      throw invalid_argument(std::string(name) + " must have 1 or " + std::to_string(sd) + " entries, got " +
+                             format_shape(v));
+    Dims3 out{1, 1, 1};
+    if (least == 0) out = {0, 0, 0};
+    for (int d = 0; d < sd; ++d) {
+      out[d] = v.size() == 1 ? v[0] : v[d];
+      if (out[d] < least)
+        throw invalid_argument(std::string(name) + " must be " + (least ? "positive" : "non-negative") + ", got " +
+                               format_shape(v));
+    }
+    return out;
+  };
+  p.kernel = expand(kernel, "kernel", 1);
+  p.stride = expand(stride, "stride", 1);
+  p.padding = expand(padding, "padding", 0);
+  for (int d = 0; d < sd; ++d) {
+    if (2 * p.padding[d] > p.kernel[d])
+      throw invalid_argument("padding: pad should be at most half of effective kernel size, but got pad=" +
+                             std::to_string(p.padding[d]) + ", kernel_size=" + std::to_string(p.kernel[d]) +
+                             " (dimension " + std::to_string(d) + ")");
+    p.out[d] = conv_output_size(p.in[d], p.kernel[d], p.stride[d], p.padding[d], 1);
+    if (p.out[d] <= 0)
+      throw invalid_argument("kernel: kernel size " + std::to_string(p.kernel[d]) +
+                             " is larger than the padded input size " + std::to_string(p.in[d] + 2 * p.padding[d]) +
+                             " (dimension " + std::to_string(d) + " of x" + format_shape(x_shape) + ")");
+  }
+  p.k = p.c;
+  return p;
+}
+
+Plan plan_pool_forward(const ConvProblem& problem, const Options& options) {
+  if (problem.op != Operation::pool_forward) throw invalid_argument("plan_pool_forward: not a pooling problem");
+  Plan plan;
+  with_backend(options, [&](Backend&, const PlannerConfig& config) { plan = plan_pool(problem, config); });
+  return plan;
+}
+
+void pool_forward(const ConvProblem& p, PoolMode mode, const float* x, float* y, const Options& options, Plan* used,
+                  RunStats* stats) {
+  require(x && y, "pool_forward");
+  if (p.op != Operation::pool_forward) throw invalid_argument("pool_forward: not a pooling problem");
+  with_backend(options, [&](Backend& backend, const PlannerConfig& config) {
+    Plan plan = plan_pool(p, config);
+    OperationSpec spec;
+    const size_t es = dtype_size(p.dtype);
+    const TensorView xv = TensorView::contiguous(x, {p.n, p.c, p.in[0], p.in[1], p.in[2]}, 5, es);
+    const TensorView yv = TensorView::contiguous(y, {p.n, p.c, p.out[0], p.out[1], p.out[2]}, 5, es);
+    spec.a = {x, plan.x_buffers, plan.x_slot_bytes};
+    spec.out = {y, plan.y_buffers, plan.y_slot_bytes};
+    spec.a_loads = spec.b_loads = [](const Chunk&) { return true; };
+    spec.a_region = [xv](const Chunk& ch) {
+      Box b = chunk_box(ch);  // n, c and the input ranges (halo included, inside the tensor)
+      return Region{xv, b};
+    };
+    spec.out_region = [yv](const Chunk& ch) {
+      Box b;
+      b.lo = {ch.n.begin, ch.c.begin, ch.out[0].begin, ch.out[1].begin, ch.out[2].begin};
+      b.hi = {ch.n.end, ch.c.end, ch.out[0].end, ch.out[1].end, ch.out[2].end};
+      return Region{yv, b};
+    };
+    spec.compute = [&backend, &p, mode](const Chunk& ch, const float* xs, const float*, const float*, float* ys, double,
+                                        void*) { backend.pool_forward(chunk_shape(ch, p), mode, xs, ys); };
+    RunStats s = run_chunks(plan, backend, ThreadPool::shared(), spec);
+    if (stats) *stats = s;
+    if (used) *used = std::move(plan);
+  });
 }
 
 SoftmaxMode softmax_mode_from_name(const std::string& name) {

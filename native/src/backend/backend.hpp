@@ -87,6 +87,8 @@ class Backend {
   virtual void softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y);
   virtual void softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
                                 float* dx);
+  // pooling: y over shape.out from x over shape.in with shape's kernel, stride and symmetric padding
+  virtual void pool_forward(const ChunkConv& shape, PoolMode mode, const float* x, float* y);
   virtual void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
                           double beta, const float* b, float* out);
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "ooc/errors.hpp"
+#include "plan/conv_geometry.hpp"
 #include "plan/planner_parts.hpp"
 #include "plan/shape_format.hpp"
 
@@ -23,6 +24,67 @@ Extent5 broadcast_tile(const LayerPlanSpec& spec, const Extent5& tile) {
   return a;
 }
 
+// Calls f(chunk) for each tile of `extent` (n, c, out...) in row-major order: n, c (== k) and out set.
+template <typename F>
+void for_each_box(const Extent5& extent, const Extent5& tile, F f) {
+  Extent5 splits{};
+  for (int d = 0; d < 5; ++d) splits[d] = ceil_div(extent[d], tile[d]);
+  const auto range = [&](int64_t i, int d) { return Range{i * tile[d], std::min(extent[d], (i + 1) * tile[d])}; };
+  for (int64_t in = 0; in < splits[0]; ++in)
+    for (int64_t ic = 0; ic < splits[1]; ++ic)
+      for (int64_t i0 = 0; i0 < splits[2]; ++i0)
+        for (int64_t i1 = 0; i1 < splits[3]; ++i1)
+          for (int64_t i2 = 0; i2 < splits[4]; ++i2) {
+            Chunk ch;
+            ch.n = range(in, 0);
+            ch.c = ch.k = range(ic, 1);
+            ch.out = {range(i0, 2), range(i1, 3), range(i2, 4)};
+            ch.load_x = ch.load_w = ch.load_y = true;
+            f(ch);
+          }
+}
+
+// Largest tile that `fits`, splitting outer dims first (inner ones only once the outer are 1).
+template <typename Fits>
+bool largest_tile(const Extent5& extent, const std::array<bool, 5>& splittable, Extent5& tile, Fits fits) {
+  tile = extent;
+  if (fits(tile)) return true;
+  for (int d = 0; d < 5; ++d) {
+    if (!splittable[d]) continue;
+    for (int64_t t : planner_parts::candidate_tiles(extent[d])) {
+      tile[d] = t;
+      if (fits(tile)) return true;
+    }
+  }
+  return false;
+}
+
+void set_tiling(Plan& plan, const Extent5& extent, const Extent5& tile) {
+  plan.tiling.n = tile[0];
+  plan.tiling.c = plan.tiling.k = tile[1];
+  plan.tiling.out = {tile[2], tile[3], tile[4]};
+  plan.splits_n = ceil_div(extent[0], tile[0]);
+  plan.splits_c = plan.splits_k = ceil_div(extent[1], tile[1]);
+  for (int d = 0; d < 3; ++d) plan.splits_out[d] = ceil_div(extent[2 + d], tile[2 + d]);
+}
+
+double predicted_seconds(const ConvProblem& p, const Plan& plan, const MachineModel& m) {
+  return std::max({plan.bytes_h2d / m.h2d_bytes_per_s, plan.bytes_d2h / m.d2h_bytes_per_s,
+                   (plan.bytes_h2d + plan.bytes_d2h) / m.bidir_bytes_per_s, p.flops() / m.flops_per_s}) +
+         static_cast<double>(plan.chunks.size()) * m.chunk_overhead_s;
+}
+
+Plan plan_header(const ConvProblem& p, const PlannerConfig& config, int buffers) {
+  Plan plan;
+  plan.problem = p;
+  plan.backend = config.backend;
+  plan.machine = config.machine;
+  plan.memory_limit = config.memory_limit;
+  plan.order = LoopOrder::ns_outer;
+  plan.buffers = buffers;
+  return plan;
+}
+
 size_t peak_bytes(const LayerPlanSpec& spec, const Extent5& tile, int buffers, double es) {
   const size_t full = slot_bytes(product(tile), es);
   const size_t a = spec.has_broadcast ? slot_bytes(product(broadcast_tile(spec, tile)), es) : 0;
@@ -38,35 +100,15 @@ Plan plan_layer(const ConvProblem& p, const LayerPlanSpec& spec, const PlannerCo
   size_t smallest = std::numeric_limits<size_t>::max();
   for (int buffers : {3, 2, 1}) {
     // Largest tile of each dim in turn, outermost first; inner dims split only once outer ones are 1.
-    Extent5 tile = extent;
-    bool fits = false;
-    auto ok = [&](const Extent5& t) {
+    Extent5 tile;
+    const bool fits = largest_tile(extent, spec.splittable, tile, [&](const Extent5& t) {
       return product(t) <= kMaxChunkElements && peak_bytes(spec, t, buffers, es) <= budget;
-    };
-    fits = ok(tile);
-    for (int d = 0; d < 5 && !fits; ++d) {
-      if (!spec.splittable[d]) continue;
-      for (int64_t t : planner_parts::candidate_tiles(extent[d])) {
-        tile[d] = t;
-        if (ok(tile)) { fits = true; break; }
-      }
-    }
+    });
     if (product(tile) <= kMaxChunkElements) smallest = std::min(smallest, peak_bytes(spec, tile, buffers, es));
     if (!fits) continue;
 
-    Plan plan;
-    plan.problem = p;
-    plan.backend = config.backend;
-    plan.machine = config.machine;
-    plan.memory_limit = budget;
-    plan.order = LoopOrder::ns_outer;
-    plan.buffers = buffers;
-    plan.tiling.n = tile[0];
-    plan.tiling.c = plan.tiling.k = tile[1];
-    plan.tiling.out = {tile[2], tile[3], tile[4]};
-    plan.splits_n = ceil_div(extent[0], tile[0]);
-    plan.splits_c = plan.splits_k = ceil_div(extent[1], tile[1]);
-    for (int d = 0; d < 3; ++d) plan.splits_out[d] = ceil_div(extent[2 + d], tile[2 + d]);
+    Plan plan = plan_header(p, config, buffers);
+    set_tiling(plan, extent, tile);
     const size_t chunks = static_cast<size_t>(plan.splits_n * plan.splits_c * plan.splits_out[0] *
                                               plan.splits_out[1] * plan.splits_out[2]);
     if (chunks > planner_parts::kMaxChunks) continue;
@@ -78,34 +120,19 @@ Plan plan_layer(const ConvProblem& p, const LayerPlanSpec& spec, const PlannerCo
     plan.y_slot_bytes = slot_bytes(product(tile), es);
     plan.peak_device_bytes = peak_bytes(spec, tile, buffers, es);
 
-    const auto range = [](int64_t i, int64_t t, int64_t e) { return Range{i * t, std::min(e, (i + 1) * t)}; };
     size_t a_bytes = 0;
-    for (int64_t in = 0; in < plan.splits_n; ++in)
-      for (int64_t ic = 0; ic < plan.splits_c; ++ic)
-        for (int64_t i0 = 0; i0 < plan.splits_out[0]; ++i0)
-          for (int64_t i1 = 0; i1 < plan.splits_out[1]; ++i1)
-            for (int64_t i2 = 0; i2 < plan.splits_out[2]; ++i2) {
-              Chunk ch;
-              ch.n = range(in, tile[0], extent[0]);
-              ch.c = ch.k = range(ic, tile[1], extent[1]);
-              const int64_t idx[3] = {i0, i1, i2};
-              for (int d = 0; d < 3; ++d)
-                ch.out[d] = ch.in[d] = ch.target[d] = ch.out_read[d] = range(idx[d], tile[2 + d], extent[2 + d]);
-              ch.load_x = ch.load_w = ch.load_y = true;
-              if (spec.has_broadcast) {
-                const Extent5 box{ch.n.size(), ch.c.size(), ch.in[0].size(), ch.in[1].size(), ch.in[2].size()};
-                a_bytes += static_cast<size_t>(product(broadcast_tile(spec, box)) * es);
-              }
-              plan.chunks.push_back(ch);
-            }
+    for_each_box(extent, tile, [&](Chunk& ch) {
+      for (int d = 0; d < 3; ++d) ch.in[d] = ch.target[d] = ch.out_read[d] = ch.out[d];
+      if (spec.has_broadcast) {
+        const Extent5 box{ch.n.size(), ch.c.size(), ch.in[0].size(), ch.in[1].size(), ch.in[2].size()};
+        a_bytes += static_cast<size_t>(product(broadcast_tile(spec, box)) * es);
+      }
+      plan.chunks.push_back(ch);
+    });
     const size_t tensor_bytes = static_cast<size_t>(static_cast<double>(product(extent)) * es);
     plan.bytes_h2d = tensor_bytes * static_cast<size_t>(spec.full_inputs + (spec.reads_output ? 1 : 0)) + a_bytes;
     plan.bytes_d2h = tensor_bytes;
-    const MachineModel& m = config.machine;
-    plan.predicted_seconds =
-        std::max({plan.bytes_h2d / m.h2d_bytes_per_s, plan.bytes_d2h / m.d2h_bytes_per_s,
-                  (plan.bytes_h2d + plan.bytes_d2h) / m.bidir_bytes_per_s, p.flops() / m.flops_per_s}) +
-        static_cast<double>(chunks) * m.chunk_overhead_s;
+    plan.predicted_seconds = predicted_seconds(p, plan, config.machine);
     return plan;
   }
   if (spec.whole && smallest != std::numeric_limits<size_t>::max()) {
@@ -116,6 +143,55 @@ Plan plan_layer(const ConvProblem& p, const LayerPlanSpec& spec, const PlannerCo
     throw out_of_budget(msg.str(), smallest);
   }
   planner_parts::throw_out_of_budget(p, budget, smallest, false);
+}
+
+Plan plan_pool(const ConvProblem& p, const PlannerConfig& config) {
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  const Extent5 extent{p.n, p.c, p.out[0], p.out[1], p.out[2]};
+  // Padded dims stay whole (layers.hpp says why); the others split with the window halo.
+  const std::array<bool, 5> splittable{true, true, p.padding[0] == 0, p.padding[1] == 0, p.padding[2] == 0};
+  const auto x_tile = [&](const Extent5& t) {
+    Extent5 x{t[0], t[1], 1, 1, 1};
+    for (int d = 0; d < 3; ++d)
+      x[2 + d] = t[2 + d] == extent[2 + d] ? p.in[d] : conv_input_range(Range{0, t[2 + d]}, p.kernel[d], p.stride[d], 0, 1).size();
+    return x;
+  };
+  const auto peak = [&](const Extent5& t, int buffers) {
+    return static_cast<size_t>(buffers) * (slot_bytes(product(x_tile(t)), es) + slot_bytes(product(t), es));
+  };
+  size_t smallest = std::numeric_limits<size_t>::max();
+  for (int buffers : {3, 2, 1}) {
+    Extent5 tile;
+    const bool fits = largest_tile(extent, splittable, tile, [&](const Extent5& t) {
+      return product(x_tile(t)) <= kMaxChunkElements && peak(t, buffers) <= config.memory_limit;
+    });
+    if (product(x_tile(tile)) <= kMaxChunkElements) smallest = std::min(smallest, peak(tile, buffers));
+    if (!fits) continue;
+    Plan plan = plan_header(p, config, buffers);
+    set_tiling(plan, extent, tile);
+    plan.x_buffers = plan.y_buffers = buffers;
+    plan.w_buffers = 0;
+    plan.x_slot_bytes = slot_bytes(product(x_tile(tile)), es);
+    plan.y_slot_bytes = slot_bytes(product(tile), es);
+    plan.peak_device_bytes = peak(tile, buffers);
+    for_each_box(extent, tile, [&](Chunk& ch) {
+      size_t x_elements = static_cast<size_t>(ch.n.size() * ch.c.size());
+      for (int d = 0; d < 3; ++d) {
+        const bool whole = ch.out[d].size() == extent[2 + d];
+        ch.in[d] = whole ? Range{0, p.in[d]} : conv_input_range(ch.out[d], p.kernel[d], p.stride[d], 0, 1);
+        ch.target[d] = ch.out_read[d] = ch.out[d];
+        ch.compute_padding[d] = p.padding[d];
+        x_elements *= static_cast<size_t>(ch.in[d].size());
+      }
+      plan.bytes_h2d += static_cast<size_t>(static_cast<double>(x_elements) * es);
+      plan.chunks.push_back(ch);
+    });
+    if (plan.chunks.size() > planner_parts::kMaxChunks) continue;
+    plan.bytes_d2h = static_cast<size_t>(static_cast<double>(p.y_elements()) * es);
+    plan.predicted_seconds = predicted_seconds(p, plan, config.machine);
+    return plan;
+  }
+  planner_parts::throw_out_of_budget(p, config.memory_limit, smallest, false);
 }
 
 }  // namespace ooc

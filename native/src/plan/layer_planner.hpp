@@ -18,6 +18,9 @@ struct LayerPlanSpec {
   const char* whole = nullptr;             // what must stay whole (for the out-of-budget message)
 };
 
+// Pooling: tiles y over n, c and the spatial dims without padding; x tiles carry the window halo.
+Plan plan_pool(const ConvProblem& problem, const PlannerConfig& config);
+
 Plan plan_layer(const ConvProblem& problem, const LayerPlanSpec& spec, const PlannerConfig& config);
 
 }  // namespace ooc

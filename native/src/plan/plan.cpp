@@ -37,6 +37,7 @@ SlotNames slot_names(Operation op) {
     case Operation::activation_forward: case Operation::softmax_forward: return {"x", "", "y", "", "y"};
     case Operation::activation_backward: case Operation::softmax_backward: return {"y, dy, x", "", "dx", "", "dx"};
     case Operation::add_tensor: return {"c", "a", "out", "", "out"};
+    case Operation::pool_forward: return {"x", "", "y", "", "y"};
   }
   return {"x", "w", "y", "bias", "y"};
 }

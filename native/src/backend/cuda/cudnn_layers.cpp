@@ -1,5 +1,6 @@
 #include "backend/cuda/cudnn_layers.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -22,13 +23,18 @@ void set_flat(const TensorDescriptor& d, const ChunkConv& s) {
                                              as_int(s.in[0] * s.in[1] * s.in[2]), 1));
 }
 
+// A dense (packed) tensor of rank dims (4 or 5).
+void set_packed(const TensorDescriptor& d, const int* dims, int rank) {
+  int strides[5];
+  strides[rank - 1] = 1;
+  for (int i = rank - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+  OOC_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, CUDNN_DATA_FLOAT, rank, dims, strides));
+}
+
 // All five dims (add_tensor broadcasts per dimension).
 void set_5d(const TensorDescriptor& d, const ChunkConv& s) {
   const int dims[5] = {as_int(s.n), as_int(s.c), as_int(s.in[0]), as_int(s.in[1]), as_int(s.in[2])};
-  int strides[5];
-  strides[4] = 1;
-  for (int i = 3; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
-  OOC_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, CUDNN_DATA_FLOAT, 5, dims, strides));
+  set_packed(d, dims, 5);
 }
 
 void set_activation(const ActivationDescriptor& d, ActivationMode mode, double coef) {
@@ -85,6 +91,31 @@ void softmax_backward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode 
   set_flat(t, shape);
   OOC_CUDNN_CHECK(
       cudnnSoftmaxBackward(handle, algorithm(log), softmax_mode(mode), &kOne, t, y, t, dy, &kZero, t, dx));
+}
+
+void pool_forward(cudnnHandle_t handle, const ChunkConv& s, PoolMode mode, const float* x, float* y) {
+  // cuDNN pools 2 or 3 spatial dims: 1D runs as 2D with a leading unit dim.
+  const int sd = std::max(s.spatial_dims, 2), lead = sd - s.spatial_dims;
+  int window[3], pad[3], stride[3], xdims[5], ydims[5];
+  xdims[0] = ydims[0] = as_int(s.n);
+  xdims[1] = ydims[1] = as_int(s.c);
+  for (int d = 0; d < sd; ++d) {
+    const int src = d - lead;  // -1: the unit dim
+    window[d] = src < 0 ? 1 : as_int(s.kernel[src]);
+    pad[d] = src < 0 ? 0 : as_int(s.padding[src]);
+    stride[d] = src < 0 ? 1 : as_int(s.stride[src]);
+    xdims[2 + d] = src < 0 ? 1 : as_int(s.in[src]);
+    ydims[2 + d] = src < 0 ? 1 : as_int(s.out[src]);
+  }
+  const cudnnPoolingMode_t m = mode == PoolMode::max ? CUDNN_POOLING_MAX
+                               : mode == PoolMode::avg ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                                       : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+  PoolingDescriptor pool;
+  OOC_CUDNN_CHECK(cudnnSetPoolingNdDescriptor(pool, m, CUDNN_PROPAGATE_NAN, sd, window, pad, stride));
+  TensorDescriptor xd, yd;
+  set_packed(xd, xdims, 2 + sd);
+  set_packed(yd, ydims, 2 + sd);
+  OOC_CUDNN_CHECK(cudnnPoolingForward(handle, pool, &kOne, xd, x, &kZero, yd, y));
 }
 
 void add_tensor(cudnnHandle_t handle, cudaStream_t stream, const ChunkConv& a_shape, const ChunkConv& out_shape,

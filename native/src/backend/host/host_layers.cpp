@@ -128,3 +128,34 @@ void Backend::add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, d
 }
 
 }  // namespace ooc
+
+namespace ooc {
+
+void Backend::pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y) {
+  const int64_t in0 = s.in[0], in1 = s.in[1], in2 = s.in[2], o0 = s.out[0], o1 = s.out[1], o2 = s.out[2];
+  const double window = static_cast<double>(s.kernel[0] * s.kernel[1] * s.kernel[2]);
+  each(s.n * s.c * o0 * o1 * o2, [&](int64_t i) {
+    int64_t r = i;
+    const int64_t c2 = r % o2; r /= o2;
+    const int64_t c1 = r % o1; r /= o1;
+    const int64_t c0 = r % o0; r /= o0;
+    const float* plane = x + r * in0 * in1 * in2;  // r: n * c + channel
+    // The window clipped to the tensor: padding is -inf for max, zeros (counted or not) for avg.
+    const int64_t b0 = c0 * s.stride[0] - s.padding[0], b1 = c1 * s.stride[1] - s.padding[1],
+                  b2 = c2 * s.stride[2] - s.padding[2];
+    double acc = mode == PoolMode::max ? -INFINITY : 0.0;
+    int64_t count = 0;
+    for (int64_t a = std::max<int64_t>(b0, 0); a < std::min(b0 + s.kernel[0], in0); ++a)
+      for (int64_t b = std::max<int64_t>(b1, 0); b < std::min(b1 + s.kernel[1], in1); ++b)
+        for (int64_t d = std::max<int64_t>(b2, 0); d < std::min(b2 + s.kernel[2], in2); ++d) {
+          const double v = plane[(a * in1 + b) * in2 + d];
+          acc = mode == PoolMode::max ? (std::isnan(v) || v > acc ? v : acc) : acc + v;
+          ++count;
+        }
+    if (mode == PoolMode::avg) acc /= window;
+    if (mode == PoolMode::avg_exclude_pad) acc /= static_cast<double>(count);
+    y[i] = static_cast<float>(acc);
+  });
+}
+
+}  // namespace ooc
