@@ -18,7 +18,7 @@ from pyooc.conv_backward import (  # noqa: E402
 from pyooc.layers import (  # noqa: E402
     activation_backward, activation_forward, add_tensor, plan_activation_backward, plan_activation_forward,
     plan_add_tensor, plan_softmax_backward, plan_softmax_forward, softmax_backward, softmax_forward)
-from pyooc.pooling import plan_pool_forward, pool_forward  # noqa: E402
+from pyooc.pooling import plan_pool_backward, plan_pool_forward, pool_backward, pool_forward  # noqa: E402
 from pyooc.memory import get_memory_limit, parse_memory_limit, set_memory_limit  # noqa: E402
 from pyooc.pinned import pinned_empty  # noqa: E402
 
@@ -74,7 +74,7 @@ __all__ = [
     "conv_backward_bias", "plan_conv_backward_data", "plan_conv_backward_filter", "plan_conv_backward_bias",
     "activation_forward", "activation_backward", "softmax_forward", "softmax_backward", "add_tensor",
     "plan_activation_forward", "plan_activation_backward", "plan_softmax_forward", "plan_softmax_backward",
-    "plan_add_tensor", "pool_forward", "plan_pool_forward",
+    "plan_add_tensor", "pool_forward", "plan_pool_forward", "pool_backward", "plan_pool_backward",
     "last_stats", "set_memory_limit",
     "get_memory_limit", "parse_memory_limit", "pinned_empty", "cudnn_version", "device_count", "info",
     "measure_link_bandwidth", "roofline_seconds",

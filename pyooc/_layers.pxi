@@ -128,3 +128,28 @@ def pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str m
     with nogil:
         ooc.pool_forward(problem, m, &x[0], &y[0], options, &plan, &stats)
     return _ran(plan, stats)
+
+
+def plan_pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, size_t memory_limit, str backend,
+                       int device):
+    cdef ooc.ConvProblem problem = ooc.pool_backward_problem(
+        ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding)))
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_pool_backward(problem, options)
+    return Plan.wrap(plan)
+
+
+def pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, const float[::1] y,
+                  const float[::1] dy, const float[::1] x, float[::1] dx, size_t memory_limit, str backend,
+                  int device):
+    cdef ooc.ConvProblem problem = ooc.pool_backward_problem(
+        ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding)))
+    cdef ooc.PoolMode m = ooc.pool_mode_from_name(mode.encode())
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.pool_backward(problem, m, &y[0], &dy[0], &x[0], &dx[0], options, &plan, &stats)
+    return _ran(plan, stats)

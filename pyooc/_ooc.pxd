@@ -25,6 +25,7 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
         softmax_backward
         add_tensor
         pool_forward
+        pool_backward
 
     const char* operation_name(Operation op)
 
@@ -173,6 +174,10 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
     Plan plan_pool_forward(const ConvProblem& problem, const Options& options) except +translate_exception
     void pool_forward(const ConvProblem& problem, PoolMode mode, const float* x, float* y, const Options& options,
                       Plan* used, RunStats* stats) except +translate_exception
+    ConvProblem pool_backward_problem(const ConvProblem& forward) except +translate_exception
+    Plan plan_pool_backward(const ConvProblem& problem, const Options& options) except +translate_exception
+    void pool_backward(const ConvProblem& problem, PoolMode mode, const float* y, const float* dy, const float* x,
+                       float* dx, const Options& options, Plan* used, RunStats* stats) except +translate_exception
     ActivationMode activation_mode_from_name(const string& name) except +translate_exception
     SoftmaxMode softmax_mode_from_name(const string& name) except +translate_exception
     Plan plan_activation_forward(const vector[int64_t]& shape, const Options& options) except +translate_exception

@@ -39,7 +39,38 @@ def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, mem
 def plan_pool_forward(x_shape, kernel, *, stride=None, padding=0, dtype="float32", memory_limit=None,
                       backend="auto", device=0):
     """The Plan pool_forward would run for this shape and geometry, without running it."""
+    return _plan(_native.plan_pool_forward, x_shape, kernel, stride, padding, dtype, memory_limit, backend, device)
+
+
+def _plan(native_plan, x_shape, kernel, stride, padding, dtype, memory_limit, backend, device):
     _check_dtype(dtype)
     x_shape = as_shape(x_shape, "x_shape")
     kernel, stride, padding = _geometry(x_shape, kernel, stride, padding)
-    return _native.plan_pool_forward(x_shape, kernel, stride, padding, *_options(memory_limit, backend, device))
+    return native_plan(x_shape, kernel, stride, padding, *_options(memory_limit, backend, device))
+
+
+def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=None, memory_limit=None,
+                  backend="auto", device=0):
+    """dx, the gradient of pool_forward (same kernel, stride, padding, mode) at x for dy; y is
+    pool_forward's result (max pooling routes each dy to its window's maximum). dx is tiled
+    disjointly; overlapping windows (stride < kernel) are handled like conv_backward_data's."""
+    y, dy, x = as_input(y, "y"), as_input(dy, "dy"), as_input(x, "x")
+    _native.pool_mode(_str(mode, "mode"))
+    kernel, stride, padding = _geometry(x.shape, kernel, stride, padding)
+    y_shape = _native.pool_output_shape(x.shape, kernel, stride, padding)
+    for name, a in (("y", y), ("dy", dy)):
+        if a.shape != tuple(y_shape):
+            raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(y_shape)} (pool_forward's output "
+                             f"for x of shape {list(x.shape)})")
+    o = _options(memory_limit, backend, device)
+    dx = np.empty(x.shape, dtype=np.float32) if out is None else as_output(out, x.shape, {"y": y, "dy": dy, "x": x})
+    plan, stats = _native.pool_backward(x.shape, kernel, stride, padding, mode, y.reshape(-1), dy.reshape(-1),
+                                        x.reshape(-1), dx.reshape(-1), *o)
+    _record_stats(plan, stats)
+    return dx
+
+
+def plan_pool_backward(x_shape, kernel, *, stride=None, padding=0, dtype="float32", memory_limit=None,
+                       backend="auto", device=0):
+    """The Plan pool_backward would run, without running it."""
+    return _plan(_native.plan_pool_backward, x_shape, kernel, stride, padding, dtype, memory_limit, backend, device)

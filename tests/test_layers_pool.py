@@ -149,3 +149,108 @@ def test_pool_forward_cuda_split_halos(rng, mode):
     plan = pyooc.last_stats()["plan"]
     assert {"n", "c"} <= split_set(plan) and plan.num_chunks > 8
     assert rel_err(y, ref) < TOL
+
+
+# --------------------------------------------------------------------------------------------
+# pool_backward
+
+
+def ref_pool_grad(x, dy, kernel, stride, padding, mode):
+    x, dy = np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64)
+    sd = x.ndim - 2
+    dx = np.zeros_like(x)
+    for idx in np.ndindex(*dy.shape[2:]):
+        sl = []
+        for d in range(sd):
+            b = idx[d] * stride[d] - padding[d]
+            sl.append(slice(max(b, 0), min(b + kernel[d], x.shape[2 + d])))
+        key = (slice(None), slice(None)) + tuple(sl)
+        win = x[key]
+        g = dy[(slice(None), slice(None)) + idx]
+        flat = np.zeros(win.shape[:2] + (int(np.prod(win.shape[2:])),))
+        if mode == "max":
+            am = win.reshape(flat.shape).argmax(-1)
+            np.put_along_axis(flat, am[..., None], g[..., None], axis=-1)
+        else:
+            div = np.prod(kernel) if mode == "avg" else flat.shape[-1]
+            flat[...] = (g / div)[..., None]
+        dx[key] += flat.reshape(win.shape)
+    return dx
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape, kernel, stride, padding", GEOMETRIES)
+def test_pool_backward(rng, shape, kernel, stride, padding, mode):
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = pyooc.pool_forward(x, kernel, stride=stride, padding=padding, mode=mode, backend="host")
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    dx = pyooc.pool_backward(y, dy, x, kernel, stride=stride, padding=padding, mode=mode, out=poisoned(x.shape),
+                             backend="host")
+    assert rel_err(dx, ref_pool_grad(x, dy, kernel, stride, padding, mode)) < TOL
+    if mode != "max":  # linear: the adjoint identity <pool(x), dy> = <x, dx>
+        lhs = float(np.sum(ref_pool(x, kernel, stride, padding, mode) * dy))
+        assert abs(lhs - float(np.sum(x.astype(np.float64) * dx))) < 1e-4 * (1 + abs(lhs))
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["staged", "direct"])
+@pytest.mark.parametrize("want, padding", [
+    (frozenset({"n", "c"}), (1, 0)),
+    (frozenset({"n", "c", "w"}), (1, 0)),
+    (frozenset({"n", "c", "h", "w"}), (0, 0)),
+], ids=["n+c", "n+c+w", "all"])
+@pytest.mark.parametrize("kernel, stride", [((3, 3), (2, 1)), ((2, 2), (3, 3))], ids=["overlap", "gapped"])
+@pytest.mark.parametrize("mode", MODES)
+def test_pool_backward_splits(rng, want, padding, kernel, stride, mode, direct):
+    shape = (3, 3, 14, 23)
+    if 2 * max(padding) > min(kernel):
+        pytest.skip("padding beyond half the kernel")
+    x = rng.standard_normal(shape).astype(np.float32)
+    budget = budget_where(lambda b: pyooc.plan_pool_backward(shape, kernel, stride=stride, padding=padding,
+                                                             memory_limit=b, backend="host"), want)
+    assert budget is not None, want
+    y = pyooc.pool_forward(x, kernel, stride=stride, padding=padding, mode=mode, backend="host")
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    with host_direct_access() if direct else contextlib.nullcontext():
+        dx = pyooc.pool_backward(y, dy, x, kernel, stride=stride, padding=padding, mode=mode, out=poisoned(shape),
+                                 memory_limit=budget, backend="host")
+    plan = pyooc.last_stats()["plan"]
+    assert split_set(plan) - {"k"} == want and plan.peak_device_bytes <= budget
+    assert rel_err(dx, ref_pool_grad(x, dy, kernel, stride, padding, mode)) < TOL
+
+
+def test_pool_backward_bad_input():
+    x = np.ones((1, 2, 6, 6), dtype=np.float32)
+    y = np.ones((1, 2, 3, 3), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"dy has shape \[1, 2, 2, 2\], expected \[1, 2, 3, 3\]"):
+        pyooc.pool_backward(y, np.ones((1, 2, 2, 2), np.float32), x, 2, backend="host")
+    with pytest.raises(ValueError, match="pooling mode must be one of"):
+        pyooc.pool_backward(y, y, x, 2, mode="sum", backend="host")
+    with pytest.raises(ValueError, match="out overlaps x"):
+        pyooc.pool_backward(y, y, x, 2, out=x, backend="host")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("limit", [None, "64KiB"], ids=["whole", "split"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape, kernel, stride, padding", GEOMETRIES)
+def test_pool_backward_cuda(rng, shape, kernel, stride, padding, mode, limit):
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = pyooc.pool_forward(x, kernel, stride=stride, padding=padding, mode=mode, backend="host")
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    dx = pyooc.pool_backward(y, dy, x, kernel, stride=stride, padding=padding, mode=mode, out=poisoned(x.shape),
+                             memory_limit=limit, backend="cuda")
+    assert rel_err(dx, ref_pool_grad(x, dy, kernel, stride, padding, mode)) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES)
+def test_pool_backward_cuda_split_halos(rng, mode):
+    shape, kernel, stride = (3, 4, 40, 50, 12), (3, 3, 2), (2, 1, 3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = pyooc.pool_forward(x, kernel, stride=stride, mode=mode, backend="host")
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    dx = pyooc.pool_backward(y, dy, x, kernel, stride=stride, mode=mode, out=poisoned(shape), memory_limit="256KiB",
+                             backend="cuda")
+    plan = pyooc.last_stats()["plan"]
+    assert plan.num_chunks > 8 and len(split_set(plan) & {"d", "h", "w"}) > 0
+    assert rel_err(dx, ref_pool_grad(x, dy, kernel, stride, (0, 0, 0), mode)) < TOL

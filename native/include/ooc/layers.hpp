@@ -31,6 +31,14 @@ Plan plan_pool_forward(const ConvProblem& problem, const Options& options);
 void pool_forward(const ConvProblem& problem, PoolMode mode, const float* x, float* y, const Options& options,
                   Plan* used = nullptr, RunStats* stats = nullptr);
 
+// dx = the gradient of pool_forward for dy, from y, dy and x (cuDNN PoolingBackward). dx is tiled
+// disjointly; along split dims each chunk computes a wider region from the dy rows that reach its
+// tile (backward data's arithmetic, conv_geometry.hpp) and writes back only the tile.
+ConvProblem pool_backward_problem(const ConvProblem& forward);  // the same geometry, op pool_backward
+Plan plan_pool_backward(const ConvProblem& problem, const Options& options);
+void pool_backward(const ConvProblem& problem, PoolMode mode, const float* y, const float* dy, const float* x,
+                   float* dx, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+
 // Parses "relu", ... / "channel", "instance"; invalid_argument listing the valid names otherwise.
 ActivationMode activation_mode_from_name(const std::string& name);
 SoftmaxMode softmax_mode_from_name(const std::string& name);

@@ -27,7 +27,7 @@ const char* dtype_name(DType dtype);
 enum class Operation {
   forward, backward_data, backward_filter, backward_bias,
   // layers.hpp: element-wise and per-position layers (k == c, out == in)
-  activation_forward, activation_backward, softmax_forward, softmax_backward, add_tensor, pool_forward
+  activation_forward, activation_backward, softmax_forward, softmax_backward, add_tensor, pool_forward, pool_backward
 };
 const char* operation_name(Operation op);  // "conv_forward", "conv_backward_data", ...
 

@@ -226,6 +226,65 @@ void pool_forward(const ConvProblem& p, PoolMode mode, const float* x, float* y,
   });
 }
 
+ConvProblem pool_backward_problem(const ConvProblem& forward) {
+  if (forward.op != Operation::pool_forward) throw invalid_argument("pool_backward_problem: not a pooling problem");
+  ConvProblem p = forward;
+  p.op = Operation::pool_backward;
+  return p;
+}
+
+Plan plan_pool_backward(const ConvProblem& problem, const Options& options) {
+  if (problem.op != Operation::pool_backward) throw invalid_argument("plan_pool_backward: not a pool_backward problem");
+  Plan plan;
+  with_backend(options, [&](Backend&, const PlannerConfig& config) { plan = plan_pool_backward_for(problem, config); });
+  return plan;
+}
+
+void pool_backward(const ConvProblem& p, PoolMode mode, const float* y, const float* dy, const float* x, float* dx,
+                   const Options& options, Plan* used, RunStats* stats) {
+  require(y && dy && x && dx, "pool_backward");
+  if (p.op != Operation::pool_backward) throw invalid_argument("pool_backward: not a pool_backward problem");
+  with_backend(options, [&](Backend& backend, const PlannerConfig& config) {
+    Plan plan = plan_pool_backward_for(p, config);
+    const size_t es = dtype_size(p.dtype);
+    const Extent x_ext{p.n, p.c, p.in[0], p.in[1], p.in[2]}, y_ext{p.n, p.c, p.out[0], p.out[1], p.out[2]};
+    const TensorView yv = TensorView::contiguous(y, y_ext, 5, es), dyv = TensorView::contiguous(dy, y_ext, 5, es),
+                     xv = TensorView::contiguous(x, x_ext, 5, es), dxv = TensorView::contiguous(dx, x_ext, 5, es);
+    const int slots = plan.buffers;
+    const auto box = [](const Chunk& ch, const std::array<Range, kMaxSpatial>& s) {
+      Box b;
+      b.lo = {ch.n.begin, ch.c.begin, s[0].begin, s[1].begin, s[2].begin};
+      b.hi = {ch.n.end, ch.c.end, s[0].end, s[1].end, s[2].end};
+      return b;
+    };
+    // Seen through a window over `s` (and all of n, c): only that part is read (zeros elsewhere)
+    // or written back.
+    const auto windowed = [box](const TensorView& v, const Chunk& ch, const std::array<Range, kMaxSpatial>& s,
+                                const std::array<Range, kMaxSpatial>& wide) {
+      const Extent lo{0, 0, s[0].begin, s[1].begin, s[2].begin};
+      const Extent hi{v.shape[0], v.shape[1], s[0].end, s[1].end, s[2].end};
+      return Region{v.window(lo, hi), box(ch, wide).shifted(lo)};
+    };
+    OperationSpec spec;
+    spec.a = {y, slots, plan.y_slot_bytes};
+    spec.b = {dy, slots, plan.y_slot_bytes};
+    spec.third = {x, slots, plan.x_slot_bytes};
+    spec.out = {dx, slots, plan.x_slot_bytes};
+    spec.a_loads = spec.b_loads = [](const Chunk&) { return true; };
+    spec.a_region = [yv, box](const Chunk& ch) { return Region{yv, box(ch, ch.out)}; };
+    spec.b_region = [dyv, windowed](const Chunk& ch) { return windowed(dyv, ch, ch.out_read, ch.out); };
+    spec.third_region = [xv, box](const Chunk& ch) { return Region{xv, box(ch, ch.in)}; };
+    spec.out_region = [dxv, windowed](const Chunk& ch) { return windowed(dxv, ch, ch.target, ch.in); };
+    spec.compute3 = [&backend, &p, mode](const Chunk& ch, const float* ys, const float* dys, const float* xs,
+                                         float* dxs, double) {
+      backend.pool_backward(chunk_shape(ch, p), mode, ys, dys, xs, dxs);
+    };
+    RunStats s = run_chunks(plan, backend, ThreadPool::shared(), spec);
+    if (stats) *stats = s;
+    if (used) *used = std::move(plan);
+  });
+}
+
 SoftmaxMode softmax_mode_from_name(const std::string& name) {
   return mode_from_name<SoftmaxMode>(name, "softmax mode", std::array<const char*, 2>{"channel", "instance"});
 }

@@ -89,6 +89,9 @@ class Backend {
                                 float* dx);
   // pooling: y over shape.out from x over shape.in with shape's kernel, stride and symmetric padding
   virtual void pool_forward(const ChunkConv& shape, PoolMode mode, const float* x, float* y);
+  //   pool backward: dx over shape.in (overwritten) from y, dy over shape.out and x over shape.in
+  virtual void pool_backward(const ChunkConv& shape, PoolMode mode, const float* y, const float* dy, const float* x,
+                             float* dx);
   virtual void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
                           double beta, const float* b, float* out);
 

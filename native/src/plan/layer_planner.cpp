@@ -194,4 +194,76 @@ Plan plan_pool(const ConvProblem& p, const PlannerConfig& config) {
   planner_parts::throw_out_of_budget(p, config.memory_limit, smallest, false);
 }
 
+Plan plan_pool_backward_for(const ConvProblem& p, const PlannerConfig& config) {
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  const Extent5 extent{p.n, p.c, p.in[0], p.in[1], p.in[2]};
+  const std::array<bool, 5> splittable{true, true, p.padding[0] == 0, p.padding[1] == 0, p.padding[2] == 0};
+  // The rows of one spatial dim a dx tile needs: whole dims (tile == extent) compute everything
+  // with cuDNN's own padding; split ones (padding 0) follow backward data (conv_geometry.hpp).
+  const auto rows = [&](Range target, int d, bool whole) {
+    if (whole) return BackwardDataRows{Range{0, p.out[d]}, Range{0, p.out[d]}, Range{0, p.in[d]}};
+    return backward_data_rows(target, p.out[d], p.kernel[d], p.stride[d], 0, 1);
+  };
+  // Largest x / dx and y / dy extents of any tile along each dim.
+  const auto slots = [&](const Extent5& t) {
+    Extent5 xs{t[0], t[1], 1, 1, 1}, ys{t[0], t[1], 1, 1, 1};
+    for (int d = 0; d < 3; ++d) {
+      const bool whole = t[2 + d] == extent[2 + d];
+      int64_t xm = 0, ym = 0;
+      for (int64_t b = 0; b < extent[2 + d]; b += t[2 + d]) {
+        const BackwardDataRows r = rows(Range{b, std::min(extent[2 + d], b + t[2 + d])}, d, whole);
+        xm = std::max(xm, r.computed.size());
+        ym = std::max(ym, r.dy_rows.size());
+      }
+      xs[2 + d] = xm;
+      ys[2 + d] = ym;
+    }
+    return std::make_pair(xs, ys);
+  };
+  const auto peak = [&](const Extent5& t, int buffers) {
+    const auto [xs, ys] = slots(t);
+    return static_cast<size_t>(buffers) * 2 * (slot_bytes(product(xs), es) + slot_bytes(product(ys), es));
+  };
+  size_t smallest = std::numeric_limits<size_t>::max();
+  for (int buffers : {3, 2, 1}) {
+    Extent5 tile;
+    const bool fits = largest_tile(extent, splittable, tile, [&](const Extent5& t) {
+      return product(slots(t).first) <= kMaxChunkElements && peak(t, buffers) <= config.memory_limit;
+    });
+    if (product(slots(tile).first) <= kMaxChunkElements) smallest = std::min(smallest, peak(tile, buffers));
+    if (!fits) continue;
+    Plan plan = plan_header(p, config, buffers);
+    set_tiling(plan, extent, tile);
+    const auto [xs, ys] = slots(tile);
+    plan.x_buffers = plan.y_buffers = 2 * buffers;  // x and dx; y and dy
+    plan.w_buffers = 0;
+    plan.x_slot_bytes = slot_bytes(product(xs), es);
+    plan.y_slot_bytes = slot_bytes(product(ys), es);
+    plan.peak_device_bytes = peak(tile, buffers);
+    for_each_box(extent, tile, [&](Chunk& ch) {
+      size_t moved = 0, nc = static_cast<size_t>(ch.n.size() * ch.c.size());
+      size_t x_elems = nc, y_elems = nc, dy_elems = nc;
+      for (int d = 0; d < 3; ++d) {
+        ch.target[d] = ch.out[d];  // for_each_box tiled dx's extent into `out`
+        const BackwardDataRows r = rows(ch.target[d], d, tile[2 + d] == extent[2 + d]);
+        ch.in[d] = r.computed;
+        ch.out[d] = r.dy_rows;
+        ch.out_read[d] = r.read;
+        ch.compute_padding[d] = p.padding[d];
+        x_elems *= static_cast<size_t>(r.computed.size());
+        y_elems *= static_cast<size_t>(r.dy_rows.size());
+        dy_elems *= static_cast<size_t>(r.read.size());
+      }
+      moved = x_elems + y_elems + dy_elems;
+      plan.bytes_h2d += static_cast<size_t>(static_cast<double>(moved) * es);
+      plan.chunks.push_back(ch);
+    });
+    if (plan.chunks.size() > planner_parts::kMaxChunks) continue;
+    plan.bytes_d2h = static_cast<size_t>(static_cast<double>(p.x_elements()) * es);
+    plan.predicted_seconds = predicted_seconds(p, plan, config.machine);
+    return plan;
+  }
+  planner_parts::throw_out_of_budget(p, config.memory_limit, smallest, false);
+}
+
 }  // namespace ooc

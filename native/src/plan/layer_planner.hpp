@@ -21,6 +21,9 @@ struct LayerPlanSpec {
 // Pooling: tiles y over n, c and the spatial dims without padding; x tiles carry the window halo.
 Plan plan_pool(const ConvProblem& problem, const PlannerConfig& config);
 
+// Pooling backward: tiles dx (n, c, unpadded spatial dims) disjointly; chunks as backward data's.
+Plan plan_pool_backward_for(const ConvProblem& problem, const PlannerConfig& config);
+
 Plan plan_layer(const ConvProblem& problem, const LayerPlanSpec& spec, const PlannerConfig& config);
 
 }  // namespace ooc

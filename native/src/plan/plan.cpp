@@ -38,6 +38,7 @@ SlotNames slot_names(Operation op) {
     case Operation::activation_backward: case Operation::softmax_backward: return {"y, dy, x", "", "dx", "", "dx"};
     case Operation::add_tensor: return {"c", "a", "out", "", "out"};
     case Operation::pool_forward: return {"x", "", "y", "", "y"};
+    case Operation::pool_backward: return {"x, dx", "", "y, dy", "", "dx"};
   }
   return {"x", "w", "y", "bias", "y"};
 }

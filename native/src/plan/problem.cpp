@@ -34,6 +34,7 @@ const char* operation_name(Operation op) {
     case Operation::softmax_backward: return "softmax_backward";
     case Operation::add_tensor: return "add_tensor";
     case Operation::pool_forward: return "pool_forward";
+    case Operation::pool_backward: return "pool_backward";
   }
   return "?";
 }

@@ -204,6 +204,10 @@ class CudaBackend final : public Backend {
   void pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y) override {
     on_compute_stream("pool_forward", [&](cudnnHandle_t h) { cudnn_layers::pool_forward(h, s, mode, x, y); });
   }
+  void pool_backward(const ChunkConv& s, PoolMode mode, const float* y, const float* dy, const float* x,
+                     float* dx) override {
+    on_compute_stream("pool_backward", [&](cudnnHandle_t h) { cudnn_layers::pool_backward(h, s, mode, y, dy, x, dx); });
+  }
   void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a, double beta,
                   const float* b, float* out) override {
     on_compute_stream("add_tensor", [&](cudnnHandle_t h) { cudnn_layers::add_tensor(h, resources_->compute.get(), a_shape, out_shape, alpha, a, beta, b, out); });

@@ -93,29 +93,46 @@ void softmax_backward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode 
       cudnnSoftmaxBackward(handle, algorithm(log), softmax_mode(mode), &kOne, t, y, t, dy, &kZero, t, dx));
 }
 
-void pool_forward(cudnnHandle_t handle, const ChunkConv& s, PoolMode mode, const float* x, float* y) {
-  // cuDNN pools 2 or 3 spatial dims: 1D runs as 2D with a leading unit dim.
-  const int sd = std::max(s.spatial_dims, 2), lead = sd - s.spatial_dims;
-  int window[3], pad[3], stride[3], xdims[5], ydims[5];
-  xdims[0] = ydims[0] = as_int(s.n);
-  xdims[1] = ydims[1] = as_int(s.c);
-  for (int d = 0; d < sd; ++d) {
-    const int src = d - lead;  // -1: the unit dim
-    window[d] = src < 0 ? 1 : as_int(s.kernel[src]);
-    pad[d] = src < 0 ? 0 : as_int(s.padding[src]);
-    stride[d] = src < 0 ? 1 : as_int(s.stride[src]);
-    xdims[2 + d] = src < 0 ? 1 : as_int(s.in[src]);
-    ydims[2 + d] = src < 0 ? 1 : as_int(s.out[src]);
-  }
-  const cudnnPoolingMode_t m = mode == PoolMode::max ? CUDNN_POOLING_MAX
-                               : mode == PoolMode::avg ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
-                                                       : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+namespace {
+
+// cuDNN pools 2 or 3 spatial dims: 1D runs as 2D with a leading unit dim.
+struct PoolingSetup {
   PoolingDescriptor pool;
-  OOC_CUDNN_CHECK(cudnnSetPoolingNdDescriptor(pool, m, CUDNN_PROPAGATE_NAN, sd, window, pad, stride));
-  TensorDescriptor xd, yd;
-  set_packed(xd, xdims, 2 + sd);
-  set_packed(yd, ydims, 2 + sd);
-  OOC_CUDNN_CHECK(cudnnPoolingForward(handle, pool, &kOne, xd, x, &kZero, yd, y));
+  TensorDescriptor x, y;
+  PoolingSetup(const ChunkConv& s, PoolMode mode) {
+    const int sd = std::max(s.spatial_dims, 2), lead = sd - s.spatial_dims;
+    int window[3], pad[3], stride[3], xdims[5], ydims[5];
+    xdims[0] = ydims[0] = as_int(s.n);
+    xdims[1] = ydims[1] = as_int(s.c);
+    for (int d = 0; d < sd; ++d) {
+      const int src = d - lead;  // -1: the unit dim
+      window[d] = src < 0 ? 1 : as_int(s.kernel[src]);
+      pad[d] = src < 0 ? 0 : as_int(s.padding[src]);
+      stride[d] = src < 0 ? 1 : as_int(s.stride[src]);
+      xdims[2 + d] = src < 0 ? 1 : as_int(s.in[src]);
+      ydims[2 + d] = src < 0 ? 1 : as_int(s.out[src]);
+    }
+    const cudnnPoolingMode_t m = mode == PoolMode::max ? CUDNN_POOLING_MAX
+                                 : mode == PoolMode::avg ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                                         : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+    OOC_CUDNN_CHECK(cudnnSetPoolingNdDescriptor(pool, m, CUDNN_PROPAGATE_NAN, sd, window, pad, stride));
+    set_packed(x, xdims, 2 + sd);
+    set_packed(y, ydims, 2 + sd);
+  }
+};
+
+}  // namespace
+
+void pool_forward(cudnnHandle_t handle, const ChunkConv& s, PoolMode mode, const float* x, float* y) {
+  const PoolingSetup setup(s, mode);
+  OOC_CUDNN_CHECK(cudnnPoolingForward(handle, setup.pool, &kOne, setup.x, x, &kZero, setup.y, y));
+}
+
+void pool_backward(cudnnHandle_t handle, const ChunkConv& s, PoolMode mode, const float* y, const float* dy,
+                   const float* x, float* dx) {
+  const PoolingSetup setup(s, mode);
+  OOC_CUDNN_CHECK(cudnnPoolingBackward(handle, setup.pool, &kOne, setup.y, y, setup.y, dy, setup.x, x, &kZero,
+                                       setup.x, dx));
 }
 
 void add_tensor(cudnnHandle_t handle, cudaStream_t stream, const ChunkConv& a_shape, const ChunkConv& out_shape,

@@ -18,6 +18,8 @@ void softmax_forward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode m
 void softmax_backward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y,
                       const float* dy, float* dx);
 void pool_forward(cudnnHandle_t handle, const ChunkConv& shape, PoolMode mode, const float* x, float* y);
+void pool_backward(cudnnHandle_t handle, const ChunkConv& shape, PoolMode mode, const float* y, const float* dy,
+                   const float* x, float* dx);
 // out = alpha * a + beta * (b ? b : out); b (when given) is first copied into out on `stream`.
 void add_tensor(cudnnHandle_t handle, cudaStream_t stream, const ChunkConv& a_shape, const ChunkConv& out_shape,
                 double alpha, const float* a, double beta, const float* b, float* out);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "exec/thread_pool.hpp"
@@ -155,6 +156,48 @@ void Backend::pool_forward(const ChunkConv& s, PoolMode mode, const float* x, fl
     if (mode == PoolMode::avg) acc /= window;
     if (mode == PoolMode::avg_exclude_pad) acc /= static_cast<double>(count);
     y[i] = static_cast<float>(acc);
+  });
+}
+
+}  // namespace ooc
+
+namespace ooc {
+
+void Backend::pool_backward(const ChunkConv& s, PoolMode mode, const float*, const float* dy, const float* x,
+                            float* dx) {
+  const int64_t in0 = s.in[0], in1 = s.in[1], in2 = s.in[2], o0 = s.out[0], o1 = s.out[1], o2 = s.out[2];
+  const double window = static_cast<double>(s.kernel[0] * s.kernel[1] * s.kernel[2]);
+  // One task per (n, c) plane: windows overlap, so a plane's dx is accumulated by one thread.
+  each(s.n * s.c, [&](int64_t plane) {
+    const float* xp = x + plane * in0 * in1 * in2;
+    float* dxp = dx + plane * in0 * in1 * in2;
+    const float* dyp = dy + plane * o0 * o1 * o2;
+    std::vector<double> acc(static_cast<size_t>(in0 * in1 * in2), 0.0);
+    for (int64_t c0 = 0; c0 < o0; ++c0)
+      for (int64_t c1 = 0; c1 < o1; ++c1)
+        for (int64_t c2 = 0; c2 < o2; ++c2) {
+          const double g = dyp[(c0 * o1 + c1) * o2 + c2];
+          const int64_t b0 = c0 * s.stride[0] - s.padding[0], b1 = c1 * s.stride[1] - s.padding[1],
+                        b2 = c2 * s.stride[2] - s.padding[2];
+          const int64_t e0 = std::min(b0 + s.kernel[0], in0), e1 = std::min(b1 + s.kernel[1], in1),
+                        e2 = std::min(b2 + s.kernel[2], in2);
+          int64_t count = 0, best = -1;
+          double best_v = -INFINITY;
+          for (int64_t a = std::max<int64_t>(b0, 0); a < e0; ++a)
+            for (int64_t b = std::max<int64_t>(b1, 0); b < e1; ++b)
+              for (int64_t d = std::max<int64_t>(b2, 0); d < e2; ++d) {
+                const int64_t i = (a * in1 + b) * in2 + d;
+                if (best < 0 || xp[i] > best_v) best = i, best_v = xp[i];
+                ++count;
+              }
+          for (int64_t a = std::max<int64_t>(b0, 0); a < e0 && mode != PoolMode::max; ++a)
+            for (int64_t b = std::max<int64_t>(b1, 0); b < e1; ++b)
+              for (int64_t d = std::max<int64_t>(b2, 0); d < e2; ++d)
+                acc[static_cast<size_t>((a * in1 + b) * in2 + d)] +=
+                    g / (mode == PoolMode::avg ? window : static_cast<double>(count));
+          if (mode == PoolMode::max && best >= 0) acc[static_cast<size_t>(best)] += g;
+        }
+    for (size_t i = 0; i < acc.size(); ++i) dxp[i] = static_cast<float>(acc[i]);
   });
 }
 
