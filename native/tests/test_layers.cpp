@@ -9,6 +9,7 @@
 #include <random>
 
 #include "ooc/layers.hpp"
+#include "layer_test_util.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -19,12 +20,7 @@ using ooc::Plan;
 using ooc::SoftmaxMode;
 using ooc_test::Shape;
 
-Options host(size_t limit) {
-  Options o;
-  o.backend = ooc::BackendKind::host;
-  o.memory_limit = limit;
-  return o;
-}
+using ooc_test::host_options;
 
 // Every element of the tensor is in exactly one chunk.
 void expect_tiles_once(const Plan& plan, const Shape& shape) {
@@ -44,29 +40,29 @@ void expect_tiles_once(const Plan& plan, const Shape& shape) {
 
 TEST(LayerPlanner, ActivationSplitsOuterDimsFirstAndTilesOnce) {
   const Shape shape{3, 5, 7, 9};
-  const Plan whole = ooc::plan_activation_forward(shape, host(1 << 20));
+  const Plan whole = ooc::plan_activation_forward(shape, host_options(1 << 20));
   EXPECT_EQ(whole.num_chunks(), 1u);
-  const Plan split = ooc::plan_activation_forward(shape, host(4096));
+  const Plan split = ooc::plan_activation_forward(shape, host_options(4096));
   EXPECT_GT(split.num_chunks(), 3u);
   EXPECT_EQ(split.tiling.n, 1);
   expect_tiles_once(split, shape);
-  expect_tiles_once(ooc::plan_activation_backward(shape, host(4096)), shape);
+  expect_tiles_once(ooc::plan_activation_backward(shape, host_options(4096)), shape);
 }
 
 TEST(LayerPlanner, SoftmaxNeverSplitsTheReducedAxes) {
   const Shape shape{4, 6, 5, 7};
-  const Plan channel = ooc::plan_softmax_forward(shape, SoftmaxMode::channel, host(3 * 2 * 512));
+  const Plan channel = ooc::plan_softmax_forward(shape, SoftmaxMode::channel, host_options(3 * 2 * 512));
   EXPECT_EQ(channel.splits_c, 1);
   EXPECT_GT(channel.splits_out[0] * channel.splits_out[1], 1);
   expect_tiles_once(channel, shape);
-  const Plan instance = ooc::plan_softmax_backward(shape, SoftmaxMode::instance, host(3 * 3 * 1024));
+  const Plan instance = ooc::plan_softmax_backward(shape, SoftmaxMode::instance, host_options(3 * 3 * 1024));
   EXPECT_EQ(instance.splits_c, 1);
   EXPECT_EQ(instance.splits_out[0], 1);
   EXPECT_EQ(instance.splits_out[1], 1);
   EXPECT_EQ(instance.splits_n, 4);
   expect_tiles_once(instance, shape);
   try {
-    ooc::plan_softmax_forward({2, 64, 64, 64}, SoftmaxMode::instance, host(64 * 1024));
+    ooc::plan_softmax_forward({2, 64, 64, 64}, SoftmaxMode::instance, host_options(64 * 1024));
     FAIL() << "expected out_of_budget";
   } catch (const ooc::out_of_budget& e) {
     EXPECT_NE(std::string(e.what()).find("one instance"), std::string::npos) << e.what();
@@ -74,10 +70,10 @@ TEST(LayerPlanner, SoftmaxNeverSplitsTheReducedAxes) {
 }
 
 TEST(LayerPlanner, AddTensorBroadcastBoxes) {
-  const Plan plan = ooc::plan_add_tensor({1, 6, 1, 1}, {4, 6, 8, 8}, false, host(3 * 1024 * 3));
+  const Plan plan = ooc::plan_add_tensor({1, 6, 1, 1}, {4, 6, 8, 8}, false, host_options(3 * 1024 * 3));
   EXPECT_GT(plan.num_chunks(), 1u);
   expect_tiles_once(plan, {4, 6, 8, 8});
-  EXPECT_THROW(ooc::plan_add_tensor({2, 6, 1, 1}, {4, 6, 8, 8}, false, host(1 << 20)), ooc::invalid_argument);
+  EXPECT_THROW(ooc::plan_add_tensor({2, 6, 1, 1}, {4, 6, 8, 8}, false, host_options(1 << 20)), ooc::invalid_argument);
 }
 
 TEST(LayerPlanner, BadModesListValidNames) {
@@ -111,8 +107,8 @@ TEST(LayerHost, ActivationForwardAndBackwardMatchFiniteDifferences) {
     const double coef = m == ActivationMode::clipped_relu ? 0.5 : 1.3;
     std::vector<float> x = ooc_test::random_vector(count, rng), dy = ooc_test::random_vector(count, rng);
     std::vector<float> y(count, NAN), dx(count, NAN);
-    ooc::activation_forward(shape, m, coef, x.data(), y.data(), host(2048));
-    ooc::activation_backward(shape, m, coef, y.data(), dy.data(), x.data(), dx.data(), host(4096));
+    ooc::activation_forward(shape, m, coef, x.data(), y.data(), host_options(2048));
+    ooc::activation_backward(shape, m, coef, y.data(), dy.data(), x.data(), dx.data(), host_options(4096));
     for (size_t i = 0; i < count; ++i) {
       ASSERT_NEAR(y[i], act(m, coef, x[i]), 1e-6);
       const double h = 1e-5;
@@ -128,7 +124,7 @@ TEST(LayerHost, SoftmaxChannelSumsToOneUnderSplits) {
   const size_t count = static_cast<size_t>(ooc_test::product(shape));
   std::vector<float> x = ooc_test::random_vector(count, rng), y(count, NAN);
   Plan used;
-  ooc::softmax_forward(shape, SoftmaxMode::channel, false, x.data(), y.data(), host(2048), &used);
+  ooc::softmax_forward(shape, SoftmaxMode::channel, false, x.data(), y.data(), host_options(2048), &used);
   EXPECT_GT(used.num_chunks(), 3u);
   for (int64_t n = 0; n < 3; ++n)
     for (int64_t s = 0; s < 30; ++s) {
@@ -143,8 +139,8 @@ TEST(LayerHost, AddTensorBroadcastsAndWorksInPlace) {
   const Shape a_shape{1, 3, 1, 4}, c_shape{2, 3, 5, 4};
   std::vector<float> a = ooc_test::random_vector(12, rng), c = ooc_test::random_vector(120, rng);
   std::vector<float> out(120, NAN), c2 = c;
-  ooc::add_tensor(a_shape, c_shape, 2.0, a.data(), 0.5, c.data(), out.data(), host(1024));
-  ooc::add_tensor(a_shape, c_shape, 2.0, a.data(), 0.5, c2.data(), c2.data(), host(1024));
+  ooc::add_tensor(a_shape, c_shape, 2.0, a.data(), 0.5, c.data(), out.data(), host_options(1024));
+  ooc::add_tensor(a_shape, c_shape, 2.0, a.data(), 0.5, c2.data(), c2.data(), host_options(1024));
   for (int64_t n = 0; n < 2; ++n)
     for (int64_t ch = 0; ch < 3; ++ch)
       for (int64_t h = 0; h < 5; ++h)

@@ -9,6 +9,7 @@
 
 #include "ooc/layers.hpp"
 #include "plan/conv_geometry.hpp"
+#include "layer_test_util.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -17,16 +18,11 @@ using ooc::Options;
 using ooc::Plan;
 using ooc::PoolMode;
 
-Options host(size_t limit) {
-  Options o;
-  o.backend = ooc::BackendKind::host;
-  o.memory_limit = limit;
-  return o;
-}
+using ooc_test::host_options;
 
 TEST(PoolPlanner, ForwardTilesYOnceWithHalos) {
   const ooc::ConvProblem p = ooc::pool_problem({3, 4, 21, 17}, {3, 2}, {2, 1}, {0, 0});
-  const Plan plan = ooc::plan_pool_forward(p, host(3 * 2 * 512));
+  const Plan plan = ooc::plan_pool_forward(p, host_options(3 * 2 * 512));
   EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);
   EXPECT_GT(plan.splits_out[0] * plan.splits_out[1], 1);
   std::vector<int> seen(static_cast<size_t>(p.y_elements()), 0);
@@ -50,8 +46,8 @@ TEST(PoolPlanner, ForwardTilesYOnceWithHalos) {
 
 TEST(PoolPlanner, PaddedDimsStayWhole) {
   const ooc::ConvProblem p = ooc::pool_problem({1, 1, 40, 40}, {3}, {1}, {1, 0});
-  for (const Plan& plan : {ooc::plan_pool_forward(p, host(16 * 1024)),
-                           ooc::plan_pool_backward(ooc::pool_backward_problem(p), host(32 * 1024))}) {
+  for (const Plan& plan : {ooc::plan_pool_forward(p, host_options(16 * 1024)),
+                           ooc::plan_pool_backward(ooc::pool_backward_problem(p), host_options(32 * 1024))}) {
     EXPECT_EQ(plan.splits_out[0], 1);
     EXPECT_GT(plan.splits_out[1], 1);
     EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);
@@ -61,7 +57,7 @@ TEST(PoolPlanner, PaddedDimsStayWhole) {
 TEST(PoolPlanner, BackwardTilesDxOnceAndComputesAroundIt) {
   for (const int64_t stride : {1, 2, 3}) {
     const ooc::ConvProblem p = ooc::pool_backward_problem(ooc::pool_problem({2, 3, 19, 23}, {2, 3}, {stride}, {0}));
-    const Plan plan = ooc::plan_pool_backward(p, host(3 * 4 * 512));
+    const Plan plan = ooc::plan_pool_backward(p, host_options(3 * 4 * 512));
     EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);
     EXPECT_GT(plan.num_chunks(), 6u);
     std::vector<int> seen(static_cast<size_t>(p.x_elements()), 0);
@@ -96,7 +92,7 @@ TEST(PoolPlanner, GeometryChecksNameTheArgument) {
   EXPECT_THROW(ooc::pool_problem({1, 1, 4, 4}, {7}, {1}, {1}), ooc::invalid_argument);
   EXPECT_THROW(ooc::pool_problem({1, 1, 4, 4}, {2, 2, 2}, {1}, {0}), ooc::invalid_argument);
   EXPECT_THROW(ooc::pool_mode_from_name("sum"), ooc::invalid_argument);
-  EXPECT_THROW(ooc::plan_pool_forward(ooc::pool_problem({64, 64, 64, 64}, {2}, {2}, {0}), host(100)),
+  EXPECT_THROW(ooc::plan_pool_forward(ooc::pool_problem({64, 64, 64, 64}, {2}, {2}, {0}), host_options(100)),
                ooc::out_of_budget);
 }
 
@@ -106,7 +102,7 @@ TEST(PoolHost, SplitMaxPoolOfNegativesStaysNegative) {
   std::vector<float> x = ooc_test::random_vector(static_cast<size_t>(p.x_elements()), rng, -3.0);
   std::vector<float> y(static_cast<size_t>(p.y_elements()), NAN);
   Plan used;
-  ooc::pool_forward(p, PoolMode::max, x.data(), y.data(), host(3 * 2 * 512), &used);
+  ooc::pool_forward(p, PoolMode::max, x.data(), y.data(), host_options(3 * 2 * 512), &used);
   EXPECT_GT(used.num_chunks(), 2u);
   for (int64_t n = 0; n < p.n * p.c; ++n)
     for (int64_t a = 0; a < p.out[0]; ++a)
