@@ -42,7 +42,9 @@ ChunkConv chunk_of(const Extent& e, int spatial_dims) {
   return s;
 }
 
-Extent chunk_extent(const Chunk& ch) { return {ch.n.size(), ch.c.size(), ch.in[0].size(), ch.in[1].size(), ch.in[2].size()}; }
+Extent chunk_extent(const Chunk& ch) {
+  return {ch.n.size(), ch.c.size(), ch.in[0].size(), ch.in[1].size(), ch.in[2].size()};
+}
 
 Box chunk_box(const Chunk& ch) {
   Box b;
@@ -292,8 +294,8 @@ SoftmaxMode softmax_mode_from_name(const std::string& name) {
 ConvProblem layer_problem(Operation op, const std::vector<int64_t>& shape) {
   if (op <= Operation::backward_bias) throw invalid_argument("layer_problem: not a layer operation");
   if (shape.size() < 3 || shape.size() > 5)
-    throw invalid_argument(std::string(operation_name(op)) + ": expected a tensor of rank 3 to 5 [n, c, spatial...], got " +
-                           format_shape(shape));
+    throw invalid_argument(std::string(operation_name(op)) +
+                           ": expected a tensor of rank 3 to 5 [n, c, spatial...], got " + format_shape(shape));
   for (int64_t d : shape)
     if (d <= 0) throw invalid_argument(std::string(operation_name(op)) + ": every dimension must be positive, got " +
                                        format_shape(shape));

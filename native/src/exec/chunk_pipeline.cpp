@@ -108,14 +108,16 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   // Input staging: a ring of buffers, each free again once its H2D copy has run.
   const int in_stages = 3;
   const size_t in_stage_bytes =
-      std::max({spec.a.slot_bytes, spec.b.slot_bytes, spec.third.slot_bytes, spec.resident_bytes, load_out ? spec.out.slot_bytes : size_t{0}});
+      std::max({spec.a.slot_bytes, spec.b.slot_bytes, spec.third.slot_bytes, spec.resident_bytes,
+                load_out ? spec.out.slot_bytes : size_t{0}});
   // Pinned (or registered) caller memory is DMA'd directly; only pageable tensors need staging.
   auto direct = [&](const StreamedTensor& t) { return backend.host_is_device_accessible(t.data); };
   const bool a_direct = direct(spec.a), b_direct = has_b && direct(spec.b), out_direct = direct(spec.out);
   const bool resident_direct = has_resident && backend.host_is_device_accessible(spec.resident.view.data);
   const bool third_direct = has_third && direct(spec.third);
   const bool inputs_direct =
-      a_direct && (!has_b || b_direct) && (!has_third || third_direct) && (!has_resident || resident_direct) && (!load_out || out_direct);
+      a_direct && (!has_b || b_direct) && (!has_third || third_direct) && (!has_resident || resident_direct) &&
+      (!load_out || out_direct);
   std::vector<void*> stage_in;
   if (!inputs_direct)
     for (int i = 0; i < in_stages; ++i) stage_in.push_back(res.staging(in_stage_bytes));
@@ -234,8 +236,8 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     if (has_resident) backend.wait(Queue::compute, resident_ready);
     if (has_third) {
       backend.wait(Queue::compute, thirdr.ready[thirdr.current]);
-      spec.compute3(ch, ar.current_data(), br.current_data(), thirdr.current_data(), static_cast<float*>(outr.slots[os]),
-                    ch.first_c ? spec.beta : 1.0);
+      spec.compute3(ch, ar.current_data(), br.current_data(), thirdr.current_data(),
+                    static_cast<float*>(outr.slots[os]), ch.first_c ? spec.beta : 1.0);
       backend.record(thirdr.free[thirdr.current], Queue::compute);
     } else {
       spec.compute(ch, ar.current_data(), br.current_data(), static_cast<const float*>(resident_dev),

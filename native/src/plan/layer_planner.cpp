@@ -152,8 +152,10 @@ Plan plan_pool(const ConvProblem& p, const PlannerConfig& config) {
   const std::array<bool, 5> splittable{true, true, p.padding[0] == 0, p.padding[1] == 0, p.padding[2] == 0};
   const auto x_tile = [&](const Extent5& t) {
     Extent5 x{t[0], t[1], 1, 1, 1};
-    for (int d = 0; d < 3; ++d)
-      x[2 + d] = t[2 + d] == extent[2 + d] ? p.in[d] : conv_input_range(Range{0, t[2 + d]}, p.kernel[d], p.stride[d], 0, 1).size();
+    for (int d = 0; d < 3; ++d) {
+      const Range halo = conv_input_range(Range{0, t[2 + d]}, p.kernel[d], p.stride[d], 0, 1);
+      x[2 + d] = t[2 + d] == extent[2 + d] ? p.in[d] : halo.size();
+    }
     return x;
   };
   const auto peak = [&](const Extent5& t, int buffers) {

@@ -188,29 +188,43 @@ class CudaBackend final : public Backend {
 
   // The layers of layers.hpp (cudnn_layers.cpp), on the compute stream.
   void activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const float* x, float* y) override {
-    on_compute_stream("activation_forward", [&](cudnnHandle_t h) { cudnn_layers::activation_forward(h, s, mode, coef, x, y); });
+    on_compute_stream("activation_forward", [&](cudnnHandle_t h) {
+      cudnn_layers::activation_forward(h, s, mode, coef, x, y);
+    });
   }
   void activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const float* y, const float* dy,
                            const float* x, float* dx) override {
-    on_compute_stream("activation_backward", [&](cudnnHandle_t h) { cudnn_layers::activation_backward(h, s, mode, coef, y, dy, x, dx); });
+    on_compute_stream("activation_backward", [&](cudnnHandle_t h) {
+      cudnn_layers::activation_backward(h, s, mode, coef, y, dy, x, dx);
+    });
   }
   void softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* x, float* y) override {
-    on_compute_stream("softmax_forward", [&](cudnnHandle_t h) { cudnn_layers::softmax_forward(h, s, mode, log, x, y); });
+    on_compute_stream("softmax_forward", [&](cudnnHandle_t h) {
+      cudnn_layers::softmax_forward(h, s, mode, log, x, y);
+    });
   }
   void softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* y, const float* dy,
                         float* dx) override {
-    on_compute_stream("softmax_backward", [&](cudnnHandle_t h) { cudnn_layers::softmax_backward(h, s, mode, log, y, dy, dx); });
+    on_compute_stream("softmax_backward", [&](cudnnHandle_t h) {
+      cudnn_layers::softmax_backward(h, s, mode, log, y, dy, dx);
+    });
   }
   void pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y) override {
-    on_compute_stream("pool_forward", [&](cudnnHandle_t h) { cudnn_layers::pool_forward(h, s, mode, x, y); });
+    on_compute_stream("pool_forward", [&](cudnnHandle_t h) {
+      cudnn_layers::pool_forward(h, s, mode, x, y);
+    });
   }
   void pool_backward(const ChunkConv& s, PoolMode mode, const float* y, const float* dy, const float* x,
                      float* dx) override {
-    on_compute_stream("pool_backward", [&](cudnnHandle_t h) { cudnn_layers::pool_backward(h, s, mode, y, dy, x, dx); });
+    on_compute_stream("pool_backward", [&](cudnnHandle_t h) {
+      cudnn_layers::pool_backward(h, s, mode, y, dy, x, dx);
+    });
   }
   void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a, double beta,
                   const float* b, float* out) override {
-    on_compute_stream("add_tensor", [&](cudnnHandle_t h) { cudnn_layers::add_tensor(h, resources_->compute.get(), a_shape, out_shape, alpha, a, beta, b, out); });
+    on_compute_stream("add_tensor", [&](cudnnHandle_t h) {
+      cudnn_layers::add_tensor(h, resources_->compute.get(), a_shape, out_shape, alpha, a, beta, b, out);
+    });
   }
 
   // Pinned or registered host memory (and device or managed memory, which must never be read by
