@@ -1,7 +1,7 @@
 """Pooling out of core over host arrays (cuDNN PoolingForward; native/include/ooc/layers.hpp):
 max, average counting padding, average excluding it, 1D/2D/3D. Arguments are checked as conv.py
-checks them; libooc validates the geometry (torch's rules) and splits n, c and the unpadded
-spatial dims with the window halo."""
+checks them; libooc validates the geometry (torch's rules) and splits n, c and the spatial dims
+with the window halo (the backward keeps padded dims whole)."""
 
 import numpy as np
 

@@ -76,9 +76,10 @@ def test_avg_exclude_pad_counts_only_the_tensor():
 @pytest.mark.parametrize("want, padding", [
     (frozenset({"n"}), (1, 0)),
     (frozenset({"n", "c"}), (1, 0)),
-    (frozenset({"n", "c", "w"}), (1, 0)),
+    (frozenset({"n", "c", "h"}), (1, 0)),
+    (frozenset({"n", "c", "h", "w"}), (1, 1)),
     (frozenset({"n", "c", "h", "w"}), (0, 0)),
-], ids=["n", "n+c", "n+c+w", "all"])
+], ids=["n", "n+c", "n+c+padded-h", "all-padded", "all"])
 @pytest.mark.parametrize("mode", ["max", "avg_exclude_pad"])
 def test_pool_splits(rng, want, padding, mode, direct):
     shape, kernel, stride = (5, 3, 13, 23), (3, 3), (2, 1)  # w: overlapping windows; edges uneven
@@ -96,13 +97,26 @@ def test_pool_splits(rng, want, padding, mode, direct):
     assert rel_err(y, ref_pool(x, kernel, stride, padding, mode)) < TOL
 
 
-def test_padded_dims_are_never_split():
-    plan = pyooc.plan_pool_forward((1, 1, 64, 64, 64), 3, stride=1, padding=(1, 0, 1), memory_limit="64KiB",
-                                   backend="host")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("stride", [1, 2, 3])
+def test_split_padded_dims_keep_the_border_padding(rng, mode, stride):
+    """Split padded dims: border chunks keep cuDNN's padding (-inf / uncounted), interior ones
+    discard the rows it would touch. Mostly negative inputs, so a zero pad would show in max."""
+    shape, kernel, padding = (1, 2, 29, 31, 9), (5, 4, 3), (2, 2, 1)
+    x = (rng.standard_normal(shape) - 2).astype(np.float32)
+    ref = ref_pool(x, kernel, (stride,) * 3, padding, mode)
+    for limit in ["4KiB", "16KiB"]:
+        y = pyooc.pool_forward(x, kernel, stride=stride, padding=padding, mode=mode, out=poisoned(ref.shape),
+                               memory_limit=limit, backend="host")
+        plan = pyooc.last_stats()["plan"]
+        assert plan.splits["d"] > 1 and plan.peak_device_bytes <= plan.memory_limit
+        assert rel_err(y, ref) < TOL
+
+
+def test_pool_backward_keeps_padded_dims_whole():
+    plan = pyooc.plan_pool_backward((1, 1, 64, 64, 64), 3, stride=1, padding=(1, 0, 1), memory_limit="2MiB",
+                                    backend="host")
     assert plan.splits["d"] == 1 and plan.splits["w"] == 1 and plan.splits["h"] > 1
-    for ch in plan.chunks:  # the h halo: (out - 1) * stride + kernel rows, inside the tensor
-        (h0, h1) = ch["box"][1]
-        assert 0 <= h0 and h1 <= 64
 
 
 def test_pool_bad_input():

@@ -44,14 +44,28 @@ TEST(PoolPlanner, ForwardTilesYOnceWithHalos) {
   for (int v : seen) ASSERT_EQ(v, 1);
 }
 
-TEST(PoolPlanner, PaddedDimsStayWhole) {
-  const ooc::ConvProblem p = ooc::pool_problem({1, 1, 40, 40}, {3}, {1}, {1, 0});
-  for (const Plan& plan : {ooc::plan_pool_forward(p, host_options(16 * 1024)),
-                           ooc::plan_pool_backward(ooc::pool_backward_problem(p), host_options(32 * 1024))}) {
-    EXPECT_EQ(plan.splits_out[0], 1);
-    EXPECT_GT(plan.splits_out[1], 1);
-    EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);
+TEST(PoolPlanner, PaddedDimsSplitForwardOnly) {
+  const ooc::ConvProblem p = ooc::pool_problem({1, 1, 40, 40}, {3}, {2}, {1, 0});
+  const Plan backward = ooc::plan_pool_backward(ooc::pool_backward_problem(p), host_options(32 * 1024));
+  EXPECT_EQ(backward.splits_out[0], 1);
+  EXPECT_GT(backward.splits_out[1], 1);
+  const Plan forward = ooc::plan_pool_forward(p, host_options(3 * 2 * 512));
+  EXPECT_GT(forward.splits_out[0], 1);
+  EXPECT_LE(forward.peak_device_bytes, forward.memory_limit);
+  std::vector<int> seen(static_cast<size_t>(p.out[0]), 0);
+  for (const ooc::Chunk& ch : forward.chunks) {
+    // cuDNN's count from the loaded rows with symmetric padding covers the tile, aligned to it.
+    const ooc::Range x = ch.in[0], y = ch.out[0], t = ch.target[0];
+    EXPECT_EQ((x.size() + 2 * p.padding[0] - p.kernel[0]) / p.stride[0] + 1, y.size());
+    EXPECT_EQ(x.begin, y.begin * p.stride[0]);
+    EXPECT_GE(x.begin, 0);
+    EXPECT_LE(y.begin, t.begin);
+    EXPECT_GE(y.end, t.end);
+    EXPECT_LE(x.end, p.in[0]);
+    if (ch.out[1].begin == 0)
+      for (int64_t o = t.begin; o < t.end; ++o) ++seen[static_cast<size_t>(o)];
   }
+  for (int v : seen) ASSERT_EQ(v, 1);
 }
 
 TEST(PoolPlanner, BackwardTilesDxOnceAndComputesAroundIt) {

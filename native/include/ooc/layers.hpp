@@ -24,14 +24,16 @@ PoolMode pool_mode_from_name(const std::string& name);
 // all). Checks as torch does (padding at most half the kernel; the kernel fits the padded input).
 ConvProblem pool_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
                          const std::vector<int64_t>& stride, const std::vector<int64_t>& padding);
-// Splits n, c and every unpadded spatial dim (with the window halo); padded dims stay whole, since
-// pooling's implicit padding (-inf for max, excluded for avg_exclude_pad) is not explicit zeros
-// and cuDNN's legacy padding is symmetric.
+// Splits n, c and every spatial dim (with the window halo). Pooling's padding (-inf for max, not
+// counted for avg_exclude_pad) is not explicit zeros and cuDNN's legacy padding is symmetric, so
+// every chunk keeps cuDNN's padding and computes a few rows more than its tile, aligned to it;
+// only the tile is written back (layer_planner.cpp, pool_rows).
 Plan plan_pool_forward(const ConvProblem& problem, const Options& options);
 void pool_forward(const ConvProblem& problem, PoolMode mode, const float* x, float* y, const Options& options,
                   Plan* used = nullptr, RunStats* stats = nullptr);
 
-// dx = the gradient of pool_forward for dy, from y, dy and x (cuDNN PoolingBackward). dx is tiled
+// dx = the gradient of pool_forward for dy, from y, dy and x (cuDNN PoolingBackward). Padded dims
+// stay whole here (the forward's border treatment is not carried over yet). dx is tiled
 // disjointly; along split dims each chunk computes a wider region from the dy rows that reach its
 // tile (backward data's arithmetic, conv_geometry.hpp) and writes back only the tile.
 ConvProblem pool_backward_problem(const ConvProblem& forward);  // the same geometry, op pool_backward

@@ -46,11 +46,24 @@ Extent chunk_extent(const Chunk& ch) {
   return {ch.n.size(), ch.c.size(), ch.in[0].size(), ch.in[1].size(), ch.in[2].size()};
 }
 
-Box chunk_box(const Chunk& ch) {
+Box spatial_box(const Chunk& ch, const std::array<Range, kMaxSpatial>& s);
+Box chunk_box(const Chunk& ch) { return spatial_box(ch, ch.in); }
+
+// The chunk's n, c ranges and the spatial ranges s.
+Box spatial_box(const Chunk& ch, const std::array<Range, kMaxSpatial>& s) {
   Box b;
-  b.lo = {ch.n.begin, ch.c.begin, ch.in[0].begin, ch.in[1].begin, ch.in[2].begin};
-  b.hi = {ch.n.end, ch.c.end, ch.in[0].end, ch.in[1].end, ch.in[2].end};
+  b.lo = {ch.n.begin, ch.c.begin, s[0].begin, s[1].begin, s[2].begin};
+  b.hi = {ch.n.end, ch.c.end, s[0].end, s[1].end, s[2].end};
   return b;
+}
+
+// The region `wide` of v seen through a window over `s` (and all of n, c): only that part is read
+// (zeros elsewhere) or written back.
+Region through_window(const TensorView& v, const Chunk& ch, const std::array<Range, kMaxSpatial>& s,
+                      const std::array<Range, kMaxSpatial>& wide) {
+  const Extent lo{0, 0, s[0].begin, s[1].begin, s[2].begin};
+  const Extent hi{v.shape[0], v.shape[1], s[0].end, s[1].end, s[2].end};
+  return Region{v.window(lo, hi), spatial_box(ch, wide).shifted(lo)};
 }
 
 // A full-size tensor of the problem, streamed chunk by chunk.
@@ -210,16 +223,9 @@ void pool_forward(const ConvProblem& p, PoolMode mode, const float* x, float* y,
     spec.a = {x, plan.x_buffers, plan.x_slot_bytes};
     spec.out = {y, plan.y_buffers, plan.y_slot_bytes};
     spec.a_loads = spec.b_loads = [](const Chunk&) { return true; };
-    spec.a_region = [xv](const Chunk& ch) {
-      Box b = chunk_box(ch);  // n, c and the input ranges (halo included, inside the tensor)
-      return Region{xv, b};
-    };
-    spec.out_region = [yv](const Chunk& ch) {
-      Box b;
-      b.lo = {ch.n.begin, ch.c.begin, ch.out[0].begin, ch.out[1].begin, ch.out[2].begin};
-      b.hi = {ch.n.end, ch.c.end, ch.out[0].end, ch.out[1].end, ch.out[2].end};
-      return Region{yv, b};
-    };
+    spec.a_region = [xv](const Chunk& ch) { return Region{xv, spatial_box(ch, ch.in)}; };
+    // The computed y rows (ch.out) are written back through a window over the tile (ch.target).
+    spec.out_region = [yv](const Chunk& ch) { return through_window(yv, ch, ch.target, ch.out); };
     spec.compute = [&backend, &p, mode](const Chunk& ch, const float* xs, const float*, const float*, float* ys, double,
                                         void*) { backend.pool_forward(chunk_shape(ch, p), mode, xs, ys); };
     RunStats s = run_chunks(plan, backend, ThreadPool::shared(), spec);
@@ -253,30 +259,16 @@ void pool_backward(const ConvProblem& p, PoolMode mode, const float* y, const fl
     const TensorView yv = TensorView::contiguous(y, y_ext, 5, es), dyv = TensorView::contiguous(dy, y_ext, 5, es),
                      xv = TensorView::contiguous(x, x_ext, 5, es), dxv = TensorView::contiguous(dx, x_ext, 5, es);
     const int slots = plan.buffers;
-    const auto box = [](const Chunk& ch, const std::array<Range, kMaxSpatial>& s) {
-      Box b;
-      b.lo = {ch.n.begin, ch.c.begin, s[0].begin, s[1].begin, s[2].begin};
-      b.hi = {ch.n.end, ch.c.end, s[0].end, s[1].end, s[2].end};
-      return b;
-    };
-    // Seen through a window over `s` (and all of n, c): only that part is read (zeros elsewhere)
-    // or written back.
-    const auto windowed = [box](const TensorView& v, const Chunk& ch, const std::array<Range, kMaxSpatial>& s,
-                                const std::array<Range, kMaxSpatial>& wide) {
-      const Extent lo{0, 0, s[0].begin, s[1].begin, s[2].begin};
-      const Extent hi{v.shape[0], v.shape[1], s[0].end, s[1].end, s[2].end};
-      return Region{v.window(lo, hi), box(ch, wide).shifted(lo)};
-    };
     OperationSpec spec;
     spec.a = {y, slots, plan.y_slot_bytes};
     spec.b = {dy, slots, plan.y_slot_bytes};
     spec.third = {x, slots, plan.x_slot_bytes};
     spec.out = {dx, slots, plan.x_slot_bytes};
     spec.a_loads = spec.b_loads = [](const Chunk&) { return true; };
-    spec.a_region = [yv, box](const Chunk& ch) { return Region{yv, box(ch, ch.out)}; };
-    spec.b_region = [dyv, windowed](const Chunk& ch) { return windowed(dyv, ch, ch.out_read, ch.out); };
-    spec.third_region = [xv, box](const Chunk& ch) { return Region{xv, box(ch, ch.in)}; };
-    spec.out_region = [dxv, windowed](const Chunk& ch) { return windowed(dxv, ch, ch.target, ch.in); };
+    spec.a_region = [yv](const Chunk& ch) { return Region{yv, spatial_box(ch, ch.out)}; };
+    spec.b_region = [dyv](const Chunk& ch) { return through_window(dyv, ch, ch.out_read, ch.out); };
+    spec.third_region = [xv](const Chunk& ch) { return Region{xv, spatial_box(ch, ch.in)}; };
+    spec.out_region = [dxv](const Chunk& ch) { return through_window(dxv, ch, ch.target, ch.in); };
     spec.compute3 = [&backend, &p, mode](const Chunk& ch, const float* ys, const float* dys, const float* xs,
                                          float* dxs, double) {
       backend.pool_backward(chunk_shape(ch, p), mode, ys, dys, xs, dxs);

@@ -145,45 +145,80 @@ Plan plan_layer(const ConvProblem& p, const LayerPlanSpec& spec, const PlannerCo
   planner_parts::throw_out_of_budget(p, budget, smallest, false);
 }
 
+// One spatial dim of a pooling chunk: the x rows loaded and the y rows computed, cuDNN padding
+// `padding` symmetrically around the loaded rows. A split padded dim keeps that padding: the chunk
+// loads from m = ceil(padding / stride) outputs before its tile (so computed windows line up with
+// the tile's; fewer at the low border) to the tile's last window, clipped to the tensor, where
+// the padding then is the real border. Computed rows outside the tile (the first m, and any past it) read only virtual padding
+// or missing rows and are never written back; the tile's own windows see exactly the real tensor
+// plus its true border padding: -inf for max, uncounted for avg_exclude_pad, as cuDNN pads.
+struct PoolRows {
+  Range x, y;
+};
+
+PoolRows pool_rows(Range tile, int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding) {
+  if (tile.size() == out) return {Range{0, in}, Range{0, out}};
+  if (padding == 0) return {conv_input_range(tile, kernel, stride, 0, 1), tile};
+  // m rows before the tile: enough that the loaded rows start at or before the tile's first
+  // window, but never before the tensor (there cuDNN's padding is the real border's).
+  const int64_t m = std::min(tile.begin, ceil_div(padding, stride));
+  const int64_t x_begin = (tile.begin - m) * stride;
+  const int64_t natural_end = conv_input_range(tile, kernel, stride, padding, 1).end;
+  const int64_t x_end = tile.end == out ? in : std::min(in, natural_end);
+  const int64_t count = (x_end - x_begin + 2 * padding - kernel) / stride + 1;
+  return {Range{x_begin, x_end}, Range{tile.begin - m, tile.begin - m + count}};
+}
+
 Plan plan_pool(const ConvProblem& p, const PlannerConfig& config) {
   const double es = static_cast<double>(dtype_size(p.dtype));
   const Extent5 extent{p.n, p.c, p.out[0], p.out[1], p.out[2]};
-  // Padded dims stay whole (layers.hpp says why); the others split with the window halo.
-  const std::array<bool, 5> splittable{true, true, p.padding[0] == 0, p.padding[1] == 0, p.padding[2] == 0};
-  const auto x_tile = [&](const Extent5& t) {
-    Extent5 x{t[0], t[1], 1, 1, 1};
+  const auto rows = [&](Range tile, int d) {
+    return pool_rows(tile, p.in[d], p.out[d], p.kernel[d], p.stride[d], p.padding[d]);
+  };
+  // Largest x and y extents of any tile along each dim.
+  const auto slots = [&](const Extent5& t) {
+    Extent5 xs{t[0], t[1], 1, 1, 1}, ys{t[0], t[1], 1, 1, 1};
     for (int d = 0; d < 3; ++d) {
-      const Range halo = conv_input_range(Range{0, t[2 + d]}, p.kernel[d], p.stride[d], 0, 1);
-      x[2 + d] = t[2 + d] == extent[2 + d] ? p.in[d] : halo.size();
+      int64_t xm = 0, ym = 0;
+      for (int64_t b = 0; b < extent[2 + d]; b += t[2 + d]) {
+        const PoolRows r = rows(Range{b, std::min(extent[2 + d], b + t[2 + d])}, d);
+        xm = std::max(xm, r.x.size());
+        ym = std::max(ym, r.y.size());
+      }
+      xs[2 + d] = xm;
+      ys[2 + d] = ym;
     }
-    return x;
+    return std::make_pair(xs, ys);
   };
   const auto peak = [&](const Extent5& t, int buffers) {
-    return static_cast<size_t>(buffers) * (slot_bytes(product(x_tile(t)), es) + slot_bytes(product(t), es));
+    const auto [xs, ys] = slots(t);
+    return static_cast<size_t>(buffers) * (slot_bytes(product(xs), es) + slot_bytes(product(ys), es));
   };
   size_t smallest = std::numeric_limits<size_t>::max();
   for (int buffers : {3, 2, 1}) {
     Extent5 tile;
-    const bool fits = largest_tile(extent, splittable, tile, [&](const Extent5& t) {
-      return product(x_tile(t)) <= kMaxChunkElements && peak(t, buffers) <= config.memory_limit;
+    const bool fits = largest_tile(extent, {true, true, true, true, true}, tile, [&](const Extent5& t) {
+      return product(slots(t).first) <= kMaxChunkElements && peak(t, buffers) <= config.memory_limit;
     });
-    if (product(x_tile(tile)) <= kMaxChunkElements) smallest = std::min(smallest, peak(tile, buffers));
+    if (product(slots(tile).first) <= kMaxChunkElements) smallest = std::min(smallest, peak(tile, buffers));
     if (!fits) continue;
     Plan plan = plan_header(p, config, buffers);
     set_tiling(plan, extent, tile);
+    const auto [xs, ys] = slots(tile);
     plan.x_buffers = plan.y_buffers = buffers;
     plan.w_buffers = 0;
-    plan.x_slot_bytes = slot_bytes(product(x_tile(tile)), es);
-    plan.y_slot_bytes = slot_bytes(product(tile), es);
+    plan.x_slot_bytes = slot_bytes(product(xs), es);
+    plan.y_slot_bytes = slot_bytes(product(ys), es);
     plan.peak_device_bytes = peak(tile, buffers);
     for_each_box(extent, tile, [&](Chunk& ch) {
       size_t x_elements = static_cast<size_t>(ch.n.size() * ch.c.size());
       for (int d = 0; d < 3; ++d) {
-        const bool whole = ch.out[d].size() == extent[2 + d];
-        ch.in[d] = whole ? Range{0, p.in[d]} : conv_input_range(ch.out[d], p.kernel[d], p.stride[d], 0, 1);
-        ch.target[d] = ch.out_read[d] = ch.out[d];
+        const PoolRows r = rows(ch.out[d], d);
+        ch.target[d] = ch.out_read[d] = ch.out[d];  // the y rows written back
+        ch.out[d] = r.y;                             // the y rows computed
+        ch.in[d] = r.x;
         ch.compute_padding[d] = p.padding[d];
-        x_elements *= static_cast<size_t>(ch.in[d].size());
+        x_elements *= static_cast<size_t>(r.x.size());
       }
       plan.bytes_h2d += static_cast<size_t>(static_cast<double>(x_elements) * es);
       plan.chunks.push_back(ch);
