@@ -268,3 +268,21 @@ def test_pool_backward_cuda_split_halos(rng, mode):
     plan = pyooc.last_stats()["plan"]
     assert plan.num_chunks > 8 and len(split_set(plan) & {"d", "h", "w"}) > 0
     assert rel_err(dx, ref_pool_grad(x, dy, kernel, stride, (0, 0, 0), mode)) < TOL
+
+
+@pytest.mark.parametrize("operation", ["forward", "backward"])
+def test_pool_plan_targets_tile_the_output_once(operation):
+    x_shape, kernel, stride = (2, 3, 23, 19), (3, 3), (2, 1)
+    if operation == "forward":
+        plan = pyooc.plan_pool_forward(x_shape, kernel, stride=stride, padding=1, memory_limit="4KiB",
+                                       backend="host")
+        shape = plan.y_shape
+    else:
+        plan = pyooc.plan_pool_backward(x_shape, kernel, stride=stride, memory_limit="8KiB", backend="host")
+        shape = x_shape
+    assert plan.num_chunks > 4
+    seen = np.zeros(shape, dtype=int)
+    for ch in plan.chunks:
+        (h0, h1), (w0, w1) = ch["target"]
+        seen[ch["n"][0]:ch["n"][1], ch["c"][0]:ch["c"][1], h0:h1, w0:w1] += 1
+    assert (seen == 1).all()
