@@ -19,6 +19,10 @@ from pyooc.batchnorm import (  # noqa: E402
     batchnorm_backward, batchnorm_forward_inference, batchnorm_forward_training, plan_batchnorm_backward,
     plan_batchnorm_forward_inference, plan_batchnorm_forward_training)
 from pyooc.linalg import linear_backward, linear_forward, matmul, plan_linear_forward, plan_matmul  # noqa: E402
+from pyooc.layers import (  # noqa: E402
+    activation_backward, activation_forward, add_tensor, plan_activation_backward, plan_activation_forward,
+    plan_add_tensor, plan_softmax_backward, plan_softmax_forward, softmax_backward, softmax_forward)
+from pyooc.pooling import plan_pool_backward, plan_pool_forward, pool_backward, pool_forward  # noqa: E402
 from pyooc.memory import get_memory_limit, parse_memory_limit, set_memory_limit  # noqa: E402
 from pyooc.pinned import pinned_empty  # noqa: E402
 
@@ -72,6 +76,9 @@ def info():
 __all__ = [
     "CudaError", "CudnnError", "conv_forward", "plan_conv_forward", "conv_backward_data", "conv_backward_filter",
     "conv_backward_bias", "plan_conv_backward_data", "plan_conv_backward_filter", "plan_conv_backward_bias",
+    "activation_forward", "activation_backward", "softmax_forward", "softmax_backward", "add_tensor",
+    "plan_activation_forward", "plan_activation_backward", "plan_softmax_forward", "plan_softmax_backward",
+    "plan_add_tensor", "pool_forward", "plan_pool_forward", "pool_backward", "plan_pool_backward",
     "last_stats", "set_memory_limit",
     "matmul", "plan_matmul", "linear_forward", "plan_linear_forward", "linear_backward",
     "batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",

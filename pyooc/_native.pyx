@@ -176,6 +176,11 @@ cdef class Plan:
                     "n": n, "k": k, "c": c, "dy": _ranges(ch.out, sd), "x": _ranges(ch.input, sd),
                     "load_x": ch.load_x, "load_dy": ch.load_y, "first": ch.first_c, "last": ch.last_c,
                 })
+            elif <int>op >= <int>ooc.Operation.activation_forward:
+                # layers: box: the x-shaped rows loaded; out: the y-shaped rows on the device
+                # (pooling); target: the rows written back (disjoint tiles of the output)
+                result.append({"n": n, "c": c, "box": _ranges(ch.input, sd), "out": _ranges(ch.out, sd),
+                               "target": _ranges(ch.target, sd)})
             else:
                 result.append({"n": n, "k": k, "dy": _ranges(ch.out, sd), "load_dy": ch.load_y,
                                "first": ch.first_c, "last": ch.last_c})
@@ -487,3 +492,6 @@ cdef class PinnedAllocation:
     @property
     def address(self):
         return <uintptr_t>self.ptr
+
+
+include "_layers.pxi"

@@ -23,6 +23,13 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
         batchnorm_forward_training
         batchnorm_forward_inference
         batchnorm_backward
+        activation_forward
+        activation_backward
+        softmax_forward
+        softmax_backward
+        add_tensor
+        pool_forward
+        pool_backward
 
     const char* operation_name(Operation op)
 
@@ -179,6 +186,45 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
                             const float* saved_mean, const float* saved_invstd, float* dx, float* dscale,
                             float* dbias, const Options& options, Plan* used,
                             RunStats* stats) except +translate_exception
+    cdef enum class ActivationMode(int):
+        relu
+    cdef enum class SoftmaxMode(int):
+        channel
+
+    cdef enum class PoolMode(int):
+        max
+    PoolMode pool_mode_from_name(const string& name) except +translate_exception
+    ConvProblem pool_problem(const vector[int64_t]& x_shape, const vector[int64_t]& kernel,
+                             const vector[int64_t]& stride, const vector[int64_t]& padding) except +translate_exception
+    Plan plan_pool_forward(const ConvProblem& problem, const Options& options) except +translate_exception
+    void pool_forward(const ConvProblem& problem, PoolMode mode, const float* x, float* y, const Options& options,
+                      Plan* used, RunStats* stats) except +translate_exception
+    ConvProblem pool_backward_problem(const ConvProblem& forward) except +translate_exception
+    Plan plan_pool_backward(const ConvProblem& problem, const Options& options) except +translate_exception
+    void pool_backward(const ConvProblem& problem, PoolMode mode, const float* y, const float* dy, const float* x,
+                       float* dx, const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    ActivationMode activation_mode_from_name(const string& name) except +translate_exception
+    SoftmaxMode softmax_mode_from_name(const string& name) except +translate_exception
+    Plan plan_activation_forward(const vector[int64_t]& shape, const Options& options) except +translate_exception
+    Plan plan_activation_backward(const vector[int64_t]& shape, const Options& options) except +translate_exception
+    Plan plan_softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode,
+                              const Options& options) except +translate_exception
+    Plan plan_softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode,
+                               const Options& options) except +translate_exception
+    Plan plan_add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, bool in_place,
+                         const Options& options) except +translate_exception
+    void activation_forward(const vector[int64_t]& shape, ActivationMode mode, double coef, const float* x, float* y,
+                            const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void activation_backward(const vector[int64_t]& shape, ActivationMode mode, double coef, const float* y,
+                             const float* dy, const float* x, float* dx, const Options& options, Plan* used,
+                             RunStats* stats) except +translate_exception
+    void softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const float* x, float* y,
+                         const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                          float* dx, const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, double alpha, const float* a,
+                    double beta, const float* c, float* out, const Options& options, Plan* used,
+                    RunStats* stats) except +translate_exception
 
 
 cdef extern from "ooc/ooc.hpp" namespace "ooc::testing" nogil:

@@ -320,7 +320,7 @@ def test_random_problems(case):
     working = 4 * (int(np.prod(x_shape)) + int(np.prod(w_shape)) + 3 * int(np.prod(y_shape))) + 4096
     limit = int(smallest + case["budget_fraction"] * max(0, working - smallest))
     planned = pyooc.plan_conv_forward(x_shape, w_shape, bias=case["bias"], memory_limit=limit, backend="host",
-                                      alpha=case["alpha"], beta=case["beta"], **geometry)
+                                      alpha=case["alpha"], beta=case["beta"], pinned=case["direct"], **geometry)
     check_tiling(planned)
     assert planned.peak_device_bytes <= limit
     x, w, b = random_problem(rng, x_shape, w_shape, bias=case["bias"])

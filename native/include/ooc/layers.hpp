@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ooc/ooc.hpp"
+#include "ooc/pool_activation_softmax.hpp"  // the other layers: pooling, activation, softmax, add-tensor
 
 namespace ooc {
 

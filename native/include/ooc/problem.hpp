@@ -28,6 +28,8 @@ enum class Operation {
   forward, backward_data, backward_filter, backward_bias,
   // layers.hpp: GEMM (n = M, c = K, k = N) and batch normalization (x: [n, c, in...])
   matmul, batchnorm_forward_training, batchnorm_forward_inference, batchnorm_backward,
+  // layers.hpp: element-wise and per-position layers (k == c, out == in)
+  activation_forward, activation_backward, softmax_forward, softmax_backward, add_tensor, pool_forward, pool_backward
 };
 const char* operation_name(Operation op);  // "conv_forward", "conv_backward_data", ...
 

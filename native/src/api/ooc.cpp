@@ -63,6 +63,12 @@ PlannerConfig planner_config(Backend& backend, const Options& options) {
 
 }  // namespace
 
+void with_backend(const Options& options, const std::function<void(Backend&, const PlannerConfig&)>& fn) {
+  BackendSlot& slot = backend_slot(options);
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  fn(*slot.backend, planner_config(*slot.backend, options));
+}
+
 void set_default_memory_limit(size_t bytes) { g_default_memory_limit = bytes; }
 size_t default_memory_limit() { return g_default_memory_limit; }
 
@@ -171,12 +177,6 @@ void conv_backward_bias(const ConvProblem& problem, const float* dy, float* db, 
   run_operation(problem, Operation::backward_bias, options, used, stats, {dy, db}, [&](const Plan& plan, Backend& backend) {
     return run_conv_backward_bias(plan, backend, dy, db, ThreadPool::shared());
   });
-}
-
-void with_backend(const Options& options, const std::function<void(Backend&, const PlannerConfig&)>& fn) {
-  BackendSlot& slot = backend_slot(options);
-  std::lock_guard<std::mutex> lock(slot.mutex);
-  fn(*slot.backend, planner_config(*slot.backend, options));
 }
 
 }  // namespace ooc

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ooc/layers.hpp"
 #include "ooc/ooc.hpp"
 #include "ooc/plan.hpp"
 
@@ -112,6 +113,26 @@ class Backend {
     (void)shape; (void)x; (void)dy; (void)coef; (void)y;
     throw std::logic_error(name() + " backend has no batch norm");
   }
+  // On Queue::compute, the layers of layers.hpp over dense chunks [n, c, in...] (shape.k unused):
+  //   activation: y = f(x); dx = f'(x) * dy from y, dy and x
+  //   softmax: over c per (n, position) or over c*space per n (instance); log: log-softmax
+  //   add_tensor: out = alpha * a + beta * (b ? b : out), a shaped a_shape (dims 1 or out's); beta == 0
+  //   never reads out
+  // The defaults (host/host_layers.cpp) are the reference loops over host-addressable slots, which
+  // is what the host backend uses; the cuda backend overrides them with cuDNN.
+  virtual void activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y);
+  virtual void activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
+                                   const float* dy, const float* x, float* dx);
+  virtual void softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y);
+  virtual void softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                                float* dx);
+  // pooling: y over shape.out from x over shape.in with shape's kernel, stride and symmetric padding
+  virtual void pool_forward(const ChunkConv& shape, PoolMode mode, const float* x, float* y);
+  //   pool backward: dx over shape.in (overwritten) from y, dy over shape.out and x over shape.in
+  virtual void pool_backward(const ChunkConv& shape, PoolMode mode, const float* y, const float* dy, const float* x,
+                             float* dx);
+  virtual void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
+                          double beta, const float* b, float* out);
 
   // Direct DMA between caller memory and device slots, without staging. Only used when
   // host_is_device_accessible(ptr) (pinned or registered memory).

@@ -98,21 +98,26 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   SlotRing ar = make_ring(spec.a);
   SlotRing br = make_ring(spec.b);
   SlotRing outr = make_ring(spec.out);
+  SlotRing thirdr = make_ring(spec.third);
   void* resident_dev = arena.take(spec.resident_bytes);
   void* workspace = arena.take(spec.workspace_bytes);
   std::vector<Backend::Event> out_computed = res.events(spec.out.slots);
+  const bool has_third = spec.third.slots > 0;
   const bool has_b = spec.b.slots > 0, has_resident = spec.resident_bytes > 0, load_out = spec.beta != 0.0;
 
   // Input staging: a ring of buffers, each free again once its H2D copy has run.
   const int in_stages = 3;
   const size_t in_stage_bytes =
-      std::max({spec.a.slot_bytes, spec.b.slot_bytes, spec.resident_bytes, load_out ? spec.out.slot_bytes : size_t{0}});
+      std::max({spec.a.slot_bytes, spec.b.slot_bytes, spec.third.slot_bytes, spec.resident_bytes,
+                load_out ? spec.out.slot_bytes : size_t{0}});
   // Pinned (or registered) caller memory is DMA'd directly; only pageable tensors need staging.
   auto direct = [&](const StreamedTensor& t) { return backend.host_is_device_accessible(t.data); };
   const bool a_direct = direct(spec.a), b_direct = has_b && direct(spec.b), out_direct = direct(spec.out);
   const bool resident_direct = has_resident && backend.host_is_device_accessible(spec.resident.view.data);
+  const bool third_direct = has_third && direct(spec.third);
   const bool inputs_direct =
-      a_direct && (!has_b || b_direct) && (!has_resident || resident_direct) && (!load_out || out_direct);
+      a_direct && (!has_b || b_direct) && (!has_third || third_direct) && (!has_resident || resident_direct) &&
+      (!load_out || out_direct);
   std::vector<void*> stage_in;
   if (!inputs_direct)
     for (int i = 0; i < in_stages; ++i) stage_in.push_back(res.staging(in_stage_bytes));
@@ -199,6 +204,10 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
       const int s = br.advance();
       load(spec.b_region(ch), b_direct, br.slots[s], br.free[s], br.ready[s]);
     }
+    if (has_third) {
+      const int s = thirdr.advance();
+      load(spec.third_region(ch), third_direct, thirdr.slots[s], thirdr.free[s], thirdr.ready[s]);
+    }
     if (ch.first_c) {
       const int s = outr.advance();
       // Its staging buffer may still hold an earlier chunk's output on its way out.
@@ -215,8 +224,15 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     if (has_b) backend.wait(Queue::compute, br.ready[br.current]);
     if (ch.first_c && load_out) backend.wait(Queue::compute, outr.ready[os]);
     if (has_resident) backend.wait(Queue::compute, resident_ready);
-    spec.compute(ch, ar.current_data(), br.current_data(), static_cast<const float*>(resident_dev),
-                 static_cast<float*>(outr.slots[os]), ch.first_c ? spec.beta : 1.0, workspace);
+    if (has_third) {
+      backend.wait(Queue::compute, thirdr.ready[thirdr.current]);
+      spec.compute3(ch, ar.current_data(), br.current_data(), thirdr.current_data(),
+                    static_cast<float*>(outr.slots[os]), ch.first_c ? spec.beta : 1.0);
+      backend.record(thirdr.free[thirdr.current], Queue::compute);
+    } else {
+      spec.compute(ch, ar.current_data(), br.current_data(), static_cast<const float*>(resident_dev),
+                   static_cast<float*>(outr.slots[os]), ch.first_c ? spec.beta : 1.0, workspace);
+    }
     backend.record(ar.free[ar.current], Queue::compute);
     if (has_b) backend.record(br.free[br.current], Queue::compute);
     ++stats.chunks;

@@ -44,6 +44,12 @@ struct OperationSpec {
   std::function<void(const Chunk&, const float* a, const float* b, const float* resident, float* out, double beta,
                      void* workspace)>
       compute;
+  // A third input (third.slots == 0: none), for operations that read three tensors per chunk
+  // (activation backward: y, dy, x); then compute3 runs instead of compute.
+  StreamedTensor third;
+  std::function<Region(const Chunk&)> third_region;
+  std::function<void(const Chunk&, const float* a, const float* b, const float* third, float* out, double beta)>
+      compute3;
 };
 
 RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const OperationSpec& spec);

@@ -198,6 +198,8 @@ Nest nest_of(const ConvProblem& p) {
       nest.reduction = bit(kN) | kSpatialDims;
       nest.orders = {{LoopOrder::k_outer, order_of(kK, kC, kN, kS0, kS1, kS2)}};
       break;
+    case Operation::forward:
+      throw std::logic_error("plan_conv_backward_for: a forward problem");
     default:
       throw std::logic_error(std::string("plan_conv_backward_for: not a gradient: ") + operation_name(p.op));
   }

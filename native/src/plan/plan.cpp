@@ -34,6 +34,11 @@ SlotNames slot_names(Operation op) {
     case Operation::backward_data: return {"dx", "w", "dy", "", "dx"};
     case Operation::backward_filter: return {"x", "dw", "dy", "", "dw"};
     case Operation::backward_bias: return {"", "", "dy", "db", "db"};
+    case Operation::activation_forward: case Operation::softmax_forward: return {"x", "", "y", "", "y"};
+    case Operation::activation_backward: case Operation::softmax_backward: return {"y, dy, x", "", "dx", "", "dx"};
+    case Operation::add_tensor: return {"c", "a", "out", "", "out"};
+    case Operation::pool_forward: return {"x", "", "y", "", "y"};
+    case Operation::pool_backward: return {"x, dx", "", "y, dy", "", "dx"};
     case Operation::matmul: return {"a", "b", "c", "bias", "c"};
     case Operation::batchnorm_backward: return {"x", "dy", "dx", "coefficients", "dx"};
     default: return {"x", "", "y", "coefficients", "y"};  // batch-norm forward

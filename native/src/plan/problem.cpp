@@ -33,6 +33,13 @@ const char* operation_name(Operation op) {
     case Operation::batchnorm_forward_training: return "batchnorm_forward_training";
     case Operation::batchnorm_forward_inference: return "batchnorm_forward_inference";
     case Operation::batchnorm_backward: return "batchnorm_backward";
+    case Operation::activation_forward: return "activation_forward";
+    case Operation::activation_backward: return "activation_backward";
+    case Operation::softmax_forward: return "softmax_forward";
+    case Operation::softmax_backward: return "softmax_backward";
+    case Operation::add_tensor: return "add_tensor";
+    case Operation::pool_forward: return "pool_forward";
+    case Operation::pool_backward: return "pool_backward";
   }
   return "?";
 }
@@ -221,13 +228,18 @@ int64_t ConvProblem::y_elements() const { return n * k * out[0] * out[1] * out[2
 
 double ConvProblem::flops() const {
   if (op == Operation::backward_bias) return static_cast<double>(y_elements());
+  if (op > Operation::backward_bias) return 8.0 * static_cast<double>(y_elements());  // layers: a few flops per element
   return 2.0 * static_cast<double>(y_elements()) * static_cast<double>(c / groups) *
          static_cast<double>(kernel[0] * kernel[1] * kernel[2]);
 }
 
 std::string ConvProblem::describe() const {
   std::ostringstream s;
-  if (op >= Operation::matmul) return describe_layer(*this);  // layers.hpp's operations
+  if (op >= Operation::matmul && op <= Operation::batchnorm_backward) return describe_layer(*this);  // GEMM, batch norm
+  if (op > Operation::backward_bias) {  // layers.hpp: element-wise and per-position layers
+    s << operation_name(op) << " " << dtype_name(dtype) << ": " << format_shape(x_shape());
+    return s.str();
+  }
   s << "conv" << spatial_dims << "d ";
   switch (op) {
     case Operation::forward:

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_machine_model.hpp"
 #include "backend/cuda/cuda_stream.hpp"
+#include "backend/cuda/cudnn_layers.hpp"
 #include "backend/cuda/cudnn_descriptors.hpp"
 #include "backend/cuda/device_scope.hpp"
 #include "backend/cuda/event_pool.hpp"
@@ -220,6 +221,47 @@ class CudaBackend final : public Backend {
     cuda_kernels::channel_affine(shape, x, dy, coef, y, resources_->compute.get());
   }
 
+  // The layers of layers.hpp (cudnn_layers.cpp), on the compute stream.
+  void activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const float* x, float* y) override {
+    on_compute_stream("activation_forward", [&](cudnnHandle_t h) {
+      cudnn_layers::activation_forward(h, s, mode, coef, x, y);
+    });
+  }
+  void activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const float* y, const float* dy,
+                           const float* x, float* dx) override {
+    on_compute_stream("activation_backward", [&](cudnnHandle_t h) {
+      cudnn_layers::activation_backward(h, s, mode, coef, y, dy, x, dx);
+    });
+  }
+  void softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* x, float* y) override {
+    on_compute_stream("softmax_forward", [&](cudnnHandle_t h) {
+      cudnn_layers::softmax_forward(h, s, mode, log, x, y);
+    });
+  }
+  void softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                        float* dx) override {
+    on_compute_stream("softmax_backward", [&](cudnnHandle_t h) {
+      cudnn_layers::softmax_backward(h, s, mode, log, y, dy, dx);
+    });
+  }
+  void pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y) override {
+    on_compute_stream("pool_forward", [&](cudnnHandle_t h) {
+      cudnn_layers::pool_forward(h, s, mode, x, y);
+    });
+  }
+  void pool_backward(const ChunkConv& s, PoolMode mode, const float* y, const float* dy, const float* x,
+                     float* dx) override {
+    on_compute_stream("pool_backward", [&](cudnnHandle_t h) {
+      cudnn_layers::pool_backward(h, s, mode, y, dy, x, dx);
+    });
+  }
+  void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a, double beta,
+                  const float* b, float* out) override {
+    on_compute_stream("add_tensor", [&](cudnnHandle_t h) {
+      cudnn_layers::add_tensor(h, resources_->compute.get(), a_shape, out_shape, alpha, a, beta, b, out);
+    });
+  }
+
   // Pinned or registered host memory (and device or managed memory, which must never be read by
   // host workers) goes by DMA straight between the caller's tensor and the device slots.
   bool host_is_device_accessible(const void* ptr) override { return is_device_accessible(ptr); }
@@ -300,6 +342,16 @@ class CudaBackend final : public Backend {
       case Queue::d2h: return resources_->d2h.get();
     }
     throw std::logic_error("cuda backend: unknown queue");
+  }
+
+  // Runs call(handle) for a layer: our device current, the handle bound to the compute stream, timed.
+  template <typename Call>
+  void on_compute_stream(const char* what, Call call) {
+    DeviceScope scope(device_);
+    throw_if_fault_injected(FaultSite::conv, what);
+    QueueTimer::Span span = timed(Queue::compute);
+    OOC_CUDNN_CHECK(cudnnSetStream(resources_->cudnn, resources_->compute.get()));
+    call(resources_->cudnn);
   }
 
   // The cached setup of this chunk shape and operation, with the handle bound to the compute stream.

@@ -56,9 +56,25 @@ struct ConvolutionDescriptorTraits {
   static cudnnStatus_t destroy(Handle h) { return cudnnDestroyConvolutionDescriptor(h); }
 };
 
+struct ActivationDescriptorTraits {
+  using Handle = cudnnActivationDescriptor_t;
+  static constexpr const char* create_call = "cudnnCreateActivationDescriptor";
+  static cudnnStatus_t create(Handle* h) { return cudnnCreateActivationDescriptor(h); }
+  static cudnnStatus_t destroy(Handle h) { return cudnnDestroyActivationDescriptor(h); }
+};
+
+struct PoolingDescriptorTraits {
+  using Handle = cudnnPoolingDescriptor_t;
+  static constexpr const char* create_call = "cudnnCreatePoolingDescriptor";
+  static cudnnStatus_t create(Handle* h) { return cudnnCreatePoolingDescriptor(h); }
+  static cudnnStatus_t destroy(Handle h) { return cudnnDestroyPoolingDescriptor(h); }
+};
+
 using CudnnHandle = CudnnObject<CudnnHandleTraits>;
 using TensorDescriptor = CudnnObject<TensorDescriptorTraits>;
 using FilterDescriptor = CudnnObject<FilterDescriptorTraits>;
 using ConvolutionDescriptor = CudnnObject<ConvolutionDescriptorTraits>;
+using ActivationDescriptor = CudnnObject<ActivationDescriptorTraits>;
+using PoolingDescriptor = CudnnObject<PoolingDescriptorTraits>;
 
 }  // namespace ooc

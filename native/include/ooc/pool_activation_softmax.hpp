@@ -1,0 +1,75 @@
+// Out-of-core element-wise and per-position layers over host tensors: activation, softmax and
+// add-tensor (cuDNN's ActivationForward/Backward, SoftmaxForward/Backward, AddTensor). Shapes are
+// [n, c, spatial...] (rank 3 to 5; callers flatten anything else), float32, C-contiguous. Each
+// runs through the same planner vocabulary (Plan, Chunk) and pipeline as the convolution.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ooc/ooc.hpp"
+
+namespace ooc {
+
+enum class ActivationMode { relu, sigmoid, tanh, clipped_relu, elu, swish };
+enum class SoftmaxMode { channel, instance };  // channel: over c per (n, position); instance: over c*space per n
+
+// Pooling (cuDNN PoolingForward): max, average counting padding (CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING)
+// or average over the window's part inside the tensor (..._EXCLUDE_PADDING).
+enum class PoolMode { max, avg, avg_exclude_pad };
+PoolMode pool_mode_from_name(const std::string& name);
+
+// x: [n, c, in...] (rank 3 to 5); kernel, stride, padding: one entry per spatial dim (or one for
+// all). Checks as torch does (padding at most half the kernel; the kernel fits the padded input).
+ConvProblem pool_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
+                         const std::vector<int64_t>& stride, const std::vector<int64_t>& padding);
+// Splits n, c and every spatial dim (with the window halo). Pooling's padding (-inf for max, not
+// counted for avg_exclude_pad) is not explicit zeros and cuDNN's legacy padding is symmetric, so
+// every chunk keeps cuDNN's padding and computes a few rows more than its tile, aligned to it;
+// only the tile is written back (layer_planner.cpp, pool_rows).
+Plan plan_pool_forward(const ConvProblem& problem, const Options& options);
+void pool_forward(const ConvProblem& problem, PoolMode mode, const float* x, float* y, const Options& options,
+                  Plan* used = nullptr, RunStats* stats = nullptr);
+
+// dx = the gradient of pool_forward for dy, from y, dy and x (cuDNN PoolingBackward). Padded dims
+// stay whole here (the forward's border treatment is not carried over yet). dx is tiled
+// disjointly; along split dims each chunk computes a wider region from the dy rows that reach its
+// tile (backward data's arithmetic, conv_geometry.hpp) and writes back only the tile.
+ConvProblem pool_backward_problem(const ConvProblem& forward);  // the same geometry, op pool_backward
+Plan plan_pool_backward(const ConvProblem& problem, const Options& options);
+void pool_backward(const ConvProblem& problem, PoolMode mode, const float* y, const float* dy, const float* x,
+                   float* dx, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+
+// Parses "relu", ... / "channel", "instance"; invalid_argument listing the valid names otherwise.
+ActivationMode activation_mode_from_name(const std::string& name);
+SoftmaxMode softmax_mode_from_name(const std::string& name);
+
+// The problem each layer plans for (problem.op says which; k == c, out == in).
+ConvProblem layer_problem(Operation op, const std::vector<int64_t>& shape);
+
+Plan plan_activation_forward(const std::vector<int64_t>& shape, const Options& options);
+Plan plan_activation_backward(const std::vector<int64_t>& shape, const Options& options);
+Plan plan_softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options);
+Plan plan_softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options);
+// a broadcasts over c: each dim of a is 1 or equals c's. in_place: out is c (c is then read as out).
+Plan plan_add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& c_shape, bool in_place,
+                     const Options& options);
+
+// y = f(x); y may be x (in place). coef: clipped_relu's ceiling, elu's alpha, swish's beta.
+void activation_forward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* x,
+                        float* y, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+// dx = f'(x) * dy (from y, dy and x); dx may be dy.
+void activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* y,
+                         const float* dy, const float* x, float* dx, const Options& options, Plan* used = nullptr,
+                         RunStats* stats = nullptr);
+void softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* x, float* y,
+                     const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+void softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                      float* dx, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+// out = alpha * a + beta * c (a broadcast); out may be c (in place).
+void add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& c_shape, double alpha,
+                const float* a, double beta, const float* c, float* out, const Options& options,
+                Plan* used = nullptr, RunStats* stats = nullptr);
+
+}  // namespace ooc

@@ -1,0 +1,204 @@
+// Reference loops of the layers (layers.hpp) over dense host chunks, in double precision where
+// they reduce; they are Backend's default implementations, used by the host backend.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "exec/thread_pool.hpp"
+
+namespace ooc {
+namespace {
+
+int64_t spatial_elements(const ChunkConv& s) { return s.in[0] * s.in[1] * s.in[2]; }
+int64_t elements(const ChunkConv& s) { return s.n * s.c * spatial_elements(s); }
+
+// f(i) for i in [0, count), on the worker pool.
+template <typename F>
+void each(int64_t count, F f) {
+  ThreadPool::shared().parallel_for(count, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) f(i);
+  });
+}
+
+double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+
+double activate(ActivationMode mode, double coef, double x) {
+  switch (mode) {
+    case ActivationMode::relu: return x > 0 ? x : 0.0;
+    case ActivationMode::sigmoid: return sigmoid(x);
+    case ActivationMode::tanh: return std::tanh(x);
+    case ActivationMode::clipped_relu: return std::min(std::max(x, 0.0), coef);
+    case ActivationMode::elu: return x > 0 ? x : coef * std::expm1(x);
+    case ActivationMode::swish: return x * sigmoid(coef * x);
+  }
+  throw std::logic_error("activation: unknown mode");
+}
+
+// dy * f'(x), from y = f(x) where that is how cuDNN computes it.
+double activate_grad(ActivationMode mode, double coef, double y, double dy, double x) {
+  switch (mode) {
+    case ActivationMode::relu: return x > 0 ? dy : 0.0;
+    case ActivationMode::sigmoid: return dy * y * (1.0 - y);
+    case ActivationMode::tanh: return dy * (1.0 - y * y);
+    case ActivationMode::clipped_relu: return x > 0 && x < coef ? dy : 0.0;
+    case ActivationMode::elu: return x > 0 ? dy : dy * coef * std::exp(x);
+    case ActivationMode::swish: {
+      const double s = sigmoid(coef * x);
+      return dy * (s + coef * x * s * (1.0 - s));
+    }
+  }
+  throw std::logic_error("activation: unknown mode");
+}
+
+// Calls f(base, count, stride) for each group softmax reduces over: channel mode: the c values at
+// one (n, position), `stride` apart; instance: the c*space values of one n, contiguous.
+template <typename F>
+void for_each_group(const ChunkConv& s, SoftmaxMode mode, F f) {
+  const int64_t sp = spatial_elements(s);
+  if (mode == SoftmaxMode::instance) {
+    each(s.n, [&](int64_t n) { f(n * s.c * sp, s.c * sp, int64_t{1}); });
+    return;
+  }
+  each(s.n * sp, [&](int64_t g) {
+    const int64_t n = g / sp, pos = g % sp;
+    f(n * s.c * sp + pos, s.c, sp);
+  });
+}
+
+}  // namespace
+
+void Backend::activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y) {
+  each(elements(shape), [&](int64_t i) {
+    y[i] = static_cast<float>(activate(mode, coef, x[i]));
+  });
+}
+
+void Backend::activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
+                                  const float* dy, const float* x, float* dx) {
+  each(elements(shape), [&](int64_t i) {
+    dx[i] = static_cast<float>(activate_grad(mode, coef, y[i], dy[i], x[i]));
+  });
+}
+
+void Backend::softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y) {
+  for_each_group(shape, mode, [&](int64_t base, int64_t count, int64_t stride) {
+    double m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < count; ++j) m = std::max(m, static_cast<double>(x[base + j * stride]));
+    for (int64_t j = 0; j < count; ++j) sum += std::exp(x[base + j * stride] - m);
+    for (int64_t j = 0; j < count; ++j) {
+      const double v = x[base + j * stride] - m;
+      y[base + j * stride] = static_cast<float>(log ? v - std::log(sum) : std::exp(v) / sum);
+    }
+  });
+}
+
+void Backend::softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                               float* dx) {
+  for_each_group(shape, mode, [&](int64_t base, int64_t count, int64_t stride) {
+    double dot = 0;  // softmax: sum dy*y; log-softmax: sum dy
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t i = base + j * stride;
+      dot += log ? static_cast<double>(dy[i]) : static_cast<double>(dy[i]) * y[i];
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t i = base + j * stride;
+      dx[i] = static_cast<float>(log ? dy[i] - std::exp(static_cast<double>(y[i])) * dot : y[i] * (dy[i] - dot));
+    }
+  });
+}
+
+void Backend::add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
+                         double beta, const float* b, float* out) {
+  const int64_t ext[5] = {out_shape.n, out_shape.c, out_shape.in[0], out_shape.in[1], out_shape.in[2]};
+  const int64_t aext[5] = {a_shape.n, a_shape.c, a_shape.in[0], a_shape.in[1], a_shape.in[2]};
+  int64_t astride[5];
+  astride[4] = 1;
+  for (int d = 3; d >= 0; --d) astride[d] = astride[d + 1] * aext[d + 1];
+  each(elements(out_shape), [&](int64_t i) {
+    int64_t rest = i, ai = 0;
+    for (int d = 4; d >= 0; --d) {
+      const int64_t idx = rest % ext[d];
+      rest /= ext[d];
+      if (aext[d] != 1) ai += idx * astride[d];
+    }
+    const double prev = beta == 0.0 ? 0.0 : beta * (b ? b[i] : out[i]);
+    out[i] = static_cast<float>(alpha * a[ai] + prev);
+  });
+}
+
+}  // namespace ooc
+
+namespace ooc {
+
+void Backend::pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y) {
+  const int64_t in0 = s.in[0], in1 = s.in[1], in2 = s.in[2], o0 = s.out[0], o1 = s.out[1], o2 = s.out[2];
+  const double window = static_cast<double>(s.kernel[0] * s.kernel[1] * s.kernel[2]);
+  each(s.n * s.c * o0 * o1 * o2, [&](int64_t i) {
+    int64_t r = i;
+    const int64_t c2 = r % o2; r /= o2;
+    const int64_t c1 = r % o1; r /= o1;
+    const int64_t c0 = r % o0; r /= o0;
+    const float* plane = x + r * in0 * in1 * in2;  // r: n * c + channel
+    // The window clipped to the tensor: padding is -inf for max, zeros (counted or not) for avg.
+    const int64_t b0 = c0 * s.stride[0] - s.padding[0], b1 = c1 * s.stride[1] - s.padding[1],
+                  b2 = c2 * s.stride[2] - s.padding[2];
+    double acc = mode == PoolMode::max ? -INFINITY : 0.0;
+    int64_t count = 0;
+    for (int64_t a = std::max<int64_t>(b0, 0); a < std::min(b0 + s.kernel[0], in0); ++a)
+      for (int64_t b = std::max<int64_t>(b1, 0); b < std::min(b1 + s.kernel[1], in1); ++b)
+        for (int64_t d = std::max<int64_t>(b2, 0); d < std::min(b2 + s.kernel[2], in2); ++d) {
+          const double v = plane[(a * in1 + b) * in2 + d];
+          acc = mode == PoolMode::max ? (std::isnan(v) || v > acc ? v : acc) : acc + v;
+          ++count;
+        }
+    if (mode == PoolMode::avg) acc /= window;
+    if (mode == PoolMode::avg_exclude_pad) acc /= static_cast<double>(count);
+    y[i] = static_cast<float>(acc);
+  });
+}
+
+}  // namespace ooc
+
+namespace ooc {
+
+void Backend::pool_backward(const ChunkConv& s, PoolMode mode, const float*, const float* dy, const float* x,
+                            float* dx) {
+  const int64_t in0 = s.in[0], in1 = s.in[1], in2 = s.in[2], o0 = s.out[0], o1 = s.out[1], o2 = s.out[2];
+  const double window = static_cast<double>(s.kernel[0] * s.kernel[1] * s.kernel[2]);
+  // One task per (n, c) plane: windows overlap, so a plane's dx is accumulated by one thread.
+  each(s.n * s.c, [&](int64_t plane) {
+    const float* xp = x + plane * in0 * in1 * in2;
+    float* dxp = dx + plane * in0 * in1 * in2;
+    const float* dyp = dy + plane * o0 * o1 * o2;
+    std::vector<double> acc(static_cast<size_t>(in0 * in1 * in2), 0.0);
+    for (int64_t c0 = 0; c0 < o0; ++c0)
+      for (int64_t c1 = 0; c1 < o1; ++c1)
+        for (int64_t c2 = 0; c2 < o2; ++c2) {
+          const double g = dyp[(c0 * o1 + c1) * o2 + c2];
+          const int64_t b0 = c0 * s.stride[0] - s.padding[0], b1 = c1 * s.stride[1] - s.padding[1],
+                        b2 = c2 * s.stride[2] - s.padding[2];
+          const int64_t e0 = std::min(b0 + s.kernel[0], in0), e1 = std::min(b1 + s.kernel[1], in1),
+                        e2 = std::min(b2 + s.kernel[2], in2);
+          int64_t count = 0, best = -1;
+          double best_v = -INFINITY;
+          for (int64_t a = std::max<int64_t>(b0, 0); a < e0; ++a)
+            for (int64_t b = std::max<int64_t>(b1, 0); b < e1; ++b)
+              for (int64_t d = std::max<int64_t>(b2, 0); d < e2; ++d) {
+                const int64_t i = (a * in1 + b) * in2 + d;
+                if (best < 0 || xp[i] > best_v) best = i, best_v = xp[i];
+                ++count;
+              }
+          for (int64_t a = std::max<int64_t>(b0, 0); a < e0 && mode != PoolMode::max; ++a)
+            for (int64_t b = std::max<int64_t>(b1, 0); b < e1; ++b)
+              for (int64_t d = std::max<int64_t>(b2, 0); d < e2; ++d)
+                acc[static_cast<size_t>((a * in1 + b) * in2 + d)] +=
+                    g / (mode == PoolMode::avg ? window : static_cast<double>(count));
+          if (mode == PoolMode::max && best >= 0) acc[static_cast<size_t>(best)] += g;
+        }
+    for (size_t i = 0; i < acc.size(); ++i) dxp[i] = static_cast<float>(acc[i]);
+  });
+}
+
+}  // namespace ooc

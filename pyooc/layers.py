@@ -1,0 +1,188 @@
+"""Activation, softmax and add-tensor out of core over host arrays (cuDNN's ActivationForward /
+Backward, SoftmaxForward / Backward, AddTensor; native/include/ooc/layers.hpp). Arrays are checked
+as conv.py checks them and reshaped to [n, c, spatial...] without copying; libooc plans the split
+and runs it with the GIL released."""
+
+import numpy as np
+
+from pyooc._arrays import as_float, as_input, as_int, as_output, as_shape
+from pyooc._loader import load_native
+from pyooc.conv import _BACKENDS, _check_dtype, _record_stats
+from pyooc.memory import parse_memory_limit
+
+_native = load_native()
+
+# coef's meaning per mode, and its default (cuDNN's coef is unused by the others).
+_COEF = {"clipped_relu": ("ceiling", None), "elu": ("alpha", 1.0), "swish": ("beta", 1.0)}
+
+
+def _options(memory_limit, backend, device):
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+    return parse_memory_limit(memory_limit) or 0, backend, as_int(device, "device")
+
+
+def _str(value, name):
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    return value
+
+
+def _activation_shape(shape):
+    # Element-wise: any shape; one flat run, so chunks are contiguous ranges of it.
+    return (1, 1, int(np.prod(shape)))
+
+
+def _softmax_shape(shape, name):
+    # [n, c] and [n, c, spatial...] up to 3 spatial dims; space flattens into one dim.
+    if len(shape) < 2:
+        raise ValueError(f"{name} must have at least 2 dimensions [N, C, ...], got shape {list(shape)}")
+    return (shape[0], shape[1], int(np.prod(shape[2:])))
+
+
+def _coef(mode, coef):
+    _native.activation_mode(_str(mode, "mode"))
+    if mode not in _COEF:
+        return 0.0 if coef is None else as_float(coef, "coef")
+    what, default = _COEF[mode]
+    if coef is None:
+        if default is None:
+            raise ValueError(f"mode '{mode}' needs coef (the {what})")
+        return default
+    return as_float(coef, "coef")
+
+
+def _out(out, shape, inputs, in_place_ok):
+    """A new array, or the caller's out checked; out may be the input in_place_ok itself (in place)."""
+    if out is None:
+        return np.empty(shape, dtype=np.float32)
+    others = {name: a for name, a in inputs.items() if not (out is in_place_ok and a is out)}
+    return as_output(out, shape, others)
+
+
+def _same_shape(ref_name, ref, **arrays):
+    for name, a in arrays.items():
+        if a.shape != ref.shape:
+            raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(ref.shape)} (the shape of {ref_name})")
+
+
+def _finish(result, out):
+    plan, stats = result
+    _record_stats(plan, stats)
+    return out
+
+
+def activation_forward(x, mode, *, coef=None, out=None, memory_limit=None, backend="auto", device=0):
+    """y = f(x) element-wise, f one of "relu", "sigmoid", "tanh", "clipped_relu" (coef: the
+    ceiling, required), "elu" (coef: alpha, default 1), "swish" (coef: beta, default 1). `out` may be
+    x itself (in place)."""
+    x = as_input(x, "x")
+    c = _coef(mode, coef)
+    o = _options(memory_limit, backend, device)
+    y = _out(out, x.shape, {"x": x}, in_place_ok=x)
+    return _finish(_native.activation_forward(_activation_shape(x.shape), mode, c, x.reshape(-1), y.reshape(-1), *o),
+                   y)
+
+
+def activation_backward(y, dy, x, mode, *, coef=None, out=None, memory_limit=None, backend="auto", device=0):
+    """dx = f'(x) * dy for y = activation_forward(x, mode, coef=coef). `out` may be dy (in place)."""
+    y, dy, x = as_input(y, "y"), as_input(dy, "dy"), as_input(x, "x")
+    _same_shape("y", y, dy=dy, x=x)
+    c = _coef(mode, coef)
+    o = _options(memory_limit, backend, device)
+    dx = _out(out, y.shape, {"y": y, "dy": dy, "x": x}, in_place_ok=dy)
+    return _finish(_native.activation_backward(_activation_shape(y.shape), mode, c, y.reshape(-1), dy.reshape(-1),
+                                               x.reshape(-1), dx.reshape(-1), *o), dx)
+
+
+def plan_activation_forward(shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
+    """The Plan activation_forward would run for this shape (splits over the flattened tensor: "w")."""
+    _check_dtype(dtype)
+    return _native.plan_layer("activation_forward", _activation_shape(as_shape(shape, "shape")), "", (), False,
+                              *_options(memory_limit, backend, device))
+
+
+def plan_activation_backward(shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
+    _check_dtype(dtype)
+    return _native.plan_layer("activation_backward", _activation_shape(as_shape(shape, "shape")), "", (), False,
+                              *_options(memory_limit, backend, device))
+
+
+def softmax_forward(x, *, mode="channel", log=False, out=None, memory_limit=None, backend="auto", device=0):
+    """y = softmax(x) (log: log-softmax) over C for each sample and position (mode "channel",
+    torch's dim=1) or over C and all positions for each sample ("instance"). The reduced axes are
+    never split; MemoryError when they alone exceed memory_limit. `out` may be x (in place)."""
+    x = as_input(x, "x")
+    mode = _str(mode, "mode")
+    _native.softmax_mode(mode)
+    shape = _softmax_shape(x.shape, "x")
+    o = _options(memory_limit, backend, device)
+    y = _out(out, x.shape, {"x": x}, in_place_ok=x)
+    return _finish(_native.softmax_forward(shape, mode, bool(log), x.reshape(-1), y.reshape(-1), *o), y)
+
+
+def softmax_backward(y, dy, *, mode="channel", log=False, out=None, memory_limit=None, backend="auto", device=0):
+    """dx, the gradient of softmax_forward (with the same mode and log) at y for dy. `out` may be dy."""
+    y, dy = as_input(y, "y"), as_input(dy, "dy")
+    _same_shape("y", y, dy=dy)
+    mode = _str(mode, "mode")
+    _native.softmax_mode(mode)
+    shape = _softmax_shape(y.shape, "y")
+    o = _options(memory_limit, backend, device)
+    dx = _out(out, y.shape, {"y": y, "dy": dy}, in_place_ok=dy)
+    return _finish(_native.softmax_backward(shape, mode, bool(log), y.reshape(-1), dy.reshape(-1), dx.reshape(-1),
+                                            *o), dx)
+
+
+def _plan_softmax(operation, shape, mode, dtype, memory_limit, backend, device):
+    _check_dtype(dtype)
+    mode = _str(mode, "mode")
+    return _native.plan_layer(operation, _softmax_shape(as_shape(shape, "shape"), "shape"), mode, (), False,
+                              *_options(memory_limit, backend, device))
+
+
+def plan_softmax_forward(shape, *, mode="channel", dtype="float32", memory_limit=None, backend="auto", device=0):
+    return _plan_softmax("softmax_forward", shape, mode, dtype, memory_limit, backend, device)
+
+
+def plan_softmax_backward(shape, *, mode="channel", dtype="float32", memory_limit=None, backend="auto", device=0):
+    return _plan_softmax("softmax_backward", shape, mode, dtype, memory_limit, backend, device)
+
+
+def _add_shapes(a_shape, c_shape):
+    """Both as rank 3 to 5 [n, c, spatial...] (rank 1-2 padded with trailing 1s); errors name a and c."""
+    if len(a_shape) != len(c_shape):
+        raise ValueError(f"a must have as many dimensions as c (cuDNN AddTensor broadcasting): a has shape "
+                         f"{list(a_shape)}, c has shape {list(c_shape)}")
+    if len(c_shape) > 5:
+        raise ValueError(f"c must have at most 5 dimensions, got shape {list(c_shape)}")
+    for i, (da, dc) in enumerate(zip(a_shape, c_shape)):
+        if da != 1 and da != dc:
+            raise ValueError(f"a of shape {list(a_shape)} does not broadcast to c of shape {list(c_shape)}: "
+                             f"dimension {i} of a must be 1 or {dc}, got {da}")
+    pad = (1,) * max(0, 3 - len(c_shape))
+    return tuple(a_shape) + pad, tuple(c_shape) + pad
+
+
+def add_tensor(a, c, *, alpha=1.0, beta=1.0, out=None, memory_limit=None, backend="auto", device=0):
+    """alpha * a + beta * c, a broadcast over c (cuDNN AddTensor: each dim of a is 1 or c's). The
+    result is a new array, or `out`; out=c adds in place."""
+    a, c = as_input(a, "a"), as_input(c, "c")
+    alpha, beta = as_float(alpha, "alpha"), as_float(beta, "beta")
+    a_shape, c_shape = _add_shapes(a.shape, c.shape)
+    o = _options(memory_limit, backend, device)
+    if out is None:
+        out = np.empty(c.shape, dtype=np.float32)
+    else:
+        _out(out, c.shape, {"a": a, "c": c}, c)
+    return _finish(_native.add_tensor(a_shape, c_shape, alpha, a.reshape(-1), beta, c.reshape(-1), out.reshape(-1),
+                                      *o), out)
+
+
+def plan_add_tensor(a_shape, c_shape, *, in_place=False, dtype="float32", memory_limit=None, backend="auto",
+                    device=0):
+    """The Plan add_tensor would run (in_place: out is c)."""
+    _check_dtype(dtype)
+    a_shape, c_shape = _add_shapes(as_shape(a_shape, "a_shape"), as_shape(c_shape, "c_shape"))
+    return _native.plan_layer("add_tensor", c_shape, "", a_shape, bool(in_place),
+                              *_options(memory_limit, backend, device))

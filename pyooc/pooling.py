@@ -1,0 +1,76 @@
+"""Pooling out of core over host arrays (cuDNN PoolingForward; native/include/ooc/layers.hpp):
+max, average counting padding, average excluding it, 1D/2D/3D. Arguments are checked as conv.py
+checks them; libooc validates the geometry (torch's rules) and splits n, c and the spatial dims
+with the window halo (the backward keeps padded dims whole)."""
+
+import numpy as np
+
+from pyooc._arrays import as_input, as_output, as_shape, spatial_tuple
+from pyooc._loader import load_native
+from pyooc.conv import _check_dtype, _record_stats
+from pyooc.layers import _options, _str
+
+_native = load_native()
+
+
+def _geometry(x_shape, kernel, stride, padding):
+    spatial = min(max(len(x_shape) - 2, 1), 3)  # rank errors come from libooc, naming x
+    kernel = spatial_tuple(kernel, spatial, "kernel")
+    stride = kernel if stride is None else spatial_tuple(stride, spatial, "stride")
+    return kernel, stride, spatial_tuple(padding, spatial, "padding")
+
+
+def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, memory_limit=None, backend="auto",
+                 device=0):
+    """y = pooling of x ([N, C, *spatial], 1 to 3 spatial dims) over windows of `kernel`, as torch's
+    max_pool / avg_pool: stride defaults to the kernel; mode "max", "avg" (padding counted, torch's
+    count_include_pad=True) or "avg_exclude_pad". The result is a new array, or `out`."""
+    x = as_input(x, "x")
+    _native.pool_mode(_str(mode, "mode"))
+    kernel, stride, padding = _geometry(x.shape, kernel, stride, padding)
+    y_shape = _native.pool_output_shape(x.shape, kernel, stride, padding)
+    o = _options(memory_limit, backend, device)
+    y = np.empty(y_shape, dtype=np.float32) if out is None else as_output(out, y_shape, {"x": x})
+    plan, stats = _native.pool_forward(x.shape, kernel, stride, padding, mode, x.reshape(-1), y.reshape(-1), *o)
+    _record_stats(plan, stats)
+    return y
+
+
+def plan_pool_forward(x_shape, kernel, *, stride=None, padding=0, dtype="float32", memory_limit=None,
+                      backend="auto", device=0):
+    """The Plan pool_forward would run for this shape and geometry, without running it."""
+    return _plan(_native.plan_pool_forward, x_shape, kernel, stride, padding, dtype, memory_limit, backend, device)
+
+
+def _plan(native_plan, x_shape, kernel, stride, padding, dtype, memory_limit, backend, device):
+    _check_dtype(dtype)
+    x_shape = as_shape(x_shape, "x_shape")
+    kernel, stride, padding = _geometry(x_shape, kernel, stride, padding)
+    return native_plan(x_shape, kernel, stride, padding, *_options(memory_limit, backend, device))
+
+
+def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=None, memory_limit=None,
+                  backend="auto", device=0):
+    """dx, the gradient of pool_forward (same kernel, stride, padding, mode) at x for dy; y is
+    pool_forward's result (max pooling routes each dy to its window's maximum). dx is tiled
+    disjointly; overlapping windows (stride < kernel) are handled like conv_backward_data's."""
+    y, dy, x = as_input(y, "y"), as_input(dy, "dy"), as_input(x, "x")
+    _native.pool_mode(_str(mode, "mode"))
+    kernel, stride, padding = _geometry(x.shape, kernel, stride, padding)
+    y_shape = _native.pool_output_shape(x.shape, kernel, stride, padding)
+    for name, a in (("y", y), ("dy", dy)):
+        if a.shape != tuple(y_shape):
+            raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(y_shape)} (pool_forward's output "
+                             f"for x of shape {list(x.shape)})")
+    o = _options(memory_limit, backend, device)
+    dx = np.empty(x.shape, dtype=np.float32) if out is None else as_output(out, x.shape, {"y": y, "dy": dy, "x": x})
+    plan, stats = _native.pool_backward(x.shape, kernel, stride, padding, mode, y.reshape(-1), dy.reshape(-1),
+                                        x.reshape(-1), dx.reshape(-1), *o)
+    _record_stats(plan, stats)
+    return dx
+
+
+def plan_pool_backward(x_shape, kernel, *, stride=None, padding=0, dtype="float32", memory_limit=None,
+                       backend="auto", device=0):
+    """The Plan pool_backward would run, without running it."""
+    return _plan(_native.plan_pool_backward, x_shape, kernel, stride, padding, dtype, memory_limit, backend, device)
