@@ -185,7 +185,8 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBiasActivationForward(
     expect_shape(tensor_shape(biasDesc, "biasDesc"), bias_shape(p.y_shape().size(), p.k), "biasDesc");
     return dispatch(
         "cudnnConvolutionBiasActivationForward",
-        {{x, p.x_elements()}, {w, p.w_elements()}, {z, p.y_elements()}, {bias, p.k}, {y, p.y_elements()}}, handle,
+        {{x, p.x_elements()}, {w, p.w_elements()}, {z, z == y ? 0 : p.y_elements()}, {bias, p.k}, {y, p.y_elements()}},
+        handle,
         [&] {
           return cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workSpace,
                                                        workSpaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias,
