@@ -115,7 +115,8 @@ cudnnStatus_t ooc_cudnnConvolutionBackwardBias(cudnnHandle_t handle,
                                                void *db);
 
 /* Memory as ooc_cuDNN placed it: ooc_cudaMalloc gives device memory while the device has room
- * (beyond the oocSetMemoryLimit bytes the out-of-core path needs for itself, and within
+ * (beyond the oocSetMemoryLimit bytes the out-of-core path needs for itself, an eighth of the
+ * device when no limit is set, and within
  * oocSetDeviceAllocationLimit), then page-locked host memory; every ooc_cudnn* call takes
  * either. ooc_cudaFree frees either kind. ooc_cudaMemcpy copies between any two of device, pinned
  * and pageable memory (`kind` is checked but the direction is taken from the pointers, since an

@@ -29,15 +29,16 @@ Allocations& allocations() {
   return a;
 }
 
-// The device keeps room for the out-of-core arena (the memory limit): only what is free beyond it
-// goes to allocations.
+// The device keeps room for the out-of-core arena (the memory limit; an eighth of the device when
+// none is set, so that chunked calls still have room once allocations have filled the rest): only
+// what is free beyond it goes to allocations.
 bool device_has_room(size_t bytes, size_t device_bytes_so_far, cudaError_t* error) {
   const size_t cap = g_device_allocation_limit;
   if (device_bytes_so_far > cap || bytes > cap - device_bytes_so_far) return false;
   size_t free_bytes = 0, total_bytes = 0;
   *error = cudaMemGetInfo(&free_bytes, &total_bytes);
   if (*error != cudaSuccess) return false;
-  const size_t reserve = default_memory_limit();
+  const size_t reserve = default_memory_limit() ? default_memory_limit() : total_bytes / 8;
   return free_bytes >= reserve && free_bytes - reserve >= bytes;
 }
 
