@@ -154,7 +154,9 @@ std::vector<float> random_tensor(int64_t count, std::mt19937& rng) {
 
 void CapiGpu::check_forward(const ConvDescriptors& d, float alpha, float beta, unsigned seed) {
   std::mt19937 rng(test_seed(seed));
-  const ooc::ConvProblem& p = d.problem;
+  ooc::ConvProblem p = d.problem;  // the call's alpha and beta: beta != 0 plans y loads
+  p.alpha = alpha;
+  p.beta = beta;
   compare_with_cudnn({random_tensor(p.x_elements(), rng), random_tensor(p.w_elements(), rng),
                       random_tensor(p.y_elements(), rng)},
                      2 * needed_bytes(p, ooc::BackendKind::cuda),
@@ -177,6 +179,8 @@ TEST_P(CapiGpu, BiasActivationForward) {
   std::mt19937 rng(test_seed(13));
   ooc::ConvProblem p = d.problem;
   p.has_bias = true;
+  p.alpha = 0.75;
+  p.beta = 0.5;  // alpha2
   const Activation relu = activation(CUDNN_ACTIVATION_RELU);
   const float alpha1 = 0.75f, alpha2 = 0.5f;
   // z, bias, y: z != y, so the chunked path copies z into y first.
