@@ -199,8 +199,12 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBiasActivationForward(
           if (p.beta != 0.0 && z != y) {
             if (options.backend == BackendKind::host)
               std::memcpy(y, z, y_bytes);
-            else
+            else {
               OOC_CUDA_CHECK(cudaMemcpy(y, z, y_bytes, cudaMemcpyDefault));
+              // A device-to-device cudaMemcpy does not wait for itself, and the chunked run reads y
+              // on streams that do not wait for the default one.
+              OOC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+            }
           }
           conv_forward(p, static_cast<const float*>(x), static_cast<const float*>(w), static_cast<const float*>(bias),
                        static_cast<float*>(y), options, plan, stats);
