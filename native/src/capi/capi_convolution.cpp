@@ -42,8 +42,10 @@ std::optional<std::string> in_core(const char* cudnn_call, std::initializer_list
          " bytes" + (limit ? " within the memory limit of " + std::to_string(limit) + " bytes" : " (no memory limit set)");
 }
 
-// Options for the chunked run. The handle's stream may still be producing the inputs: wait for it
-// (the run itself returns when the output is in place, so later work on that stream sees it).
+// Options for the chunked run. The handle's stream may still be producing the inputs: wait for it,
+// and for the legacy default stream, which a blocking handle stream would be ordered after
+// (ooc_cudaMemcpy's device-to-device copies land there). The run returns when the output is in
+// place, so later work on either stream sees it.
 Options out_of_core_options(cudnnHandle_t handle) {
   Options options;
   if (g_host_backend) {
@@ -56,6 +58,7 @@ Options out_of_core_options(cudnnHandle_t handle) {
   cudaStream_t stream = nullptr;
   OOC_CUDNN_CHECK(cudnnGetStream(handle, &stream));
   OOC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (stream != nullptr) OOC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   return options;
 }
 
