@@ -4,6 +4,7 @@ Tensors stay in host memory (numpy arrays, pinned or memory-mapped buffers); eac
 split into chunks that fit a device-memory budget and streamed through the GPU (cuDNN), or through
 the host backend where no GPU is present. See README.md and native/include/ooc/ooc.hpp."""
 
+import os
 from collections import namedtuple
 
 from pyooc._exceptions import CudaError, CudnnError
@@ -59,6 +60,24 @@ def roofline_seconds(bytes_in, bytes_out, bandwidth):
                (bytes_in + bytes_out) / bandwidth["bidir"])
 
 
+def get_include():
+    """The directory holding libooc's headers (ooc/ooc_cudnn.h: the C API; ooc/ooc.hpp: C++), for
+    building C/C++ programs against the installed package. cuDNN's headers are in the
+    nvidia-cudnn-cu13 wheel (nvidia/cudnn/include), the CUDA runtime's in the CUDA toolkit."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
+def get_library_dir():
+    """The directory holding libooc.so (link with -L<dir> -looc -Wl,-rpath,<dir>)."""
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def get_cmake_dir():
+    """The directory holding oocConfig.cmake: put it in CMAKE_PREFIX_PATH (or set ooc_DIR) and
+    find_package(ooc CONFIG) gives the imported target ooc::ooc."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "cmake")
+
+
 def info():
     """Versions, devices and where cuDNN was loaded from, as a dict."""
     return {
@@ -84,6 +103,6 @@ __all__ = [
     "batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
     "plan_batchnorm_forward_training", "plan_batchnorm_forward_inference", "plan_batchnorm_backward",
     "get_memory_limit", "parse_memory_limit", "pinned_empty", "cudnn_version", "device_count", "info",
-    "measure_link_bandwidth", "roofline_seconds",
+    "measure_link_bandwidth", "roofline_seconds", "get_include", "get_library_dir", "get_cmake_dir",
     "__version__",
 ]

@@ -8,4 +8,8 @@ namespace ooc {
 // and whenever CUDA cannot tell (no GPU or driver). Never throws.
 bool is_device_accessible(const void* host_ptr) noexcept;
 
+// True only for device and managed memory (what cuDNN itself can read); false for host memory of
+// any kind and whenever CUDA cannot tell. Never throws.
+bool is_device_memory(const void* ptr) noexcept;
+
 }  // namespace ooc

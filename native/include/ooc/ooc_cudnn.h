@@ -1,0 +1,164 @@
+/* libooc's C API: drop-in replacements for cuDNN 9 convolution calls that also take host memory.
+ *
+ * Each ooc_cudnnX takes exactly cudnnX's arguments (an existing cuDNN program switches by adding
+ * the ooc_ prefix). Any data pointer may be device memory, pinned host memory or pageable host
+ * memory (cudaPointerGetAttributes tells which):
+ *   - everything on the device and within oocSetMemoryLimit's budget (or no budget set): the call
+ *     goes straight to cuDNN with the caller's handle, algo and workspace (identical results);
+ *   - otherwise pyooc runs it out of core: the operation is split into chunks that fit the budget
+ *     and streamed through the GPU on pyooc's own streams. The handle's stream is synchronized
+ *     first (its work may produce the inputs) and the call returns when the result is in place.
+ *     `algo`, `workSpace` and `workSpaceSizeInBytes` are accepted and ignored there: each chunk
+ *     has its own shape, so pyooc picks an algorithm per chunk and carves its workspace from the
+ *     budget (the caller's workspace may be host memory or too small for any chunk's choice).
+ *     Out-of-core math is plain FP32 (no TF32), whatever the descriptor's math type.
+ *
+ * What is served today (both paths, so that a call's status never depends on the budget):
+ * fully-packed NCHW float32 tensors and filters (4-D and 5-D: 2-D and 3-D convolution),
+ * CUDNN_CROSS_CORRELATION with float compute type, group count 1. Anything else returns
+ * CUDNN_STATUS_NOT_SUPPORTED. alpha/beta point to floats (cuDNN's convention for float data).
+ *
+ * Status codes: CUDNN_STATUS_BAD_PARAM for a null handle, descriptor or pointer, an unset
+ * descriptor or mismatched shapes; CUDNN_STATUS_NOT_SUPPORTED as above; CUDNN_STATUS_ALLOC_FAILED
+ * when no split fits the budget or memory runs out; cuDNN's own status when a cuDNN call fails;
+ * CUDNN_STATUS_EXECUTION_FAILED when a CUDA call fails; CUDNN_STATUS_INTERNAL_ERROR otherwise.
+ * Arguments are checked before the handle is used. oocGetLastErrorString says why a call of the
+ * calling thread failed. Calls from several threads with distinct handles are safe.
+ */
+#ifndef OOC_CUDNN_H
+#define OOC_CUDNN_H
+
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y = alpha * conv(x, w) + beta * y */
+cudnnStatus_t ooc_cudnnConvolutionForward(cudnnHandle_t handle,
+                                          const void *alpha,
+                                          const cudnnTensorDescriptor_t xDesc,
+                                          const void *x,
+                                          const cudnnFilterDescriptor_t wDesc,
+                                          const void *w,
+                                          const cudnnConvolutionDescriptor_t convDesc,
+                                          cudnnConvolutionFwdAlgo_t algo,
+                                          void *workSpace,
+                                          size_t workSpaceSizeInBytes,
+                                          const void *beta,
+                                          const cudnnTensorDescriptor_t yDesc,
+                                          void *y);
+
+/* y = act(alpha1 * conv(x, w) + alpha2 * z + bias), bias: [1, K, 1, 1(, 1)]. activationDesc must
+ * be CUDNN_ACTIVATION_RELU or CUDNN_ACTIVATION_IDENTITY (other modes: CUDNN_STATUS_NOT_SUPPORTED).
+ * Out of core, z is first copied into y when they differ, and the activation is a second pass
+ * over y (on the CPU for host memory, cudnnActivationForward for device memory). */
+cudnnStatus_t ooc_cudnnConvolutionBiasActivationForward(cudnnHandle_t handle,
+                                                        const void *alpha1,
+                                                        const cudnnTensorDescriptor_t xDesc,
+                                                        const void *x,
+                                                        const cudnnFilterDescriptor_t wDesc,
+                                                        const void *w,
+                                                        const cudnnConvolutionDescriptor_t convDesc,
+                                                        cudnnConvolutionFwdAlgo_t algo,
+                                                        void *workSpace,
+                                                        size_t workSpaceSizeInBytes,
+                                                        const void *alpha2,
+                                                        const cudnnTensorDescriptor_t zDesc,
+                                                        const void *z,
+                                                        const cudnnTensorDescriptor_t biasDesc,
+                                                        const void *bias,
+                                                        const cudnnActivationDescriptor_t activationDesc,
+                                                        const cudnnTensorDescriptor_t yDesc,
+                                                        void *y);
+
+/* dx = alpha * conv_transpose(dy, w) + beta * dx */
+cudnnStatus_t ooc_cudnnConvolutionBackwardData(cudnnHandle_t handle,
+                                               const void *alpha,
+                                               const cudnnFilterDescriptor_t wDesc,
+                                               const void *w,
+                                               const cudnnTensorDescriptor_t dyDesc,
+                                               const void *dy,
+                                               const cudnnConvolutionDescriptor_t convDesc,
+                                               cudnnConvolutionBwdDataAlgo_t algo,
+                                               void *workSpace,
+                                               size_t workSpaceSizeInBytes,
+                                               const void *beta,
+                                               const cudnnTensorDescriptor_t dxDesc,
+                                               void *dx);
+
+/* dw = alpha * sum over n and space of dy (x) x-windows + beta * dw */
+cudnnStatus_t ooc_cudnnConvolutionBackwardFilter(cudnnHandle_t handle,
+                                                 const void *alpha,
+                                                 const cudnnTensorDescriptor_t xDesc,
+                                                 const void *x,
+                                                 const cudnnTensorDescriptor_t dyDesc,
+                                                 const void *dy,
+                                                 const cudnnConvolutionDescriptor_t convDesc,
+                                                 cudnnConvolutionBwdFilterAlgo_t algo,
+                                                 void *workSpace,
+                                                 size_t workSpaceSizeInBytes,
+                                                 const void *beta,
+                                                 const cudnnFilterDescriptor_t dwDesc,
+                                                 void *dw);
+
+/* db = alpha * sum over n and space of dy + beta * db, db: [1, K, 1, 1(, 1)] */
+cudnnStatus_t ooc_cudnnConvolutionBackwardBias(cudnnHandle_t handle,
+                                               const void *alpha,
+                                               const cudnnTensorDescriptor_t dyDesc,
+                                               const void *dy,
+                                               const void *beta,
+                                               const cudnnTensorDescriptor_t dbDesc,
+                                               void *db);
+
+/* Memory as ooc_cuDNN placed it: ooc_cudaMalloc gives device memory while the device has room
+ * (beyond the oocSetMemoryLimit bytes the out-of-core path needs for itself, an eighth of the
+ * device when no limit is set, and within
+ * oocSetDeviceAllocationLimit), then page-locked host memory; every ooc_cudnn* call takes
+ * either. ooc_cudaFree frees either kind. ooc_cudaMemcpy copies between any two of device, pinned
+ * and pageable memory (`kind` is checked but the direction is taken from the pointers, since an
+ * ooc_cudaMalloc'd "device" buffer may be in host memory). ooc_cudaMemset sets either kind. */
+cudaError_t ooc_cudaMalloc(void **devPtr, size_t size);
+cudaError_t ooc_cudaFree(void *devPtr);
+cudaError_t ooc_cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
+cudaError_t ooc_cudaMemset(void *devPtr, int value, size_t count);
+
+/* Device bytes one out-of-core call may use (0: most of the free device memory). Also the
+ * in-core threshold: a call whose tensors are all on the device goes straight to cuDNN when their
+ * bytes fit this limit (or no limit is set). Process-wide; pyooc.set_memory_limit sets the same. */
+void oocSetMemoryLimit(size_t bytes);
+size_t oocGetMemoryLimit(void);
+
+/* The most bytes ooc_cudaMalloc places on the device in total (default: no cap); beyond it,
+ * allocations are pinned host memory. Lets a large GPU act as a small one. */
+void oocSetDeviceAllocationLimit(size_t bytes);
+
+/* What the calling thread's last successful ooc_cudnn* call did. */
+typedef struct oocPlanInfo {
+  int outOfCore;             /* 0: cuDNN was called directly (the counts below are 0), 1: chunked */
+  long long chunks;          /* chunks run */
+  size_t peakDeviceBytes;    /* device bytes the plan holds at peak */
+  size_t bytesH2D, bytesD2H; /* bytes copied over each link direction */
+  double predictedSeconds;   /* the cost model's estimate */
+  double seconds;            /* wall time of the chunked run */
+} oocPlanInfo_t;
+
+/* CUDNN_STATUS_BAD_PARAM for a null info; CUDNN_STATUS_NOT_INITIALIZED before any successful call. */
+cudnnStatus_t oocGetLastPlanInfo(oocPlanInfo_t *info);
+
+/* Writes the last call's plan as text (Plan::describe(), or a line naming the direct cuDNN call)
+ * into buf, truncated to len - 1 characters and NUL-terminated (buf may be null when len is 0).
+ * Returns the full text's length, as snprintf does ("" and 0 before any successful call). */
+size_t oocGetLastPlanDescription(char *buf, size_t len);
+
+/* Why the calling thread's last failed ooc_* call failed ("" after a success); as above. */
+size_t oocGetLastErrorString(char *buf, size_t len);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* OOC_CUDNN_H */

@@ -1,0 +1,120 @@
+// cuDNN descriptors read back (cudnnGet*NdDescriptor) into the shapes and geometry of an
+// ooc::ConvProblem. Only what the out-of-core path serves passes: packed NCHW float32, 4-D or 5-D,
+// cross-correlation, one group.
+#include <sstream>
+
+#include "capi/capi_internal.hpp"
+
+namespace ooc::capi {
+namespace {
+
+constexpr int kMaxDims = CUDNN_DIM_MAX;  // 8: what cudnnSetTensorNdDescriptor accepts
+
+void check_read(cudnnStatus_t status, const char* name) {
+  if (status != CUDNN_STATUS_SUCCESS)
+    throw invalid_argument(std::string(name) + " cannot be read: " + cudnnGetErrorString(status));
+}
+
+void check_rank(int rank, const char* name) {
+  if (rank == 0) throw invalid_argument(std::string(name) + " has not been set");
+  if (rank != 4 && rank != 5)
+    throw not_supported(std::string(name) + " has " + std::to_string(rank) +
+                        " dimensions; only 4-D and 5-D (2-D and 3-D convolution) are supported");
+}
+
+void check_float(cudnnDataType_t type, const char* name) {
+  if (type != CUDNN_DATA_FLOAT)
+    throw not_supported(std::string(name) + " has data type " + std::to_string(static_cast<int>(type)) +
+                        "; only CUDNN_DATA_FLOAT is supported");
+}
+
+}  // namespace
+
+std::string format_shape(const Shape& shape) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < shape.size(); ++i) o << (i ? ", " : "") << shape[i];
+  o << "]";
+  return o.str();
+}
+
+int64_t elements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name) {
+  if (!desc) throw invalid_argument(std::string(name) + " is null");
+  cudnnDataType_t type{};
+  int rank = 0, dims[kMaxDims] = {}, strides[kMaxDims] = {};
+  check_read(cudnnGetTensorNdDescriptor(desc, kMaxDims, &type, &rank, dims, strides), name);
+  check_rank(rank, name);
+  check_float(type, name);
+  Shape shape(dims, dims + rank);
+  // Packed NCHW: each stride is the product of the dims after it. A dim of size 1 is never
+  // stepped over, so its stride does not matter (torch and cuDNN itself leave odd ones there).
+  int64_t packed = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (dims[i] <= 0) throw invalid_argument(std::string(name) + " has a non-positive dimension: " + format_shape(shape));
+    if (dims[i] != 1 && strides[i] != packed) {
+      Shape s(strides, strides + rank);
+      throw not_supported(std::string(name) + " has strides " + format_shape(s) + " for dims " + format_shape(shape) +
+                          "; only fully-packed NCHW tensors are supported");
+    }
+    packed *= dims[i];
+  }
+  return shape;
+}
+
+Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name) {
+  if (!desc) throw invalid_argument(std::string(name) + " is null");
+  cudnnDataType_t type{};
+  cudnnTensorFormat_t format{};
+  int rank = 0, dims[kMaxDims] = {};
+  check_read(cudnnGetFilterNdDescriptor(desc, kMaxDims, &type, &format, &rank, dims), name);
+  check_rank(rank, name);
+  check_float(type, name);
+  if (format != CUDNN_TENSOR_NCHW)
+    throw not_supported(std::string(name) + " is not in CUDNN_TENSOR_NCHW format; only NCHW filters are supported");
+  Shape shape(dims, dims + rank);
+  for (int64_t d : shape)
+    if (d <= 0) throw invalid_argument(std::string(name) + " has a non-positive dimension: " + format_shape(shape));
+  return shape;
+}
+
+ConvGeometry conv_geometry(cudnnConvolutionDescriptor_t desc, size_t spatial_dims) {
+  if (!desc) throw invalid_argument("convDesc is null");
+  constexpr int kMaxSpatialDims = CUDNN_DIM_MAX - 2;
+  int length = 0, pad[kMaxSpatialDims] = {}, stride[kMaxSpatialDims] = {}, dilation[kMaxSpatialDims] = {};
+  cudnnConvolutionMode_t mode{};
+  cudnnDataType_t compute{};
+  check_read(cudnnGetConvolutionNdDescriptor(desc, kMaxSpatialDims, &length, pad, stride, dilation, &mode, &compute),
+             "convDesc");
+  if (length == 0) throw invalid_argument("convDesc has not been set");
+  if (static_cast<size_t>(length) != spatial_dims)
+    throw invalid_argument("convDesc has " + std::to_string(length) + " spatial dimensions, the tensors have " +
+                           std::to_string(spatial_dims));
+  if (mode != CUDNN_CROSS_CORRELATION)
+    throw not_supported("convDesc: only CUDNN_CROSS_CORRELATION is supported (CUDNN_CONVOLUTION flips the filter)");
+  if (compute != CUDNN_DATA_FLOAT) throw not_supported("convDesc: only a CUDNN_DATA_FLOAT compute type is supported");
+  int groups = 1;
+  check_read(cudnnGetConvolutionGroupCount(desc, &groups), "convDesc");
+  if (groups != 1) throw not_supported("convDesc: group count " + std::to_string(groups) + "; only 1 is supported");
+  ConvGeometry g;
+  g.stride.assign(stride, stride + length);
+  g.padding.assign(pad, pad + length);
+  g.dilation.assign(dilation, dilation + length);
+  return g;
+}
+
+void expect_shape(const Shape& got, const Shape& want, const char* name) {
+  if (got != want)
+    throw invalid_argument(std::string(name) + " is " + format_shape(got) + ", expected " + format_shape(want));
+}
+
+void require_pointer(const void* ptr, const char* name) {
+  if (!ptr) throw invalid_argument(std::string(name) + " is null");
+}
+
+}  // namespace ooc::capi

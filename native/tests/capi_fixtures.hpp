@@ -1,0 +1,140 @@
+// Helpers for the C API tests: owning cuDNN descriptors made the way a cuDNN program makes them,
+// and one convolution's descriptors built from its shapes.
+#pragma once
+
+#include <cudnn.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ooc/ooc.hpp"
+#include "ooc/ooc_cudnn.h"
+#include "test_util.hpp"
+
+namespace ooc_test {
+
+template <typename Handle, cudnnStatus_t (*Destroy)(Handle)>
+struct DescriptorDeleter {
+  void operator()(Handle h) const { (void)Destroy(h); }
+};
+using Tensor = std::unique_ptr<std::remove_pointer_t<cudnnTensorDescriptor_t>,
+                               DescriptorDeleter<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor>>;
+using Filter = std::unique_ptr<std::remove_pointer_t<cudnnFilterDescriptor_t>,
+                               DescriptorDeleter<cudnnFilterDescriptor_t, cudnnDestroyFilterDescriptor>>;
+using Convolution = std::unique_ptr<std::remove_pointer_t<cudnnConvolutionDescriptor_t>,
+                                    DescriptorDeleter<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor>>;
+using Activation = std::unique_ptr<std::remove_pointer_t<cudnnActivationDescriptor_t>,
+                                   DescriptorDeleter<cudnnActivationDescriptor_t, cudnnDestroyActivationDescriptor>>;
+
+inline std::vector<int> ints(const Shape& s) { return std::vector<int>(s.begin(), s.end()); }
+
+inline std::vector<int> packed_strides(const Shape& dims) {
+  std::vector<int> strides(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * static_cast<int>(dims[i + 1]);
+  return strides;
+}
+
+inline Tensor unset_tensor() {
+  cudnnTensorDescriptor_t d = nullptr;
+  EXPECT_EQ(cudnnCreateTensorDescriptor(&d), CUDNN_STATUS_SUCCESS);
+  return Tensor(d);
+}
+
+// strides empty: fully packed.
+inline Tensor tensor(const Shape& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT, std::vector<int> strides = {}) {
+  Tensor t = unset_tensor();
+  if (strides.empty()) strides = packed_strides(dims);
+  const std::vector<int> d = ints(dims);
+  EXPECT_EQ(cudnnSetTensorNdDescriptor(t.get(), type, static_cast<int>(d.size()), d.data(), strides.data()),
+            CUDNN_STATUS_SUCCESS)
+      << shape_str(dims);
+  return t;
+}
+
+inline Filter unset_filter() {
+  cudnnFilterDescriptor_t d = nullptr;
+  EXPECT_EQ(cudnnCreateFilterDescriptor(&d), CUDNN_STATUS_SUCCESS);
+  return Filter(d);
+}
+
+inline Filter filter(const Shape& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT,
+                     cudnnTensorFormat_t format = CUDNN_TENSOR_NCHW) {
+  Filter f = unset_filter();
+  const std::vector<int> d = ints(dims);
+  EXPECT_EQ(cudnnSetFilterNdDescriptor(f.get(), type, format, static_cast<int>(d.size()), d.data()), CUDNN_STATUS_SUCCESS)
+      << shape_str(dims);
+  return f;
+}
+
+inline Convolution unset_convolution() {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  EXPECT_EQ(cudnnCreateConvolutionDescriptor(&d), CUDNN_STATUS_SUCCESS);
+  return Convolution(d);
+}
+
+// FMA math: plain FP32, as the out-of-core path computes, so the two agree to fp32 rounding.
+inline Convolution convolution(const Shape& padding, const Shape& stride, const Shape& dilation,
+                               cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION,
+                               cudnnDataType_t compute = CUDNN_DATA_FLOAT, int groups = 1) {
+  Convolution c = unset_convolution();
+  const std::vector<int> p = ints(padding), s = ints(stride), d = ints(dilation);
+  EXPECT_EQ(cudnnSetConvolutionNdDescriptor(c.get(), static_cast<int>(p.size()), p.data(), s.data(), d.data(), mode,
+                                            compute),
+            CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(cudnnSetConvolutionMathType(c.get(), CUDNN_FMA_MATH), CUDNN_STATUS_SUCCESS);
+  if (groups != 1) {
+    EXPECT_EQ(cudnnSetConvolutionGroupCount(c.get(), groups), CUDNN_STATUS_SUCCESS);
+  }
+  return c;
+}
+
+inline Activation activation(cudnnActivationMode_t mode) {
+  cudnnActivationDescriptor_t d = nullptr;
+  EXPECT_EQ(cudnnCreateActivationDescriptor(&d), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(cudnnSetActivationDescriptor(d, mode, CUDNN_NOT_PROPAGATE_NAN, 0.0), CUDNN_STATUS_SUCCESS);
+  return Activation(d);
+}
+
+// One convolution as a cuDNN program describes it: x, w, y (= dx, dw, dy) and the bias [1, K, 1...].
+struct ConvDescriptors {
+  ooc::ConvProblem problem;  // forward geometry (alpha 1, beta 0)
+  Tensor x, y, bias;
+  Filter w;
+  Convolution conv;
+
+  ConvDescriptors(const Shape& x_shape, const Shape& w_shape, const Shape& padding, const Shape& stride,
+                  const Shape& dilation)
+      : problem(ooc::ConvProblem::forward(x_shape, w_shape, stride, padding, dilation, 1, 1.0, 0.0, false)),
+        x(tensor(x_shape)),
+        y(tensor(problem.y_shape())),
+        bias(tensor(bias_dims(x_shape.size(), w_shape[0]))),
+        w(filter(w_shape)),
+        conv(convolution(padding, stride, dilation)) {}
+
+  static Shape bias_dims(size_t rank, int64_t k) {
+    Shape s(rank, 1);
+    s[1] = k;
+    return s;
+  }
+};
+
+// What the calling thread's last C API call left behind, for failure messages.
+inline std::string last_error() {
+  char buf[1024];
+  oocGetLastErrorString(buf, sizeof(buf));
+  return buf;
+}
+
+inline std::string last_plan() {
+  const size_t n = oocGetLastPlanDescription(nullptr, 0);
+  std::string s(n + 1, '\0');
+  oocGetLastPlanDescription(s.data(), s.size());
+  s.resize(n);
+  return s;
+}
+
+}  // namespace ooc_test

@@ -1,0 +1,293 @@
+// The C API on a GPU: every entry point against plain cuDNN on the same inputs, for device, pinned
+// and pageable caller memory, with no memory limit (device memory: cuDNN is called directly, so
+// results are identical) and with a limit that forces a split (chunked; FP32 either way, so they
+// agree to fp32 rounding). Also ooc_cudaMalloc's device-then-pinned placement. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include "backend/cuda/pointer_kind.hpp"
+#include "capi_fixtures.hpp"
+#include "backward_run.hpp"
+
+namespace {
+
+using namespace ooc_test;
+
+bool have_gpu() { return ooc::device_count() > 0; }
+
+enum class Memory { device, pinned, pageable };
+
+const char* memory_name(Memory m) {
+  switch (m) {
+    case Memory::device: return "device";
+    case Memory::pinned: return "pinned";
+    default: return "pageable";
+  }
+}
+
+// One tensor in caller memory of kind `memory`. Copies go through ooc_cudaMemcpy, which takes any
+// kind (and the test binary has no CUDA runtime of its own: libooc links it statically).
+class Buffer {
+ public:
+  Buffer(Memory memory, const std::vector<float>& contents) : memory_(memory), count_(contents.size()) {
+    const size_t bytes = count_ * sizeof(float);
+    if (memory == Memory::pageable) {
+      host_.resize(count_);
+      data_ = host_.data();
+    } else {
+      // ooc_cudaMalloc places device memory first, pinned host once the device cap is reached.
+      oocSetDeviceAllocationLimit(memory == Memory::device ? static_cast<size_t>(-1) : 0);
+      EXPECT_EQ(ooc_cudaMalloc(&data_, bytes), cudaSuccess) << last_error();
+      oocSetDeviceAllocationLimit(static_cast<size_t>(-1));
+      EXPECT_EQ(ooc::is_device_memory(data_), memory == Memory::device);
+      EXPECT_TRUE(ooc::is_device_accessible(data_));
+    }
+    EXPECT_EQ(ooc_cudaMemcpy(data_, contents.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess) << last_error();
+  }
+  ~Buffer() {
+    if (memory_ != Memory::pageable) {
+      EXPECT_EQ(ooc_cudaFree(data_), cudaSuccess) << last_error();
+    }
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* get() const { return data_; }
+  std::vector<float> read() const {
+    std::vector<float> v(count_);
+    EXPECT_EQ(ooc_cudaMemcpy(v.data(), data_, count_ * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+
+ private:
+  Memory memory_;
+  size_t count_;
+  std::vector<float> host_;
+  void* data_ = nullptr;
+};
+
+struct GpuCase {
+  Memory memory;
+  bool split;  // a memory limit that forces chunks; else none (device memory: cuDNN directly)
+};
+
+std::string case_name(const ::testing::TestParamInfo<GpuCase>& info) {
+  return std::string(memory_name(info.param.memory)) + (info.param.split ? "_split" : "_whole");
+}
+
+// An op's arguments: tensors in order, the last one the output (read and written).
+using Call = std::function<cudnnStatus_t(cudnnHandle_t, bool use_ooc, const std::vector<void*>& data)>;
+
+class CapiGpu : public ::testing::TestWithParam<GpuCase> {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    ASSERT_EQ(cudnnCreate(&handle_), CUDNN_STATUS_SUCCESS);
+    ASSERT_EQ(ooc_cudaMalloc(&workspace_, kWorkspace), cudaSuccess);
+    ASSERT_TRUE(ooc::is_device_memory(workspace_));
+  }
+  void TearDown() override {
+    oocSetMemoryLimit(0);
+    if (workspace_) ooc_cudaFree(workspace_);
+    if (handle_) cudnnDestroy(handle_);
+  }
+
+  // Plain cuDNN on device copies first (the reference), then the ooc_ call on the case's memory.
+  void compare_with_cudnn(const std::vector<std::vector<float>>& tensors, size_t split_limit, const Call& call) {
+    const GpuCase c = GetParam();
+    std::vector<float> want;
+    {
+      std::vector<std::unique_ptr<Buffer>> buffers;
+      std::vector<void*> data;
+      for (const auto& t : tensors) {
+        buffers.push_back(std::make_unique<Buffer>(Memory::device, t));
+        data.push_back(buffers.back()->get());
+      }
+      ASSERT_EQ(call(handle_, false, data), CUDNN_STATUS_SUCCESS);
+      want = buffers.back()->read();  // a synchronous copy: after the handle's (default-stream) work
+    }
+    std::vector<std::unique_ptr<Buffer>> buffers;
+    std::vector<void*> data;
+    for (const auto& t : tensors) {
+      buffers.push_back(std::make_unique<Buffer>(c.memory, t));
+      data.push_back(buffers.back()->get());
+    }
+    oocSetMemoryLimit(c.split ? split_limit : 0);
+    ASSERT_EQ(call(handle_, true, data), CUDNN_STATUS_SUCCESS) << last_error();
+    const std::vector<float> got = buffers.back()->read();  // ooc_cudaMemcpy: synchronous, after the handle's work
+    oocPlanInfo_t info{};
+    ASSERT_EQ(oocGetLastPlanInfo(&info), CUDNN_STATUS_SUCCESS);
+    const bool direct = c.memory == Memory::device && !c.split;
+    EXPECT_EQ(info.outOfCore, direct ? 0 : 1) << last_plan();
+    if (c.split) {
+      EXPECT_GT(info.chunks, 1) << last_plan();
+    }
+    if (direct) {
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "direct path must be cuDNN's own result";
+    } else {
+      std::vector<double> ref(want.begin(), want.end());
+      const Comparison cmp = compare(got, ref);
+      EXPECT_EQ(cmp.non_finite, 0) << "first bad element " << cmp.first_bad;
+      EXPECT_LE(cmp.relative_error, 1e-5) << last_plan();
+    }
+  }
+
+  void check_forward(const ConvDescriptors& d, float alpha, float beta, unsigned seed);
+
+  static constexpr size_t kWorkspace = size_t{256} << 20;
+  cudnnHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
+// Large enough that twice the smallest plan is well below the whole problem.
+const Shape kX{4, 16, 32, 32}, kW{24, 16, 3, 3}, kPad{1, 1}, kStride{1, 1}, kDilation{1, 1};
+
+std::vector<float> random_tensor(int64_t count, std::mt19937& rng) {
+  return random_vector(static_cast<size_t>(count), rng);
+}
+
+void CapiGpu::check_forward(const ConvDescriptors& d, float alpha, float beta, unsigned seed) {
+  std::mt19937 rng(test_seed(seed));
+  ooc::ConvProblem p = d.problem;  // the call's alpha and beta: beta != 0 plans y loads
+  p.alpha = alpha;
+  p.beta = beta;
+  compare_with_cudnn({random_tensor(p.x_elements(), rng), random_tensor(p.w_elements(), rng),
+                      random_tensor(p.y_elements(), rng)},
+                     2 * needed_bytes(p, ooc::BackendKind::cuda),
+                     [&](cudnnHandle_t h, bool use_ooc, const std::vector<void*>& t) {
+                       auto fn = use_ooc ? ooc_cudnnConvolutionForward : cudnnConvolutionForward;
+                       return fn(h, &alpha, d.x.get(), t[0], d.w.get(), t[1], d.conv.get(),
+                                 CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, workspace_, kWorkspace, &beta, d.y.get(),
+                                 t[2]);
+                     });
+}
+
+TEST_P(CapiGpu, Forward) { check_forward(ConvDescriptors(kX, kW, kPad, kStride, kDilation), 1.25f, 0.5f, 11); }
+
+TEST_P(CapiGpu, Forward3d) {
+  check_forward(ConvDescriptors({2, 8, 12, 14, 16}, {12, 8, 3, 3, 3}, {1, 1, 1}, {1, 2, 1}, {1, 1, 2}), 1.0f, 0.0f, 12);
+}
+
+TEST_P(CapiGpu, BiasActivationForward) {
+  ConvDescriptors d(kX, kW, kPad, kStride, kDilation);
+  std::mt19937 rng(test_seed(13));
+  ooc::ConvProblem p = d.problem;
+  p.has_bias = true;
+  p.alpha = 0.75;
+  p.beta = 0.5;  // alpha2
+  const Activation relu = activation(CUDNN_ACTIVATION_RELU);
+  const float alpha1 = 0.75f, alpha2 = 0.5f;
+  // z, bias, y: z != y, so the chunked path copies z into y first.
+  compare_with_cudnn({random_tensor(p.x_elements(), rng), random_tensor(p.w_elements(), rng),
+                      random_tensor(p.y_elements(), rng), random_tensor(p.k, rng), random_tensor(p.y_elements(), rng)},
+                     2 * needed_bytes(p, ooc::BackendKind::cuda),
+                     [&](cudnnHandle_t h, bool use_ooc, const std::vector<void*>& t) {
+                       auto fn = use_ooc ? ooc_cudnnConvolutionBiasActivationForward
+                                         : cudnnConvolutionBiasActivationForward;
+                       return fn(h, &alpha1, d.x.get(), t[0], d.w.get(), t[1], d.conv.get(),
+                                 CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, workspace_, kWorkspace, &alpha2,
+                                 d.y.get(), t[2], d.bias.get(), t[3], relu.get(), d.y.get(), t[4]);
+                     });
+}
+
+TEST_P(CapiGpu, BackwardData) {
+  ConvDescriptors d(kX, kW, kPad, kStride, kDilation);
+  std::mt19937 rng(test_seed(14));
+  const ooc::ConvProblem p =
+      ooc::ConvProblem::backward_data(d.problem.y_shape(), kW, kX, kStride, kPad, kDilation, 1, 1.0, 0.5);
+  const float alpha = 1.0f, beta = 0.5f;
+  compare_with_cudnn({random_tensor(p.w_elements(), rng), random_tensor(p.y_elements(), rng),
+                      random_tensor(p.x_elements(), rng)},
+                     2 * backward_needed_bytes(p, ooc::BackendKind::cuda),
+                     [&](cudnnHandle_t h, bool use_ooc, const std::vector<void*>& t) {
+                       auto fn = use_ooc ? ooc_cudnnConvolutionBackwardData : cudnnConvolutionBackwardData;
+                       return fn(h, &alpha, d.w.get(), t[0], d.y.get(), t[1], d.conv.get(),
+                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, workspace_, kWorkspace, &beta, d.x.get(), t[2]);
+                     });
+}
+
+TEST_P(CapiGpu, BackwardFilter) {
+  ConvDescriptors d(kX, kW, kPad, kStride, kDilation);
+  std::mt19937 rng(test_seed(15));
+  const ooc::ConvProblem p =
+      ooc::ConvProblem::backward_filter(kX, d.problem.y_shape(), kW, kStride, kPad, kDilation, 1, 1.0, 1.0);
+  const float alpha = 1.0f, beta = 1.0f;
+  compare_with_cudnn({random_tensor(p.x_elements(), rng), random_tensor(p.y_elements(), rng),
+                      random_tensor(p.w_elements(), rng)},
+                     2 * backward_needed_bytes(p, ooc::BackendKind::cuda),
+                     [&](cudnnHandle_t h, bool use_ooc, const std::vector<void*>& t) {
+                       auto fn = use_ooc ? ooc_cudnnConvolutionBackwardFilter : cudnnConvolutionBackwardFilter;
+                       return fn(h, &alpha, d.x.get(), t[0], d.y.get(), t[1], d.conv.get(),
+                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, workspace_, kWorkspace, &beta, d.w.get(), t[2]);
+                     });
+}
+
+TEST_P(CapiGpu, BackwardBias) {
+  ConvDescriptors d(kX, kW, kPad, kStride, kDilation);
+  std::mt19937 rng(test_seed(16));
+  const ooc::ConvProblem p = ooc::ConvProblem::backward_bias(d.problem.y_shape(), 1.0, 0.5);
+  const float alpha = 1.0f, beta = 0.5f;
+  compare_with_cudnn({random_tensor(p.y_elements(), rng), random_tensor(p.k, rng)},
+                     2 * backward_needed_bytes(p, ooc::BackendKind::cuda),
+                     [&](cudnnHandle_t h, bool use_ooc, const std::vector<void*>& t) {
+                       auto fn = use_ooc ? ooc_cudnnConvolutionBackwardBias : cudnnConvolutionBackwardBias;
+                       return fn(h, &alpha, d.y.get(), t[0], &beta, d.bias.get(), t[1]);
+                     });
+}
+
+INSTANTIATE_TEST_SUITE_P(Memory, CapiGpu,
+                         ::testing::Values(GpuCase{Memory::device, false}, GpuCase{Memory::device, true},
+                                           GpuCase{Memory::pinned, false}, GpuCase{Memory::pinned, true},
+                                           GpuCase{Memory::pageable, false}, GpuCase{Memory::pageable, true}),
+                         case_name);
+
+class CapiGpuMemory : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  }
+  void TearDown() override {
+    oocSetDeviceAllocationLimit(static_cast<size_t>(-1));
+    oocSetMemoryLimit(0);
+  }
+};
+
+TEST_F(CapiGpuMemory, DeviceFirstThenPinnedAndEitherFreesAndSets) {
+  oocSetDeviceAllocationLimit(3 << 20);
+  void* a = nullptr;
+  void* b = nullptr;
+  ASSERT_EQ(ooc_cudaMalloc(&a, 2 << 20), cudaSuccess) << last_error();
+  ASSERT_EQ(ooc_cudaMalloc(&b, 2 << 20), cudaSuccess) << last_error();  // beyond the cap: pinned host
+  EXPECT_TRUE(ooc::is_device_memory(a));
+  EXPECT_FALSE(ooc::is_device_memory(b));
+  EXPECT_TRUE(ooc::is_device_accessible(b));
+  ASSERT_EQ(ooc_cudaMemset(a, 0x3c, 2 << 20), cudaSuccess);
+  ASSERT_EQ(ooc_cudaMemset(b, 0x00, 2 << 20), cudaSuccess);
+  ASSERT_EQ(ooc_cudaMemcpy(b, a, 2 << 20, cudaMemcpyDeviceToDevice), cudaSuccess);  // kind is not trusted
+  std::vector<unsigned char> host(2 << 20);
+  ASSERT_EQ(ooc_cudaMemcpy(host.data(), b, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < host.size(); i += 4097) ASSERT_EQ(host[i], 0x3c) << i;
+  EXPECT_EQ(ooc_cudaFree(a), cudaSuccess);
+  EXPECT_EQ(ooc_cudaFree(b), cudaSuccess);
+  // The freed device bytes count again.
+  ASSERT_EQ(ooc_cudaMalloc(&a, 2 << 20), cudaSuccess);
+  EXPECT_TRUE(ooc::is_device_memory(a));
+  EXPECT_EQ(ooc_cudaFree(a), cudaSuccess);
+}
+
+TEST_F(CapiGpuMemory, MemoryLimitIsKeptFreeForTheChunkedPath) {
+  oocSetMemoryLimit(size_t{1} << 40);  // more than any GPU has: no allocation may take the device
+  void* p = nullptr;
+  ASSERT_EQ(ooc_cudaMalloc(&p, 1 << 20), cudaSuccess) << last_error();
+  EXPECT_FALSE(ooc::is_device_memory(p));
+  EXPECT_TRUE(ooc::is_device_accessible(p));
+  EXPECT_EQ(ooc_cudaFree(p), cudaSuccess);
+}
+
+}  // namespace

@@ -1,0 +1,125 @@
+"""The C API from the installed package: a tiny C program built against it with the system compiler
+(through pyooc.get_include()/get_library_dir(), and through find_package(ooc CONFIG) with
+pyooc.get_cmake_dir()) runs without a GPU and gets CUDNN_STATUS_BAD_PARAM for a null handle.
+Skipped only when no C compiler or no CUDA toolkit headers (cuda_runtime_api.h) exist."""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import pyooc
+
+PROGRAM = r"""
+#include <stdio.h>
+#include <ooc/ooc_cudnn.h>
+
+int main(void) {
+  cudnnTensorDescriptor_t x;
+  float one = 1.0f, zero = 0.0f;
+  char why[256];
+  cudnnStatus_t status;
+  if (cudnnCreateTensorDescriptor(&x) != CUDNN_STATUS_SUCCESS) return 2;
+  status = ooc_cudnnConvolutionForward(NULL, &one, x, NULL, NULL, NULL, NULL, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                                       NULL, 0, &zero, x, NULL);
+  oocGetLastErrorString(why, sizeof why);
+  printf("%d %s\n", (int)status, why);
+  cudnnDestroyTensorDescriptor(x);
+  return status == CUDNN_STATUS_BAD_PARAM ? 0 : 1;
+}
+"""
+
+CMAKELISTS = """
+cmake_minimum_required(VERSION 3.26)
+project(capi_probe C)
+find_package(ooc CONFIG REQUIRED)
+add_executable(probe probe.c)
+target_link_libraries(probe PRIVATE ooc::ooc)
+"""
+
+
+def _c_compiler():
+    for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate)
+    return None
+
+
+def _cuda_include():
+    roots = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH", "CUDAToolkit_ROOT")] + ["/usr/local/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.append(os.path.dirname(os.path.dirname(nvcc)))
+    for root in filter(None, roots):
+        if os.path.exists(os.path.join(root, "include", "cuda_runtime_api.h")):
+            return os.path.join(root, "include")
+    return None
+
+
+def _cudnn_dir():
+    spec = importlib.util.find_spec("nvidia.cudnn")
+    return os.environ.get("CUDNN_PATH") or (list(spec.submodule_search_locations)[0] if spec else None)
+
+
+CC = _c_compiler()
+CUDA_INCLUDE = _cuda_include()
+needs_toolchain = pytest.mark.skipif(CC is None or CUDA_INCLUDE is None,
+                                     reason="needs a C compiler and the CUDA toolkit's headers")
+
+
+def _run_probe(exe):
+    result = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    status, _, why = result.stdout.strip().partition(" ")
+    assert int(status) == 2000  # CUDNN_STATUS_BAD_PARAM
+    assert "handle" in why
+
+
+def test_paths_exist():
+    assert os.path.exists(os.path.join(pyooc.get_include(), "ooc", "ooc_cudnn.h"))
+    assert os.path.exists(os.path.join(pyooc.get_include(), "ooc", "ooc.hpp"))
+    assert os.path.exists(os.path.join(pyooc.get_library_dir(), "libooc.so"))
+    assert os.path.exists(os.path.join(pyooc.get_cmake_dir(), "oocConfig.cmake"))
+
+
+@needs_toolchain
+def test_c_program_with_get_include_and_get_library_dir(tmp_path):
+    (tmp_path / "probe.c").write_text(PROGRAM)
+    cudnn = _cudnn_dir()
+    lib = pyooc.get_library_dir()
+    cmd = [CC, "-std=c99", "-Wall", "-Werror", str(tmp_path / "probe.c"), "-o", str(tmp_path / "probe"),
+           "-I", pyooc.get_include(), "-I", os.path.join(cudnn, "include"), "-I", CUDA_INCLUDE,
+           "-L", lib, "-looc", os.path.join(cudnn, "lib", "libcudnn.so.9"),
+           f"-Wl,-rpath,{lib}", f"-Wl,-rpath,{os.path.join(cudnn, 'lib')}"]
+    build = subprocess.run(cmd, capture_output=True, text=True)
+    assert build.returncode == 0, " ".join(cmd) + "\n" + build.stderr
+    _run_probe(str(tmp_path / "probe"))
+
+
+def _cmake():
+    found = shutil.which("cmake")
+    if found:
+        return [found]
+    if importlib.util.find_spec("cmake"):
+        return [sys.executable, "-m", "cmake"]
+    return None
+
+
+@needs_toolchain
+def test_c_program_with_find_package(tmp_path):
+    cmake = _cmake()
+    if cmake is None:
+        pytest.skip("needs cmake")
+    (tmp_path / "probe.c").write_text(PROGRAM)
+    (tmp_path / "CMakeLists.txt").write_text(CMAKELISTS)
+    env = dict(os.environ, CC=CC, CUDAToolkit_ROOT=os.path.dirname(CUDA_INCLUDE))
+    configure = subprocess.run(
+        cmake + ["-S", str(tmp_path), "-B", str(tmp_path / "build"), f"-DCMAKE_PREFIX_PATH={pyooc.get_cmake_dir()}"],
+        capture_output=True, text=True, env=env)
+    assert configure.returncode == 0, configure.stdout + configure.stderr
+    build = subprocess.run(cmake + ["--build", str(tmp_path / "build")], capture_output=True, text=True, env=env)
+    assert build.returncode == 0, build.stdout + build.stderr
+    _run_probe(str(tmp_path / "build" / "probe"))
