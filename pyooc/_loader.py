@@ -1,6 +1,7 @@
 """Loads the native extension. libooc's RPATH points at NVIDIA's cuDNN wheel beside this package;
 where that fails (a system cuDNN, an unusual layout), libcudnn.so.9 is preloaded with ctypes from
-CUDNN_PATH or the wheel, then the import is retried."""
+CUDNN_PATH or the wheel, then the import is retried. `python -m pyooc` run inside a source checkout
+imports the checkout's pyooc/, which has no compiled extension: the installed copy's is used."""
 
 import ctypes
 import importlib
@@ -41,9 +42,28 @@ def _preload_cublas():
     return None
 
 
+def _use_installed_extension():
+    """Adds an installed pyooc's directory (one holding the compiled _native) to this package's
+    search path; True when one was found."""
+    package = sys.modules["pyooc"]
+    here = [os.path.realpath(p) for p in package.__path__]
+    for entry in sys.path:
+        candidate = os.path.realpath(os.path.join(entry or os.getcwd(), "pyooc"))
+        if candidate in here or not os.path.isdir(candidate):
+            continue
+        if any(name.startswith("_native.") and name.endswith(".so") for name in os.listdir(candidate)):
+            package.__path__.append(candidate)
+            return True
+    return False
+
+
 def load_native():
     try:
         return importlib.import_module("pyooc._native")
+    except ModuleNotFoundError as missing:
+        if missing.name != "pyooc._native" or not _use_installed_extension():
+            raise
+        return load_native()
     except ImportError as first:
         if "cudnn" not in str(first) and "cublas" not in str(first):
             raise

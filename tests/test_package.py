@@ -166,3 +166,15 @@ def test_cli_demo_default_backend_on_gpu():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "demo on the cuda backend" in r.stdout and "demo OK" in r.stdout
     assert "Plan for conv3d forward float32" in r.stdout
+
+
+def test_module_runs_from_the_source_checkout():
+    """`python -m pyooc` in the checkout imports the checkout's pyooc/ (no compiled extension): the
+    README's demo command runs there, so the installed extension must be found."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isfile(os.path.join(root, "pyooc", "__init__.py")):
+        pytest.skip("not run from a source checkout")
+    done = subprocess.run([sys.executable, "-m", "pyooc", "info"], cwd=root, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "cudnn_runtime: 9." in done.stdout
