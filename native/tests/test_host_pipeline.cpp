@@ -62,21 +62,7 @@ TEST(HostPipelineRandom, RandomProblemsAndBudgets) {
   int runs = 0;
   while (runs < 60) {
     ConvSpec s;
-    const int sd = static_cast<int>(pick(1, 3));
-    const int64_t max_in = sd == 1 ? 40 : sd == 2 ? 12 : 7;
-    const int64_t c = pick(1, 6);
-    s.x = {pick(1, 4), c};
-    s.w = {pick(1, 6), c};
-    s.stride.clear();
-    s.padding.clear();
-    s.dilation.clear();
-    for (int d = 0; d < sd; ++d) {
-      s.x.push_back(pick(1, max_in));
-      s.w.push_back(pick(1, 3));
-      s.stride.push_back(pick(1, 3));
-      s.padding.push_back(pick(0, 2));
-      s.dilation.push_back(pick(1, 2));
-    }
+    ooc_test::pick_geometry(s, pick, {4, 6, 6, {40, 12, 7}, 3, 3, 2});
     s.alpha = pick(0, 1) ? 1.0 : -0.5;
     s.beta = pick(0, 2) == 0 ? 0.5 : 0.0;
     s.bias = pick(0, 1) == 1;

@@ -56,21 +56,7 @@ ConvSpec random_spec(std::mt19937& rng) {
   auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   for (;;) {
     ConvSpec s;
-    const int sd = static_cast<int>(pick(1, 3));
-    const int64_t max_in = sd == 1 ? 48 : sd == 2 ? 16 : 9;
-    const int64_t c = pick(1, 9);
-    s.x = {pick(1, 5), c};
-    s.w = {pick(1, 9), c};
-    s.stride.clear();
-    s.padding.clear();
-    s.dilation.clear();
-    for (int d = 0; d < sd; ++d) {
-      s.x.push_back(pick(1, max_in));
-      s.w.push_back(pick(1, 4));
-      s.stride.push_back(pick(1, 3));
-      s.padding.push_back(pick(0, 2));
-      s.dilation.push_back(pick(1, 2));
-    }
+    ooc_test::pick_geometry(s, pick, {5, 9, 9, {48, 16, 9}, 4, 3, 2});
     s.alpha = pick(0, 1) ? 1.0 : 0.5;
     s.beta = pick(0, 2) == 0 ? 0.75 : 0.0;
     s.bias = pick(0, 1) == 1;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -151,6 +152,33 @@ inline std::string describe_chunk(const ooc::Chunk& ch) {
       << "," << ch.in[d].end << ")";
   o << " load_x=" << ch.load_x << " load_w=" << ch.load_w << " first_c=" << ch.first_c << " last_c=" << ch.last_c;
   return o.str();
+}
+
+// Bounds of a random convolution geometry (1D to 3D), for the randomized planner and pipeline tests.
+struct GeometryLimits {
+  int64_t n, c, k;
+  std::array<int64_t, 3> in;  // largest spatial extent for 1D, 2D, 3D
+  int64_t kernel, stride, dilation;
+};
+
+// Fills spec's x, w, stride, padding and dilation (padding 0 to 2) at random within `limits`.
+template <typename Spec, typename Pick>
+void pick_geometry(Spec& spec, Pick& pick, const GeometryLimits& limits) {
+  const int sd = static_cast<int>(pick(1, 3));
+  const int64_t max_in = limits.in[static_cast<size_t>(sd - 1)];
+  const int64_t c = pick(1, limits.c);
+  spec.x = {pick(1, limits.n), c};
+  spec.w = {pick(1, limits.k), c};
+  spec.stride.clear();
+  spec.padding.clear();
+  spec.dilation.clear();
+  for (int d = 0; d < sd; ++d) {
+    spec.x.push_back(pick(1, max_in));
+    spec.w.push_back(pick(1, limits.kernel));
+    spec.stride.push_back(pick(1, limits.stride));
+    spec.padding.push_back(pick(0, 2));
+    spec.dilation.push_back(pick(1, limits.dilation));
+  }
 }
 
 }  // namespace ooc_test
