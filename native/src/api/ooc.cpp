@@ -56,6 +56,7 @@ PlannerConfig planner_config(Backend& backend, const Options& options) {
   cfg.memory_limit = options.memory_limit ? options.memory_limit : default_memory_limit();
   if (cfg.memory_limit == 0) cfg.memory_limit = backend.default_memory_limit();
   cfg.workspace_bytes = backend.workspace_allowance(cfg.memory_limit);
+  cfg.workspace_max = backend.workspace_max(cfg.memory_limit);
   cfg.machine = backend.machine();
   cfg.backend = backend.name();
   return cfg;

@@ -60,6 +60,9 @@ class Backend {
   virtual size_t default_memory_limit() const = 0;
   // Part of `budget` that convolution algorithms may use as workspace.
   virtual size_t workspace_allowance(size_t budget) const = 0;
+  // The most workspace a convolution plan may take once its buffers are placed: the allowance
+  // grows into what they leave of the budget, up to this (faster algorithms need more).
+  virtual size_t workspace_max(size_t budget) const { return workspace_allowance(budget); }
 
   // Device memory (the pipeline allocates one arena per call) and host staging memory.
   virtual void* device_alloc(size_t bytes) = 0;

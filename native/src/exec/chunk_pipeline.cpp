@@ -105,16 +105,20 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   const bool has_third = spec.third.slots > 0;
   const bool has_b = spec.b.slots > 0, has_resident = spec.resident_bytes > 0, load_out = spec.beta != 0.0;
 
-  // Input staging: a ring of buffers, each free again once its H2D copy has run.
-  const int in_stages = 3;
-  const size_t in_stage_bytes =
-      std::max({spec.a.slot_bytes, spec.b.slot_bytes, spec.third.slot_bytes, spec.resident_bytes,
-                load_out ? spec.out.slot_bytes : size_t{0}});
   // Pinned (or registered) caller memory is DMA'd directly; only pageable tensors need staging.
   auto direct = [&](const StreamedTensor& t) { return backend.host_is_device_accessible(t.data); };
   const bool a_direct = direct(spec.a), b_direct = has_b && direct(spec.b), out_direct = direct(spec.out);
   const bool resident_direct = has_resident && backend.host_is_device_accessible(spec.resident.view.data);
   const bool third_direct = has_third && direct(spec.third);
+
+  // Input staging: a ring of buffers, each free again once its H2D copy has run, as large as the
+  // largest slot that is staged (pinned x with pageable w stages only w's small slices).
+  const int in_stages = 3;
+  const size_t in_stage_bytes = std::max({a_direct ? size_t{0} : spec.a.slot_bytes,
+                                          has_b && !b_direct ? spec.b.slot_bytes : size_t{0},
+                                          has_third && !third_direct ? spec.third.slot_bytes : size_t{0},
+                                          has_resident && !resident_direct ? spec.resident_bytes : size_t{0},
+                                          load_out && !out_direct ? spec.out.slot_bytes : size_t{0}});
   const bool inputs_direct =
       a_direct && (!has_b || b_direct) && (!has_third || third_direct) && (!has_resident || resident_direct) &&
       (!load_out || out_direct);

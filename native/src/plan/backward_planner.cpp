@@ -452,7 +452,9 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
 }  // namespace
 
 Plan plan_conv_backward_for(const ConvProblem& p, const PlannerConfig& config) {
-  return planner_parts::with_workspace_fallback(config, [&](const PlannerConfig& c) { return plan_with_workspace(p, c); });
+  return planner_parts::with_grown_workspace(
+      planner_parts::with_workspace_fallback(config, [&](const PlannerConfig& c) { return plan_with_workspace(p, c); }),
+      config);
 }
 
 Plan plan_for(const ConvProblem& p, const PlannerConfig& config) {

@@ -151,7 +151,9 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config);
 
 Plan plan_conv_forward_for(const ConvProblem& p, const PlannerConfig& config) {
   if (p.op != Operation::forward) throw std::logic_error("plan_conv_forward_for: not a forward problem");
-  return planner_parts::with_workspace_fallback(config, [&](const PlannerConfig& c) { return plan_with_workspace(p, c); });
+  return planner_parts::with_grown_workspace(
+      planner_parts::with_workspace_fallback(config, [&](const PlannerConfig& c) { return plan_with_workspace(p, c); }),
+      config);
 }
 
 namespace {

@@ -13,6 +13,7 @@ namespace ooc {
 struct PlannerConfig {
   size_t memory_limit = 0;        // device bytes the plan may use at peak, workspace included
   size_t workspace_bytes = 0;     // allowance reserved for convolution algorithms
+  size_t workspace_max = 0;       // the chosen plan's workspace grows into its unused budget up to this
   MachineModel machine;
   std::string backend = "host";
 };

@@ -76,4 +76,18 @@ Plan with_workspace_fallback(const PlannerConfig& config, PlanFn plan) {
   }
 }
 
+// The planner ranks plans with the workspace allowance reserved; the budget the chosen plan leaves
+// unused goes to the workspace too (up to config.workspace_max), so that cuDNN may pick algorithms
+// such as Winograd or FFT whose workspace grows with the chunk. A plan without workspace (the
+// zero-workspace fallback, or an operation that needs none) stays without.
+inline Plan with_grown_workspace(Plan plan, const PlannerConfig& config) {
+  if (plan.workspace_bytes == 0 || config.workspace_max <= plan.workspace_bytes) return plan;
+  if (plan.peak_device_bytes >= plan.memory_limit) return plan;
+  const size_t extra =
+      std::min(plan.memory_limit - plan.peak_device_bytes, config.workspace_max - plan.workspace_bytes) / 256 * 256;
+  plan.workspace_bytes += extra;
+  plan.peak_device_bytes += extra;
+  return plan;
+}
+
 }  // namespace ooc::planner_parts

@@ -34,6 +34,8 @@ constexpr size_t kGiB = size_t{1} << 30;
 constexpr size_t kStagingCacheBytes = 4 * kGiB;
 // Workspace beyond this buys cuDNN little for the chunk sizes we run, and costs chunk space.
 constexpr size_t kMaxWorkspaceBytes = 256 * kMiB;
+// Winograd's transformed tensors of a VGG-sized chunk take a few hundred MiB; FFT more.
+constexpr size_t kMaxGrownWorkspaceBytes = 2048 * kMiB;
 
 // Everything the backend owns on its device. Members are destroyed in reverse order: the staging
 // cache and descriptors first, then the cuDNN handle, events, and the streams the handle used.
@@ -93,6 +95,10 @@ class CudaBackend final : public Backend {
     return std::min(budget / 8, kMaxWorkspaceBytes) / 256 * 256;  // keeps arena slots 256-byte aligned
   }
 
+  size_t workspace_max(size_t budget) const override {
+    return std::max(workspace_allowance(budget), std::min(budget / 2, kMaxGrownWorkspaceBytes) / 256 * 256);
+  }
+
   void* device_alloc(size_t bytes) override {
     if (bytes == 0) return nullptr;
     DeviceScope scope(device_);
@@ -137,7 +143,7 @@ class CudaBackend final : public Backend {
     throw_if_fault_injected(FaultSite::conv, "conv_forward");
     QueueTimer::Span span = timed(Queue::compute);
     ConvSetup& setup = setup_for(shape, Operation::forward, workspace, workspace_bytes, "conv_forward");
-    benchmark_once(setup, Operation::forward, x, w, y, beta, workspace, workspace_bytes);
+    benchmark_once(setup, Operation::forward, shape, x, w, y, beta, workspace, workspace_bytes);
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
     run_with_fallback(setup, Operation::forward, workspace_bytes, "cudnnConvolutionForward", [&] {
       return cudnnConvolutionForward(resources_->cudnn, &alpha_f, setup.x, x, setup.w, w, setup.conv,
@@ -156,7 +162,7 @@ class CudaBackend final : public Backend {
     throw_if_fault_injected(FaultSite::conv, "conv_backward_data");
     QueueTimer::Span span = timed(Queue::compute);
     ConvSetup& setup = setup_for(shape, Operation::backward_data, workspace, workspace_bytes, "conv_backward_data");
-    benchmark_once(setup, Operation::backward_data, dy, w, dx, beta, workspace, workspace_bytes);
+    benchmark_once(setup, Operation::backward_data, shape, dy, w, dx, beta, workspace, workspace_bytes);
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
     run_with_fallback(setup, Operation::backward_data, workspace_bytes, "cudnnConvolutionBackwardData", [&] {
       return cudnnConvolutionBackwardData(resources_->cudnn, &alpha_f, setup.w, w, setup.y, dy, setup.conv,
@@ -172,7 +178,7 @@ class CudaBackend final : public Backend {
     QueueTimer::Span span = timed(Queue::compute);
     ConvSetup& setup =
         setup_for(shape, Operation::backward_filter, workspace, workspace_bytes, "conv_backward_filter");
-    benchmark_once(setup, Operation::backward_filter, x, dy, dw, beta, workspace, workspace_bytes);
+    benchmark_once(setup, Operation::backward_filter, shape, x, dy, dw, beta, workspace, workspace_bytes);
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
     run_with_fallback(setup, Operation::backward_filter, workspace_bytes, "cudnnConvolutionBackwardFilter", [&] {
       return cudnnConvolutionBackwardFilter(resources_->cudnn, &alpha_f, setup.x, x, setup.y, dy, setup.conv,
@@ -365,12 +371,27 @@ class CudaBackend final : public Backend {
     return setup;
   }
 
-  // On a shape's first chunk whose output is overwritten (beta == 0), times the algorithms on its
-  // buffers and keeps the fastest (OOC_CUDNN_FIND=0: cuDNN's heuristic pick only).
-  void benchmark_once(ConvSetup& setup, Operation op, const void* in1, const void* in2, void* out, double beta,
-                      void* workspace, size_t workspace_bytes) {
-    if (setup.benchmarked || beta != 0.0 || !find_algorithms_) return;
+  // On a shape's first chunk, times the algorithms on its buffers and keeps the fastest
+  // (OOC_CUDNN_FIND=0: cuDNN's heuristic pick only). cudnnFind*Ex overwrites the output, so a chunk
+  // that accumulates into it (beta != 0) is timed writing into the workspace's tail instead, when
+  // the output is small enough to leave most of the workspace to the algorithms (a dw tile, which
+  // accumulates over every chunk of a backward-filter call); otherwise the heuristic pick stays.
+  void benchmark_once(ConvSetup& setup, Operation op, const ChunkConv& shape, const void* in1, const void* in2,
+                      void* out, double beta, void* workspace, size_t workspace_bytes) {
+    if (setup.benchmarked || !find_algorithms_) return;
+    if (beta != 0.0) {
+      const size_t scratch = (static_cast<size_t>(output_elements(shape, op)) * sizeof(float) + 255) / 256 * 256;
+      if (scratch * 2 > workspace_bytes) return;
+      workspace_bytes -= scratch;
+      out = static_cast<char*>(workspace) + workspace_bytes;
+    }
     ConvSetupCache::benchmark(resources_->cudnn, setup, op, in1, in2, out, workspace, workspace_bytes);
+  }
+
+  static int64_t output_elements(const ChunkConv& s, Operation op) {
+    const Dims3& dims = op == Operation::forward ? s.out : op == Operation::backward_data ? s.in : s.kernel;
+    const int64_t outer = op == Operation::forward ? s.n * s.k : op == Operation::backward_data ? s.n * s.c : s.k * s.c;
+    return outer * dims[0] * dims[1] * dims[2];
   }
 
   // Runs a cuDNN call; where cuDNN refuses the chosen algorithm, falls back (and keeps the
