@@ -43,14 +43,17 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def git_commit(root=REPO_ROOT):
-    """HEAD of the checkout, else $OOC_COMMIT (the device machine's copy has no .git), else "unknown"."""
+    """$OOC_COMMIT when set (gpu-check runs an export of a commit, inside a copy whose .git may be
+    stale), else HEAD of the checkout, else "unknown"."""
+    if os.environ.get("OOC_COMMIT"):
+        return os.environ["OOC_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         if out.returncode == 0 and out.stdout.strip():
             return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
-    return os.environ.get("OOC_COMMIT") or "unknown"
+    return "unknown"
 
 
 def utc_now():

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -94,12 +96,34 @@ void check_output_dims(const ConvSetup& s, const CudnnGeometry& g) {
                            format_dims(g.x, g.tensor_dims) + " and filter " + format_dims(g.w, g.tensor_dims));
 }
 
+// OOC_LOG_ALGORITHMS=1: every algorithm choice on stderr (which one, why, what Find measured).
+bool log_algorithms() {
+  static const bool on = [] {
+    const char* v = std::getenv("OOC_LOG_ALGORITHMS");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+std::string describe(const ConvSetup& s, Operation op) {
+  int dims[5] = {}, strides[5] = {}, n = 0;
+  cudnnDataType_t type;
+  std::ostringstream out;
+  out << (op == Operation::forward ? "forward" : op == Operation::backward_data ? "backward_data" : "backward_filter");
+  if (cudnnGetTensorNdDescriptor(s.x, 5, &type, &n, dims, strides) == CUDNN_STATUS_SUCCESS)
+    out << " x" << format_dims(dims, n);
+  if (cudnnGetTensorNdDescriptor(s.y, 5, &type, &n, dims, strides) == CUDNN_STATUS_SUCCESS)
+    out << " y" << format_dims(dims, n);
+  return out.str();
+}
+
 bool uses_tensor_cores(cudnnMathType_t math) {
   return math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
 // The cuDNN calls that list, size and pick one operation's algorithms, so that one search serves all.
 struct ForwardAlgorithms {
+  static constexpr Operation op = Operation::forward;
   using Perf = cudnnConvolutionFwdAlgoPerf_t;
   using Algo = cudnnConvolutionFwdAlgo_t;
   static cudnnStatus_t max_count(cudnnHandle_t h, int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(h, n); }
@@ -120,6 +144,7 @@ struct ForwardAlgorithms {
 };
 
 struct BackwardDataAlgorithms {
+  static constexpr Operation op = Operation::backward_data;
   using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
   using Algo = cudnnConvolutionBwdDataAlgo_t;
   static cudnnStatus_t max_count(cudnnHandle_t h, int* n) {
@@ -143,6 +168,7 @@ struct BackwardDataAlgorithms {
 };
 
 struct BackwardFilterAlgorithms {
+  static constexpr Operation op = Operation::backward_filter;
   using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
   using Algo = cudnnConvolutionBwdFilterAlgo_t;
   static cudnnStatus_t max_count(cudnnHandle_t h, int* n) {
@@ -197,9 +223,15 @@ void choose_algorithm(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit
     if (needed > workspace_limit) continue;
     Algorithms::chosen(s) = r.algo;
     s.workspace_bytes = needed;
+    if (log_algorithms())
+      std::fprintf(stderr, "ooc: %s: heuristic algo %d, workspace %zu of %zu\n", describe(s, Algorithms::op).c_str(),
+                   static_cast<int>(r.algo), needed, workspace_limit);
     return;
   }
   use_fallback<Algorithms>(handle, s, workspace_limit);
+  if (log_algorithms())
+    std::fprintf(stderr, "ooc: %s: fallback algo %d, workspace %zu of %zu\n", describe(s, Algorithms::op).c_str(),
+                 static_cast<int>(Algorithms::chosen(s)), s.workspace_bytes, workspace_limit);
 }
 
 // The fastest full-FP32 algorithm timed on these buffers whose workspace fits; keeps the current
@@ -213,6 +245,15 @@ void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, co
   int returned = 0;
   OOC_CUDNN_CHECK(Algorithms::find(handle, s, in1, in2, out, static_cast<int>(results.size()), &returned,
                                    results.data(), workspace_limit ? workspace : nullptr, workspace_limit));
+  if (log_algorithms()) {
+    std::fprintf(stderr, "ooc: %s: find within workspace %zu:", describe(s, Algorithms::op).c_str(), workspace_limit);
+    for (int i = 0; i < std::min(returned, static_cast<int>(results.size())); ++i) {
+      const typename Algorithms::Perf& r = results[static_cast<size_t>(i)];
+      std::fprintf(stderr, " [algo %d status %d math %d %.3f ms %zu B]", static_cast<int>(r.algo),
+                   static_cast<int>(r.status), static_cast<int>(r.mathType), r.time, r.memory);
+    }
+    std::fprintf(stderr, "\n");
+  }
   for (int i = 0; i < std::min(returned, static_cast<int>(results.size())); ++i) {  // sorted by time
     const typename Algorithms::Perf& r = results[static_cast<size_t>(i)];
     if (r.status != CUDNN_STATUS_SUCCESS || uses_tensor_cores(r.mathType) || r.memory > workspace_limit) continue;
@@ -220,6 +261,9 @@ void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, co
     s.workspace_bytes = r.memory;
     break;
   }
+  if (log_algorithms())
+    std::fprintf(stderr, "ooc: %s: chose algo %d, workspace %zu\n", describe(s, Algorithms::op).c_str(),
+                 static_cast<int>(Algorithms::chosen(s)), s.workspace_bytes);
   s.benchmarked = true;
 }
 
@@ -232,6 +276,9 @@ bool fall_back_to(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit) {
     Algorithms::chosen(s) = Algorithms::fallbacks.back();
     s.workspace_bytes = 0;
   }
+  if (log_algorithms())
+    std::fprintf(stderr, "ooc: %s: algo %d refused at run time, fallback algo %d\n", describe(s, Algorithms::op).c_str(),
+                 static_cast<int>(before), static_cast<int>(Algorithms::chosen(s)));
   return true;
 }
 
