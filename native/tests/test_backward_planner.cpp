@@ -292,6 +292,25 @@ TEST(BackwardPlanner, FilterGradientTrafficStaysSmall) {
   ooc_test::check_backward_plan(plan, false);
 }
 
+TEST(BackwardPlanner, FilterGradientReservesWorkspaceForItsFastAlgorithm) {
+  BackwardSpec spec;
+  spec.op = Operation::backward_filter;
+  spec.x = {8, 16, 32, 32, 32};
+  spec.w = {16, 16, 3, 3, 3};
+  spec.padding = {1};
+  const ConvProblem p = spec.problem();
+  ooc::PlannerConfig cfg = config(static_cast<size_t>(p.x_elements()) * 4 / 2, 4096);
+  cfg.filter_workspace_per_x_byte = 2.0;
+  const Plan plan = ooc::plan_conv_backward_for(p, cfg);
+  SCOPED_TRACE(plan.describe());
+  EXPECT_GT(plan.num_chunks(), 1u);
+  EXPECT_GE(plan.workspace_bytes, 2 * plan.x_slot_bytes - 256) << "ALGO_1's workspace fits beside the chunk";
+  EXPECT_LE(plan.peak_device_bytes, cfg.memory_limit);
+  ooc_test::check_backward_plan(plan, false);
+  spec.op = Operation::backward_data;  // only backward filter reserves it
+  EXPECT_EQ(ooc::plan_conv_backward_for(spec.problem(), cfg).workspace_bytes, 4096u);
+}
+
 TEST(BackwardPlanner, DataGradientKeepsWResident) {
   // w (2.25 MiB) dwarfs one sample; dy and dx stream by n while w stays (loaded once).
   BackwardSpec spec;

@@ -191,6 +191,26 @@ TEST(Planner, WorkspaceAllowanceCountsTowardsThePeak) {
   ooc_test::check_plan(plan, true);
 }
 
+TEST(Planner, WorkspaceGrowsIntoTheBudgetThePlanLeaves) {
+  const ConvProblem p = ConvSpec{{2, 4, 16, 16}, {6, 4, 3, 3}, {1}, {1}}.problem();
+  const size_t ws = 1 << 16, need = needed_bytes(p);
+  ooc::PlannerConfig cfg = config(need + 10 * ws, ws);
+  const Plan fixed = ooc::plan_conv_forward_for(p, cfg);
+  cfg.workspace_max = 4 * ws;
+  Plan plan = ooc::plan_conv_forward_for(p, cfg);
+  EXPECT_EQ(plan.num_chunks(), fixed.num_chunks()) << "growing the workspace does not change the split";
+  EXPECT_EQ(plan.workspace_bytes, std::min(cfg.workspace_max, ws + (cfg.memory_limit - fixed.peak_device_bytes) / 256 * 256));
+  EXPECT_EQ(plan.peak_device_bytes, fixed.peak_device_bytes + plan.workspace_bytes - ws);
+  EXPECT_LE(plan.peak_device_bytes, cfg.memory_limit);
+  ooc_test::check_plan(plan, true);
+  cfg.workspace_max = size_t{1} << 40;  // unbounded: every byte the buffers leave
+  plan = ooc::plan_conv_forward_for(p, cfg);
+  EXPECT_GT(plan.peak_device_bytes + 256, cfg.memory_limit);
+  EXPECT_LE(plan.peak_device_bytes, cfg.memory_limit);
+  cfg.memory_limit = need;  // only the zero-workspace plan fits: it stays without workspace
+  EXPECT_EQ(ooc::plan_conv_forward_for(p, cfg).workspace_bytes, 0u);
+}
+
 TEST(Planner, ChunksStayBelow2To31Elements) {
   // x has 2^32 elements: even with an unlimited budget no single chunk may hold it.
   const ConvProblem p = ConvSpec{{1, 1, 65536, 65536}, {1, 1, 3, 3}, {1}, {1}}.problem();

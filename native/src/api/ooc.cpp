@@ -57,6 +57,7 @@ PlannerConfig planner_config(Backend& backend, const Options& options) {
   if (cfg.memory_limit == 0) cfg.memory_limit = backend.default_memory_limit();
   cfg.workspace_bytes = backend.workspace_allowance(cfg.memory_limit);
   cfg.workspace_max = backend.workspace_max(cfg.memory_limit);
+  cfg.filter_workspace_per_x_byte = backend.filter_workspace_per_x_byte();
   cfg.machine = backend.machine();
   cfg.backend = backend.name();
   return cfg;

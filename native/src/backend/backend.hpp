@@ -63,6 +63,8 @@ class Backend {
   // The most workspace a convolution plan may take once its buffers are placed: the allowance
   // grows into what they leave of the budget, up to this (faster algorithms need more).
   virtual size_t workspace_max(size_t budget) const { return workspace_allowance(budget); }
+  // Workspace that backward-filter's fast algorithm needs per byte of the x chunk (0: none).
+  virtual double filter_workspace_per_x_byte() const { return 0; }
 
   // Device memory (the pipeline allocates one arena per call) and host staging memory.
   virtual void* device_alloc(size_t bytes) = 0;

@@ -14,6 +14,7 @@ struct PlannerConfig {
   size_t memory_limit = 0;        // device bytes the plan may use at peak, workspace included
   size_t workspace_bytes = 0;     // allowance reserved for convolution algorithms
   size_t workspace_max = 0;       // the chosen plan's workspace grows into its unused budget up to this
+  double filter_workspace_per_x_byte = 0;  // backward filter reserves this much workspace per byte of x chunk
   MachineModel machine;
   std::string backend = "host";
 };

@@ -95,6 +95,10 @@ class CudaBackend final : public Backend {
     return std::min(budget / 8, kMaxWorkspaceBytes) / 256 * 256;  // keeps arena slots 256-byte aligned
   }
 
+  // cuDNN's BWD_FILTER_ALGO_1 (measured on the H200 at 9f46ab0: 3.6x faster than ALGO_0/3 on a
+  // 3-D chunk of 73.5 MB of x) wants 140.8 MB of workspace there, 1.91 bytes per byte of x.
+  double filter_workspace_per_x_byte() const override { return 2.0; }
+
   size_t workspace_max(size_t budget) const override {
     return std::max(workspace_allowance(budget), std::min(budget / 2, kMaxGrownWorkspaceBytes) / 256 * 256);
   }
