@@ -7,8 +7,13 @@
   peers use, and a region copier that moves strided slabs with one cudaMemcpy2DAsync each;
 - the torch peers: a naive chunk loop and an expert pipeline (pinned memory, three streams,
   events, double buffering) under the same device-memory budget as pyooc, for the forward and
-  (NaiveTorchGrad, ExpertTorchGrad) for the input and weight gradients;
-- JSON + markdown results.
+  (NaiveTorchGrad, ExpertTorchGrad) for the input and weight gradients; fit_peer sizes any
+  peer (these, bench/_row_peers.py's) to the budget by measuring its peak;
+- one peer's run: the budget (memory_limit_for), the correctness check against a reference,
+  pyooc's variants and the torch peers timed the same way (run_pyooc_variant, run_torch_peer),
+  the ratios and targets (summarize);
+- the command line and main loop every benchmark shares (bench_main: cases skipped once
+  --time-budget is spent), JSON + markdown results (report_markdown).
 
 torch is imported only by the functions that need it, so the geometry and report code runs (and is
 self-tested by `conv_forward.py --dry-run`) on machines without torch or a GPU."""
@@ -224,6 +229,13 @@ class SlabChunk:
         return self.hi - self.lo
 
 
+def even_size(total, most):
+    """The size of the fewest pieces of at most `most` that cover `total`, made as even as possible
+    (the last piece is at most one smaller)."""
+    count = -(-total // min(most, total))
+    return -(-total // count)
+
+
 def plan_chunks(geom, data_budget, x_copies, y_copies):
     """Chunks whose device buffers (x_copies input slabs + y_copies outputs alive at once) fit
     data_budget bytes: whole samples when one fits, else slabs of the first spatial dim (one sample
@@ -239,9 +251,7 @@ def plan_chunks(geom, data_budget, x_copies, y_copies):
     per_sample = b * (x_copies * C * L * inner_in + y_copies * K * Lo * inner_out)
     nb = data_budget // per_sample if data_budget > 0 else 0
     if nb >= 1:
-        nb = min(nb, N)
-        count = -(-N // nb)
-        nb = -(-N // count)
+        nb = even_size(N, nb)
         chunks = [SlabChunk(n0, min(n0 + nb, N), 0, Lo, -geom.padding[0], -geom.padding[0] + L, False, L)
                   for n0 in range(0, N, nb)]
         return chunks, {"mode": "n", "samples_per_chunk": nb, "chunks": len(chunks)}
@@ -253,9 +263,8 @@ def plan_chunks(geom, data_budget, x_copies, y_copies):
     if rows < 1:
         raise MemoryError(f"one output row of the first spatial dim needs {fmt_bytes(fixed + per_row)}, "
                           f"the budget is {fmt_bytes(data_budget)} (a second spatial split would be needed)")
-    rows = min(rows, Lo)
+    rows = even_size(Lo, rows)
     count = -(-Lo // rows)
-    rows = -(-Lo // count)
     chunks = []
     for n in range(N):
         for o0 in range(0, Lo, rows):
@@ -603,7 +612,80 @@ class NaiveTorchConv:
             del out
 
 
-class ExpertTorchConv:
+class StreamedPeer:
+    """What the expert peers share: an H2D, a compute and a D2H stream, per-buffer events that chain
+    them (in_ready, in_free, out_ready, out_done) and preallocated device slots."""
+
+    def init_streams(self, torch, copier, buffers):
+        self.torch, self.copier, self.buffers = torch, copier, buffers
+        self.h2d, self.compute_stream, self.d2h = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+        E = torch.cuda.Event
+        self.in_ready = [E() for _ in range(buffers)]
+        self.in_free = [E() for _ in range(buffers)]
+        self.out_ready = [E() for _ in range(buffers)]
+        self.out_done = [E() for _ in range(buffers)]
+        self.slots = []
+
+    def start_streams(self):
+        """Everything the previous call (or the caller) queued on the current stream comes first."""
+        start = self.torch.cuda.Event()
+        start.record(self.torch.cuda.current_stream())
+        for s in (self.h2d, self.compute_stream, self.d2h):
+            s.wait_event(start)
+
+    def release(self):
+        self.slots = []
+        self.torch.cuda.synchronize()
+
+    def upload(self, host_tensors):
+        """Device copies of whole host tensors (w, a bias), enqueued on the H2D stream; the compute
+        stream waits for them."""
+        torch = self.torch
+        with torch.cuda.stream(self.h2d):
+            dev = [torch.empty(tuple(t.shape), dtype=t.dtype, device="cuda") for t in host_tensors]
+            for d, t in zip(dev, host_tensors):
+                self.copier.copy(d, t, self.h2d)
+            ready = torch.cuda.Event()
+            ready.record(self.h2d)
+        self.compute_stream.wait_event(ready)
+        return dev
+
+    def stream_chunks(self, load, compute, store=None, slot_free=None):
+        """The pipeline over self.chunks: chunk i uses slot b = i % buffers; load(ch, b) enqueues its
+        inputs on the H2D stream once chunk i-B is done with the slot (slot_free[b]; by default
+        in_free, recorded after its compute), compute(ch, loaded) runs on the compute stream, and
+        store(ch, out) enqueues the result's D2H. At most `buffers` results are alive: the host
+        thread stays at most that many chunks ahead. Without store the results stay on the device
+        (a reduction). Returns when the device is done."""
+        torch, B = self.torch, self.buffers
+        free = self.in_free if slot_free is None else slot_free
+        outs = [None] * B
+        for i, ch in enumerate(self.chunks):
+            b = i % B
+            with torch.cuda.stream(self.h2d):
+                if i >= B:
+                    self.h2d.wait_event(free[b])  # chunk i-B is done with this slot
+                loaded = load(ch, b)
+                self.in_ready[b].record(self.h2d)
+            if i >= B and store is not None:
+                # Chunk i-B's result has reached the host: free it before computing chunk i's.
+                self.out_done[b].synchronize()
+                outs[b] = None
+            with torch.cuda.stream(self.compute_stream):
+                self.compute_stream.wait_event(self.in_ready[b])
+                out = compute(ch, loaded)
+                self.in_free[b].record(self.compute_stream)
+                self.out_ready[b].record(self.compute_stream)
+            if store is not None:
+                outs[b] = out
+                with torch.cuda.stream(self.d2h):
+                    self.d2h.wait_event(self.out_ready[b])
+                    store(ch, out)
+                    self.out_done[b].record(self.d2h)
+        torch.cuda.synchronize()
+
+
+class ExpertTorchConv(StreamedPeer):
     """The fair peer: what a careful torch programmer writes by hand. Pinned host tensors; an H2D
     stream, a compute stream and a D2H stream chained by events; double buffering (two preallocated
     input slots, at most two chunk outputs alive), so chunk i+1 loads while chunk i computes and
@@ -615,18 +697,11 @@ class ExpertTorchConv:
     name = "expert_torch"
 
     def __init__(self, torch, geom, x_host, w_host, y_host, copier, buffers=2):
-        self.torch, self.geom, self.copier = torch, geom, copier
+        self.init_streams(torch, copier, buffers)
+        self.geom = geom
         self.x, self.w, self.y = x_host, w_host, y_host
-        self.buffers = buffers
         self.conv = torch_conv_fn(torch, geom.spatial)
-        self.h2d, self.compute, self.d2h = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
-        E = torch.cuda.Event
-        self.in_ready = [E() for _ in range(buffers)]
-        self.in_free = [E() for _ in range(buffers)]
-        self.out_ready = [E() for _ in range(buffers)]
-        self.out_done = [E() for _ in range(buffers)]
-        self.w_ready = E()
-        self.slots = []
+        self.w_ready = torch.cuda.Event()
         self.chunks = []
         self.info = {}
 
@@ -640,71 +715,42 @@ class ExpertTorchConv:
         self.slots = [torch.empty(numel, dtype=torch.float32, device="cuda") for _ in range(self.buffers)]
         self.info.update(buffers=self.buffers, slot_bytes=numel * 4, copy_method=self.copier.method)
 
-    def release(self):
-        self.slots = []
-        self.torch.cuda.synchronize()
-
     def _device_input(self, ch, b):
         g = self.geom
         rows = ch.in_rows if ch.split else g.x_shape[2]
         shape = (ch.n1 - ch.n0, g.x_shape[1], rows) + tuple(g.x_shape[3:])
         return self.slots[b][:math.prod(shape)].view(shape)
 
+    def _load(self, ch, b):
+        """Enqueues chunk ch's input slab into slot b (zero rows where a halo leaves x)."""
+        cp, xd = self.copier, self._device_input(ch, b)
+        if ch.split:
+            if ch.pad_lo:
+                xd[:, :, :ch.pad_lo].zero_()
+            if ch.pad_hi:
+                xd[:, :, ch.in_rows - ch.pad_hi:].zero_()
+            cp.copy(xd[:, :, ch.pad_lo:ch.in_rows - ch.pad_hi], self.x[ch.n0:ch.n1, :, ch.clip_lo:ch.clip_hi], self.h2d)
+        else:
+            cp.copy(xd, self.x[ch.n0:ch.n1], self.h2d)
+        return xd
+
     def run(self):
-        torch, g, cp = self.torch, self.geom, self.copier
-        B = self.buffers
-        # Everything the previous call (or the caller) queued on the default stream comes first.
-        start = torch.cuda.Event()
-        start.record(torch.cuda.current_stream())
-        for s in (self.h2d, self.compute, self.d2h):
-            s.wait_event(start)
-        with torch.cuda.stream(self.h2d):
-            w = torch.empty(tuple(self.w.shape), dtype=self.w.dtype, device="cuda")
-            cp.copy(w, self.w, self.h2d)
-            self.w_ready.record(self.h2d)
-        self.compute.wait_event(self.w_ready)
-        outs = [None] * B
-        for i, ch in enumerate(self.chunks):
-            b = i % B
-            xd = self._device_input(ch, b)
-            with torch.cuda.stream(self.h2d):
-                if i >= B:
-                    self.h2d.wait_event(self.in_free[b])  # chunk i-B's conv has read this slot
-                if ch.split:
-                    if ch.pad_lo:
-                        xd[:, :, :ch.pad_lo].zero_()
-                    if ch.pad_hi:
-                        xd[:, :, ch.in_rows - ch.pad_hi:].zero_()
-                    cp.copy(xd[:, :, ch.pad_lo:ch.in_rows - ch.pad_hi],
-                            self.x[ch.n0:ch.n1, :, ch.clip_lo:ch.clip_hi], self.h2d)
-                else:
-                    cp.copy(xd, self.x[ch.n0:ch.n1], self.h2d)
-                self.in_ready[b].record(self.h2d)
-            if i >= B:
-                # Chunk i-B's output has reached the host: free it before allocating chunk i's, so
-                # at most B outputs are alive (the host thread stays at most B chunks ahead).
-                self.out_done[b].synchronize()
-                outs[b] = None
-            with torch.cuda.stream(self.compute):
-                self.compute.wait_event(self.in_ready[b])
-                out = self.conv(xd, w, None, g.stride, chunk_conv_padding(g, ch), g.dilation, g.groups)
-                self.in_free[b].record(self.compute)
-                self.out_ready[b].record(self.compute)
-            outs[b] = out
-            with torch.cuda.stream(self.d2h):
-                self.d2h.wait_event(self.out_ready[b])
-                cp.copy(self.y[ch.n0:ch.n1, :, ch.o0:ch.o1], out, self.d2h)
-                self.out_done[b].record(self.d2h)
-        torch.cuda.synchronize()
-        del outs, w
+        g = self.geom
+        self.start_streams()
+        w, = self.upload([self.w])
+        self.stream_chunks(
+            self._load,
+            lambda ch, xd: self.conv(xd, w, None, g.stride, chunk_conv_padding(g, ch), g.dilation, g.groups),
+            lambda ch, out: self.copier.copy(self.y[ch.n0:ch.n1, :, ch.o0:ch.o1], out, self.d2h))
 
 
-def fit_peer(torch, peer, limit, w_bytes, poison, attempts=4):
+def fit_peer(torch, peer, limit, w_bytes, poison, attempts=4, warm_runs=1):
     """Sizes a torch peer's chunks to the device budget by measurement: plan with a workspace
-    reserve, run once (cuDNN picks/benchmarks its algorithms), then once more with the peak reset
-    and the output poisoned; if the peak (torch's allocator, relative to before the peer existed)
-    is over the limit, grow the reserve by the excess and plan again. The second pass is the warm-up
-    whose output the caller checks. Returns info with peak_device_bytes and whether it fit."""
+    reserve, run warm_runs times (cuDNN picks/benchmarks its algorithms; 0 where there is nothing to
+    pick), then once more with the peak reset and the output poisoned; if the peak (torch's
+    allocator, relative to before the peer existed) is over the limit, grow the reserve by the
+    excess and plan again. The last pass is the warm-up whose output the caller checks. Returns info
+    with peak_device_bytes and whether it fit."""
     reserve = limit // 16
     info = {}
     for attempt in range(attempts):
@@ -712,7 +758,8 @@ def fit_peer(torch, peer, limit, w_bytes, poison, attempts=4):
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         peer.prepare(limit - w_bytes - reserve)
-        peer.run()
+        for _ in range(warm_runs):
+            peer.run()
         torch.cuda.synchronize()
         poison()
         torch.cuda.reset_peak_memory_stats()
@@ -871,7 +918,7 @@ class NaiveTorchGrad(_GradPeer):
         self.out.copy_(dw.cpu())
 
 
-class ExpertTorchGrad(_GradPeer):
+class ExpertTorchGrad(StreamedPeer, _GradPeer):
     """The fair peer, as ExpertTorchConv is for the forward: pinned host tensors, H2D / compute / D2H
     streams chained by events, double buffering of the input slabs, strided slabs moved with one
     cudaMemcpy2DAsync each (RegionCopier), halo rows zeroed on the device; the input gradient's
@@ -882,14 +929,7 @@ class ExpertTorchGrad(_GradPeer):
 
     def __init__(self, torch, op, geom, x_host, w_host, dy_host, out_host, copier, buffers=2):
         super().__init__(torch, op, geom, x_host, w_host, dy_host, out_host)
-        self.copier, self.buffers = copier, buffers
-        self.h2d, self.compute_stream, self.d2h = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
-        E = torch.cuda.Event
-        self.in_ready = [E() for _ in range(buffers)]
-        self.in_free = [E() for _ in range(buffers)]
-        self.out_ready = [E() for _ in range(buffers)]
-        self.out_done = [E() for _ in range(buffers)]
-        self.slots = []
+        self.init_streams(torch, copier, buffers)
 
     def prepare(self, data_budget):
         torch, g = self.torch, self.geom
@@ -903,10 +943,6 @@ class ExpertTorchGrad(_GradPeer):
         self.slots = [(torch.empty(x_numel, device="cuda"), torch.empty(dy_numel, device="cuda"))
                       for _ in range(self.buffers)]
         self.info.update(buffers=self.buffers, slot_bytes=4 * (x_numel + dy_numel), copy_method=self.copier.method)
-
-    def release(self):
-        self.slots = []
-        self.torch.cuda.synchronize()
 
     def _view(self, flat, shape):
         return flat[:math.prod(shape)].view(shape)
@@ -931,49 +967,21 @@ class ExpertTorchGrad(_GradPeer):
         return dy, x
 
     def run(self):
-        torch, g, cp, B = self.torch, self.geom, self.copier, self.buffers
-        start = torch.cuda.Event()
-        start.record(torch.cuda.current_stream())
-        for s in (self.h2d, self.compute_stream, self.d2h):
-            s.wait_event(start)
-        with torch.cuda.stream(self.h2d):
-            w = torch.empty(tuple(g.w_shape), device="cuda") if self.op == "data" else None
-            if w is not None:
-                cp.copy(w, self.w, self.h2d)
-            w_ready = torch.cuda.Event()
-            w_ready.record(self.h2d)
-        self.compute_stream.wait_event(w_ready)
-        dw = torch.zeros(tuple(g.w_shape), device="cuda") if self.op == "filter" else None
-        outs = [None] * B
-        for i, ch in enumerate(self.chunks):
-            b = i % B
-            with torch.cuda.stream(self.h2d):
-                if i >= B:
-                    self.h2d.wait_event(self.in_free[b])
-                dy, x = self._load(ch, b)
-                self.in_ready[b].record(self.h2d)
-            if i >= B and self.op == "data":
-                self.out_done[b].synchronize()  # at most B results alive
-                outs[b] = None
-            with torch.cuda.stream(self.compute_stream):
-                self.compute_stream.wait_event(self.in_ready[b])
-                if self.op == "data":
-                    outs[b] = self.compute(ch, w, dy)
-                else:
-                    dw.add_(self.compute(ch, x, dy))
-                self.in_free[b].record(self.compute_stream)
-                self.out_ready[b].record(self.compute_stream)
-            if self.op == "data":
-                with torch.cuda.stream(self.d2h):
-                    self.d2h.wait_event(self.out_ready[b])
-                    cp.copy(self.out[ch.n0:ch.n1, :, ch.t0:ch.t1], self.kept(ch, outs[b]), self.d2h)
-                    self.out_done[b].record(self.d2h)
-        if dw is not None:
-            with torch.cuda.stream(self.d2h):
-                self.d2h.wait_stream(self.compute_stream)
-                cp.copy(self.out, dw, self.d2h)
+        torch, g = self.torch, self.geom
+        self.start_streams()
+        if self.op == "data":
+            w, = self.upload([self.w])
+            self.stream_chunks(
+                lambda ch, b: self._load(ch, b)[0], lambda ch, dy: self.compute(ch, w, dy),
+                lambda ch, dx: self.copier.copy(self.out[ch.n0:ch.n1, :, ch.t0:ch.t1], self.kept(ch, dx), self.d2h))
+            return
+        with torch.cuda.stream(self.compute_stream):
+            dw = torch.zeros(tuple(g.w_shape), device="cuda")
+        self.stream_chunks(self._load, lambda ch, loaded: dw.add_(self.compute(ch, loaded[1], loaded[0])))
+        with torch.cuda.stream(self.d2h):
+            self.d2h.wait_stream(self.compute_stream)
+            self.copier.copy(self.out, dw, self.d2h)
         torch.cuda.synchronize()
-        del outs, w, dw
 
 
 def host_randn(torch, shape, seed, scale=1.0):
@@ -1006,6 +1014,130 @@ def rel_error_on_device(torch, got_host, ref_dev, step=1 << 27):
         num += float(torch.sum((a.double() - r) ** 2))
         den += float(torch.sum(r ** 2))
     return (math.sqrt(num / den) if den > 0 else float("nan")), "all outputs"
+
+
+# --------------------------------------------------------------------------------------------
+# one peer: budget, correctness check, timing
+
+
+def memory_limit_for(working_set, cap):
+    """At most 1/8 of the working set, rounded down to MiB (KiB for tiny cases), at most cap."""
+    eighth = working_set // 8
+    unit = MiB if eighth >= 64 * MiB else 1024
+    limit = eighth // unit * unit
+    return min(limit, cap) if cap else limit
+
+
+class Reference:
+    """The in-core output (torch on the GPU, or numpy float64 in a dry run) and the relative error
+    of a host result against it."""
+
+    def __init__(self, torch, ref):
+        self.torch, self.ref = torch, ref
+
+    def compare(self, got):
+        import numpy as np
+        if self.torch is not None:
+            return rel_error_on_device(self.torch, got, self.ref)
+        got = np.asarray(got)
+        if not np.isfinite(got).all():
+            return float("nan"), "non-finite output (unwritten or NaN)"
+        return float(np.linalg.norm(got - self.ref) / np.linalg.norm(self.ref)), "all outputs (float64 numpy)"
+
+
+def checked(result, peer, reference, out, tolerance):
+    """Records the peer's error against reference.compare(out); CheckFailed unless below tolerance."""
+    err, how = reference.compare(out)
+    result["errors"][peer] = err
+    result["checked"][peer] = how
+    if not err < tolerance:
+        raise CheckFailed(f"{peer}: relative error {err:.3g} ({how}) is not below {tolerance}")
+
+
+def timed_after_warmup(fn, warm_seconds, repeats, max_run_seconds, sync=None):
+    """The timed repeats; where one warm-up run already took longer than max_run_seconds, that run
+    stands alone (the device machine kills a command at 10 minutes)."""
+    if warm_seconds > max_run_seconds:
+        log(f"  one run took {warm_seconds:.1f} s > --max-run-seconds {max_run_seconds}: not repeated")
+        return [warm_seconds]
+    return timed_runs(fn, repeats, warmup=0, sync=sync)
+
+
+def plan_dict(plan):
+    keys = ("backend", "splits", "tiles", "num_chunks", "loop_order", "buffers", "w_resident", "peak_device_bytes",
+            "workspace_bytes", "memory_limit", "bytes_h2d", "bytes_d2h", "predicted_seconds", "passes")
+    out = {k: getattr(plan, k, None) for k in keys}
+    out["describe"] = str(plan)
+    return out
+
+
+def stats_dict(stats):
+    return {k: v for k, v in (stats or {}).items() if k != "plan"}
+
+
+def record_queue_profile(pyooc, result, variant, call, backend):
+    """One more, untimed run with every queue operation timed on the device (pyooc's
+    OOC_PROFILE_QUEUES): which of link-in, compute and link-out bounds this variant."""
+    if backend == "host":
+        return
+    os.environ["OOC_PROFILE_QUEUES"] = "1"
+    try:
+        call()
+    finally:
+        del os.environ["OOC_PROFILE_QUEUES"]
+    profile = pyooc.last_stats()
+    result.setdefault("pyooc_queue_profile", {})[variant] = {
+        k: profile.get(k) for k in ("seconds", "h2d_busy_seconds", "compute_busy_seconds", "d2h_busy_seconds")}
+
+
+def run_pyooc_variant(pyooc, result, variant, call, poison, check, args, backend):
+    """One pyooc variant (pageable or pinned arrays): poison() the outputs, a warm-up call whose
+    output check() judges, the timed repeats, then what pyooc measured (last_stats, the link rate it
+    reached, a queue profile). Returns the median seconds."""
+    poison()
+    start = time.perf_counter()
+    call()  # warm-up: its output is the one checked
+    warm = time.perf_counter() - start
+    check()
+    times = timed_after_warmup(call, warm, args.repeats, args.max_run_seconds)
+    stats = pyooc.last_stats()
+    result["times"][variant] = times
+    result["pyooc_stats"][variant] = stats_dict(stats)
+    moved = stats["bytes_h2d"] + stats["bytes_d2h"] if stats else None
+    result["pyooc_stats"][variant]["link_GBps"] = moved / median(times) / GB if moved else None
+    record_queue_profile(pyooc, result, variant, call, backend)
+    return median(times)
+
+
+def run_torch_peer(torch, result, name, peer, limit, w_bytes, poison, check, repeats, args, warm_runs=1):
+    """Fits a torch peer to the budget (fit_peer; its warm-up output is the one check() judges), then
+    times it. Returns the median seconds."""
+    result[name] = fit_peer(torch, peer, limit, w_bytes, poison, warm_runs=warm_runs)
+    check()
+    times = timed_after_warmup(peer.run, result[name]["warm_seconds"], repeats, args.max_run_seconds,
+                               sync=torch.cuda.synchronize)
+    result["times"][name] = times
+    return median(times)
+
+
+def summarize(r, targets):
+    """The ratios of a case's timings (> 1 is good) and each target (key, goal, label) met or not."""
+    rl = r["roofline_s"]
+    r["ratios"] = {
+        "pinned_efficiency": ratio(rl, r["pyooc_pinned_s"]),
+        "pageable_efficiency": ratio(rl, r["pyooc_pageable_s"]),
+        "speedup_vs_naive": ratio(r["naive_torch_s"], r["pyooc_pageable_s"]),
+        "speedup_vs_naive_pinned": ratio(r["naive_torch_s"], r["pyooc_pinned_s"]),
+        "ratio_vs_expert": ratio(r["expert_torch_s"], r["pyooc_pinned_s"]),
+        "ratio_vs_expert_pageable": ratio(r["expert_torch_s"], r["pyooc_pageable_s"]),
+        "pinned_over_incore": ratio(r["pyooc_pinned_s"], r["incore_torch_s"]),
+        "expert_efficiency": ratio(rl, r["expert_torch_s"]),
+    }
+    r["targets"] = {}
+    for key, goal, label in targets:
+        value = r["ratios"][key]
+        r["targets"][key] = {"goal": goal, "label": label, "value": value,
+                             "met": None if value is None else value >= goal}
 
 
 # --------------------------------------------------------------------------------------------
@@ -1118,12 +1250,18 @@ def bench_main(argv, *, name, doc, cases, peers, run_case, markdown, self_test, 
     json_path = os.path.join(args.out, f"{name}.json")
     md_path = os.path.join(args.out, f"{name}.md")
     for case in progress(names, desc=name, leave=True):
+        if time.perf_counter() > ctx["deadline"]:  # not even its inputs are drawn: say so and go on
+            report.setdefault("skipped_cases", {})[case] = f"--time-budget of {args.time_budget:.0f} s spent"
+            log(f"[{case}] skipped: --time-budget of {args.time_budget:.0f} s spent")
+            continue
         report["cases"].append(run_case(case, cases[mode][case], ctx))
         gc.collect()  # the case's arrays went with run_case's frame: hand their memory back
         if torch is not None:
             release_host_cache(torch)
         report["seconds"] = time.perf_counter() - started
         write_json(json_path, report)  # after every case: a run killed later keeps what it measured
+    report["seconds"] = time.perf_counter() - started
+    write_json(json_path, report)  # with the cases the time budget skipped
     text = markdown(report)
     write_text(md_path, text)
     log(f"wrote {json_path} and {md_path} ({report['seconds']:.0f} s)")
@@ -1154,6 +1292,69 @@ def _json_default(obj):
     if isinstance(obj, (set, tuple)):
         return list(obj)
     return str(obj)
+
+
+def report_markdown(report, name, case_detail, roofline_note="", sections=()):
+    """A report as markdown: the timings, the targets, `sections` (more lines), a note per case
+    (case_detail(case): its operands, as a string)."""
+    bw = report["bandwidth"]
+    lines = [f"# {name} benchmark", "",
+             f"commit `{report['commit']}`, {report['date']}, {report['device']}" +
+             ("" if report["mode"] == "full" else f", {report['mode']} mode (not the issue's sizes)"), "",
+             f"Link ({'assumed, not measured' if bw.get('assumed') else 'measured in this run'}): pinned H2D "
+             f"{bw['h2d']:.1f} GB/s, D2H {bw['d2h']:.1f} GB/s, both directions {bw['bidir']:.1f} GB/s; pageable "
+             f"H2D {bw['pageable_h2d']:.1f} GB/s, D2H {bw['pageable_d2h']:.1f} GB/s.", "",
+             f"Median seconds (roofline = max(in/H2D, out/D2H, (in+out)/both, in-core compute){roofline_note}):", ""]
+    rows = []
+    for c in report["cases"]:
+        bound = c.get("roofline", {}).get("bound", "?")
+        rows.append([c["name"], fmt_bytes(c["working_set_bytes"]), fmt_bytes(c["memory_limit"]),
+                     f"{fmt_s(c['roofline_s'])} ({bound})", fmt_s(c["pyooc_pinned_s"]),
+                     fmt_s(c["pyooc_pageable_s"]), fmt_s(c["incore_torch_s"]), fmt_s(c["naive_torch_s"]),
+                     fmt_s(c["expert_torch_s"])])
+    lines.append(markdown_table(["case", "working set", "memory_limit", "roofline", "pyooc pinned",
+                                 "pyooc pageable", "in-core torch", "naive torch", "expert torch"], rows))
+    lines += ["", "Targets:", ""]
+    rows = []
+    for c in report["cases"]:
+        for t in c["targets"].values():
+            value, verdict = target_row(t["value"], t["goal"])
+            rows.append([c["name"], t["label"], value, verdict])
+    lines.append(markdown_table(["case", "target", "value", "verdict"], rows))
+    lines += list(sections)
+    notes = []
+    for c in report["cases"]:
+        plan = c.get("pyooc_plan", {})
+        notes.append(f"- {c['name']}: {c['description']}; {case_detail(c)}; pyooc "
+                     f"splits {plan.get('splits')}, {plan.get('num_chunks')} chunks; naive "
+                     f"{_peer_note(c.get('naive'))}; expert {_peer_note(c.get('expert'))}; "
+                     f"max rel. error {_max_err(c)}")
+        for peer, why in c["failures"].items():
+            notes.append(f"  - FAILED {peer}: {why}")
+        for peer, why in c["skipped"].items():
+            notes.append(f"  - skipped {peer}: {why}")
+    for case, why in report.get("skipped_cases", {}).items():
+        notes.append(f"- {case}: not run ({why})")
+    lines += ["", *notes, ""]
+    return "\n".join(lines)
+
+
+def _peer_note(info):
+    if not info:
+        return "-"
+    if info.get("mode") == "n":
+        shape = f"{info.get('samples_per_chunk')} samples/chunk"
+    elif info.get("mode") == "rows":
+        shape = f"{info.get('rows_per_chunk')} {info.get('unit', 'rows')}/chunk"
+    else:
+        shape = f"{info.get('rows_per_chunk')} rows/slab"
+    over = "" if info.get("within_limit", True) else " OVER LIMIT"
+    return f"{info.get('chunks')} chunks of {shape}, peak {fmt_bytes(info.get('peak_device_bytes'))}{over}"
+
+
+def _max_err(c):
+    errs = [e for e in c["errors"].values() if e is not None]
+    return f"{max(errs):.2e}" if errs else "-"
 
 
 def markdown_table(header, rows):

@@ -18,7 +18,6 @@ Writes OUT/conv_backward.json and OUT/conv_backward.md (same schema as conv_forw
 the table last. --quick: ~1 GB working sets; --dry-run: tiny cases on pyooc's host backend without
 a GPU or torch (checks this script's peer geometry, pyooc's numerics and the report)."""
 
-import gc
 import math
 import os
 import sys
@@ -162,28 +161,8 @@ def make_inputs(torch, op, geom, seed):
     return x, draw(geom.w_shape, 1, scale), draw(geom.y_shape, 2)
 
 
-class Reference:
-    """The in-core output (torch on the GPU, or numpy float64 in a dry run) and the relative error
-    of a host result against it."""
-
-    def __init__(self, torch, ref):
-        self.torch, self.ref = torch, ref
-
-    def compare(self, got):
-        if self.torch is not None:
-            return C.rel_error_on_device(self.torch, got, self.ref)
-        got = np.asarray(got)
-        if not np.isfinite(got).all():
-            return float("nan"), "non-finite output (unwritten or NaN)"
-        return float(np.linalg.norm(got - self.ref) / np.linalg.norm(self.ref)), "all outputs (float64 numpy)"
-
-
 def checked(result, peer, reference, out):
-    err, how = reference.compare(out)
-    result["errors"][peer] = err
-    result["checked"][peer] = how
-    if not err < fwd.TOLERANCE:
-        raise C.CheckFailed(f"{peer}: relative error {err:.3g} ({how}) is not below {fwd.TOLERANCE}")
+    C.checked(result, peer, reference, out, fwd.TOLERANCE)
 
 
 def incore_torch(torch, op, geom, x, w, dy, repeats):
@@ -212,29 +191,14 @@ def run_pyooc(pyooc, result, variant, op, geom, x, w, dy, out, limit, backend, r
     def call():
         call_pyooc(pyooc, op, geom, x, w, dy, out, limit, backend)
 
-    out.fill(np.nan)
-    start = time.perf_counter()
-    call()  # warm-up: its output is the one checked
-    warm = time.perf_counter() - start
-    checked(result, variant, reference, out)
-    times = fwd.timed_after_warmup(call, warm, args.repeats, args.max_run_seconds)
-    stats = pyooc.last_stats()
-    result["times"][variant] = times
-    result["pyooc_stats"][variant] = fwd.stats_dict(stats)
-    moved = stats["bytes_h2d"] + stats["bytes_d2h"]
-    result["pyooc_stats"][variant]["link_GBps"] = moved / C.median(times) / C.GB
-    fwd.record_queue_profile(pyooc, result, variant, call, backend)
-    return C.median(times)
+    return C.run_pyooc_variant(pyooc, result, variant, call, lambda: out.fill(np.nan),
+                               lambda: checked(result, variant, reference, out), args, backend)
 
 
 def run_torch_peer(torch, result, name, peer, limit, w_bytes, out, reference, repeats, args):
     """Fits a torch peer to the budget (its warm-up output is the one checked), then times it."""
-    result[name] = C.fit_peer(torch, peer, limit, w_bytes, lambda: out.fill_(float("nan")))
-    checked(result, name, reference, out)
-    times = fwd.timed_after_warmup(peer.run, result[name]["warm_seconds"], repeats, args.max_run_seconds,
-                                   sync=torch.cuda.synchronize)
-    result["times"][name] = times
-    return C.median(times)
+    return C.run_torch_peer(torch, result, name, peer, limit, w_bytes, lambda: out.fill_(float("nan")),
+                            lambda: checked(result, name, reference, out), repeats, args)
 
 
 def run_case(name, spec, ctx):
@@ -243,7 +207,7 @@ def run_case(name, spec, ctx):
     sp = len(x_shape) - 2
     geom = C.ConvGeometry(tuple(x_shape), tuple(w_shape), (1,) * sp, (padding,) * sp, (1,) * sp)
     ws = geom.working_set_bytes
-    limit = fwd.memory_limit_for(ws, cap)
+    limit = C.memory_limit_for(ws, cap)
     backend = ctx["backend"]
     bytes_in, bytes_out = operands(op, geom)
     result = {
@@ -259,7 +223,7 @@ def run_case(name, spec, ctx):
     opts = dict(stride=geom.stride, padding=geom.padding, dilation=geom.dilation, memory_limit=limit, backend=backend)
     plan = (pyooc.plan_conv_backward_data(geom.y_shape, geom.w_shape, geom.x_shape, **opts) if op == "data" else
             pyooc.plan_conv_backward_filter(geom.x_shape, geom.y_shape, geom.w_shape, **opts))
-    result["pyooc_plan"] = fwd.plan_dict(plan)
+    result["pyooc_plan"] = C.plan_dict(plan)
     C.log(f"[{name}] {description}: working set {C.fmt_bytes(ws)}, memory_limit {C.fmt_bytes(limit)}; "
           f"pyooc plan: splits {plan.splits}, {plan.num_chunks} chunks")
     started = time.perf_counter()
@@ -275,17 +239,17 @@ def run_case(name, spec, ctx):
     if torch is not None:
         def incore():
             info, ref = incore_torch(torch, op, geom, x, w, dy, args.repeats)
-            ctx["reference"] = Reference(torch, ref)
+            ctx["reference"] = C.Reference(torch, ref)
             result["times"]["incore"] = info["times"]
             result["incore"] = {"estimated": False}
             return info["seconds"]
         result["incore_torch_s"] = attempt("incore", incore)
-        reference = ctx.pop("reference", None) or Reference(torch, None)
+        reference = ctx.pop("reference", None) or C.Reference(torch, None)
     else:
         result["skipped"]["incore"] = "no torch/GPU (dry run)"
         ref = (np_grad_input(geom.x_shape, w, dy, geom.stride, geom.padding, geom.dilation) if op == "data" else
                np_grad_weight(x, geom.w_shape, dy, geom.stride, geom.padding, geom.dilation))
-        reference = Reference(None, ref)
+        reference = C.Reference(None, ref)
     rl = C.roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
     result["roofline"] = rl
     result["roofline_s"] = rl["seconds"]
@@ -328,7 +292,7 @@ def run_case(name, spec, ctx):
         for peer in ("naive", "pinned", "expert"):
             result["skipped"][peer] = "no torch/GPU (dry run)" if torch is None else "no in-core reference"
 
-    fwd.summarize(result)
+    C.summarize(result, fwd.TARGETS)
     if op == "filter":  # a reduction: dw crosses the link once, x and dy (about) once
         stats = result["pyooc_stats"].get("pinned") or result["pyooc_stats"].get("pageable") or {}
         result["dw_traffic"] = {"dw_bytes": geom.w_bytes, "bytes_d2h": stats.get("bytes_d2h"),

@@ -56,17 +56,6 @@ CASES = {
 }
 
 
-def memory_limit_for(working_set, cap):
-    """At most 1/8 of the working set, rounded down to MiB (KiB for tiny cases), at most cap."""
-    eighth = working_set // 8
-    unit = C.MiB if eighth >= 64 * C.MiB else 1024
-    limit = eighth // unit * unit
-    return min(limit, cap) if cap else limit
-
-
-CheckFailed = C.CheckFailed
-
-
 # --------------------------------------------------------------------------------------------
 # numpy reference (dry run and self-test)
 
@@ -203,23 +192,8 @@ class TorchReference:
         return math.sqrt(num / den) if den > 0 else float("nan"), how
 
 
-class NumpyReference:
-    def __init__(self, geom, x_np, w_np):
-        self.ref = np_conv(x_np, w_np, geom.stride, geom.padding, geom.dilation)
-
-    def compare(self, y_host):
-        y = np.asarray(y_host)
-        if not np.isfinite(y).all():
-            return float("nan"), "non-finite output (unwritten or NaN)"
-        return float(np.linalg.norm(y - self.ref) / np.linalg.norm(self.ref)), "all outputs (float64 numpy)"
-
-
 def checked(result, peer, reference, y):
-    err, how = reference.compare(y)
-    result["errors"][peer] = err
-    result["checked"][peer] = how
-    if not err < TOLERANCE:
-        raise CheckFailed(f"{peer}: relative error {err:.3g} ({how}) is not below {TOLERANCE}")
+    C.checked(result, peer, reference, y, TOLERANCE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,60 +264,13 @@ def incore_torch(torch, geom, x_np, w_np, repeats):
             "estimate_from": dict(info, scale=scale)}, None
 
 
-def plan_dict(plan):
-    keys = ("backend", "splits", "tiles", "num_chunks", "loop_order", "buffers", "w_resident", "peak_device_bytes",
-            "workspace_bytes", "memory_limit", "bytes_h2d", "bytes_d2h", "predicted_seconds")
-    out = {k: getattr(plan, k, None) for k in keys}
-    out["describe"] = str(plan)
-    return out
-
-
-def stats_dict(stats):
-    return {k: v for k, v in (stats or {}).items() if k != "plan"}
-
-
-def timed_after_warmup(fn, warm_seconds, repeats, max_run_seconds, sync=None):
-    """The timed repeats; where one warm-up run already took longer than max_run_seconds, that run
-    stands alone (the device machine kills a command at 10 minutes)."""
-    if warm_seconds > max_run_seconds:
-        C.log(f"  one run took {warm_seconds:.1f} s > --max-run-seconds {max_run_seconds}: not repeated")
-        return [warm_seconds]
-    return C.timed_runs(fn, repeats, warmup=0, sync=sync)
-
-
 def run_pyooc(pyooc, result, variant, x, w, y, geom, limit, backend, reference, args):
     def call():
         pyooc.conv_forward(x, w, stride=geom.stride, padding=geom.padding, dilation=geom.dilation, out=y,
                            memory_limit=limit, backend=backend)
 
-    y.fill(np.nan)
-    start = time.perf_counter()
-    call()  # warm-up: its output is the one checked
-    warm = time.perf_counter() - start
-    checked(result, variant, reference, y)
-    times = timed_after_warmup(call, warm, args.repeats, args.max_run_seconds)
-    stats = pyooc.last_stats()
-    result["times"][variant] = times
-    result["pyooc_stats"][variant] = stats_dict(stats)
-    moved = stats["bytes_h2d"] + stats["bytes_d2h"] if stats else None
-    result["pyooc_stats"][variant]["link_GBps"] = moved / C.median(times) / C.GB if moved else None
-    record_queue_profile(pyooc, result, variant, call, backend)
-    return C.median(times)
-
-
-def record_queue_profile(pyooc, result, variant, call, backend):
-    """One more, untimed run with every queue operation timed on the device (pyooc's
-    OOC_PROFILE_QUEUES): which of link-in, compute and link-out bounds this variant."""
-    if backend == "host":
-        return
-    os.environ["OOC_PROFILE_QUEUES"] = "1"
-    try:
-        call()
-    finally:
-        del os.environ["OOC_PROFILE_QUEUES"]
-    profile = pyooc.last_stats()
-    result.setdefault("pyooc_queue_profile", {})[variant] = {
-        k: profile.get(k) for k in ("seconds", "h2d_busy_seconds", "compute_busy_seconds", "d2h_busy_seconds")}
+    return C.run_pyooc_variant(pyooc, result, variant, call, lambda: y.fill(np.nan),
+                               lambda: checked(result, variant, reference, y), args, backend)
 
 
 def run_case(name, spec, ctx):
@@ -352,7 +279,7 @@ def run_case(name, spec, ctx):
     sp = len(x_shape) - 2
     geom = C.ConvGeometry(tuple(x_shape), tuple(w_shape), (1,) * sp, (padding,) * sp, (1,) * sp)
     ws = geom.working_set_bytes
-    limit = memory_limit_for(ws, cap)
+    limit = C.memory_limit_for(ws, cap)
     backend = ctx["backend"]
     result = {
         "name": name, "description": description, "x_shape": geom.x_shape, "w_shape": geom.w_shape,
@@ -365,7 +292,7 @@ def run_case(name, spec, ctx):
     }
     plan = pyooc.plan_conv_forward(geom.x_shape, geom.w_shape, stride=geom.stride, padding=geom.padding,
                                    dilation=geom.dilation, memory_limit=limit, backend=backend)
-    result["pyooc_plan"] = plan_dict(plan)
+    result["pyooc_plan"] = C.plan_dict(plan)
     C.log(f"[{name}] {description}: working set {C.fmt_bytes(ws)}, memory_limit {C.fmt_bytes(limit)}; "
           f"pyooc plan: splits {plan.splits}, {plan.num_chunks} chunks")
     started = time.perf_counter()
@@ -396,7 +323,7 @@ def run_case(name, spec, ctx):
         reference = TorchReference(torch, geom, x, w, y_ref)
     else:
         result["skipped"]["incore"] = "no torch/GPU (dry run)"
-        reference = NumpyReference(geom, x, w)
+        reference = C.Reference(None, np_conv(x, w, geom.stride, geom.padding, geom.dilation))
     step("in-core")
     compute_s = result["incore_torch_s"]
     rl = C.roofline(geom.x_bytes + geom.w_bytes, geom.y_bytes, ctx["bandwidth"], compute_s)
@@ -412,12 +339,8 @@ def run_case(name, spec, ctx):
             torch.backends.cudnn.benchmark = False  # torch's default: what a naive loop gets
             yt = torch.from_numpy(y)
             peer = C.NaiveTorchConv(torch, geom, torch.from_numpy(x), torch.from_numpy(w), yt)
-            result["naive"] = C.fit_peer(torch, peer, limit, geom.w_bytes, lambda: yt.fill_(float("nan")))
-            checked(result, "naive", reference, y)
-            times = timed_after_warmup(peer.run, result["naive"]["warm_seconds"], args.naive_repeats,
-                                       args.max_run_seconds, sync=torch.cuda.synchronize)
-            result["times"]["naive"] = times
-            return C.median(times)
+            return C.run_torch_peer(torch, result, "naive", peer, limit, geom.w_bytes, lambda: yt.fill_(float("nan")),
+                                    lambda: checked(result, "naive", reference, y), args.naive_repeats, args)
         result["naive_torch_s"] = attempt("naive", naive)
     else:
         result["skipped"]["naive"] = "no torch/GPU (dry run)"
@@ -443,14 +366,12 @@ def run_case(name, spec, ctx):
                 xt.copy_(torch.from_numpy(x))
                 wt = torch.from_numpy(w).pin_memory()
                 peer = C.ExpertTorchConv(torch, geom, xt, wt, yt, ctx["copier"])
-                result["expert"] = C.fit_peer(torch, peer, limit, geom.w_bytes, lambda: yt.fill_(float("nan")))
+                seconds = C.run_torch_peer(torch, result, "expert", peer, limit, geom.w_bytes,
+                                           lambda: yt.fill_(float("nan")),
+                                           lambda: checked(result, "expert", reference, yt), args.repeats, args)
                 result["expert"]["cudnn_benchmark"] = True
-                checked(result, "expert", reference, yt)
-                times = timed_after_warmup(peer.run, result["expert"]["warm_seconds"], args.repeats,
-                                           args.max_run_seconds, sync=torch.cuda.synchronize)
-                result["times"]["expert"] = times
                 peer.release()
-                return C.median(times)
+                return seconds
             finally:
                 del xt, yt
                 C.release_host_cache(torch)
@@ -461,28 +382,9 @@ def run_case(name, spec, ctx):
     if bar is not None:
         bar.close()
 
-    summarize(result)
+    C.summarize(result, TARGETS)
     result["case_seconds"] = time.perf_counter() - started
     return result
-
-
-def summarize(r):
-    rl = r["roofline_s"]
-    r["ratios"] = {
-        "pinned_efficiency": C.ratio(rl, r["pyooc_pinned_s"]),
-        "pageable_efficiency": C.ratio(rl, r["pyooc_pageable_s"]),
-        "speedup_vs_naive": C.ratio(r["naive_torch_s"], r["pyooc_pageable_s"]),
-        "speedup_vs_naive_pinned": C.ratio(r["naive_torch_s"], r["pyooc_pinned_s"]),
-        "ratio_vs_expert": C.ratio(r["expert_torch_s"], r["pyooc_pinned_s"]),
-        "ratio_vs_expert_pageable": C.ratio(r["expert_torch_s"], r["pyooc_pageable_s"]),
-        "pinned_over_incore": C.ratio(r["pyooc_pinned_s"], r["incore_torch_s"]),
-        "expert_efficiency": C.ratio(rl, r["expert_torch_s"]),
-    }
-    r["targets"] = {}
-    for key, goal, label in TARGETS:
-        value = r["ratios"][key]
-        r["targets"][key] = {"goal": goal, "label": label, "value": value,
-                             "met": None if value is None else value >= goal}
 
 
 # --------------------------------------------------------------------------------------------
@@ -490,59 +392,9 @@ def summarize(r):
 
 
 def markdown(report, name=NAME, roofline_note="", sections=()):
-    """The report as markdown: the timings, the targets, `sections` (more lines), notes per case."""
-    bw = report["bandwidth"]
-    lines = [f"# {name} benchmark", "",
-             f"commit `{report['commit']}`, {report['date']}, {report['device']}" +
-             ("" if report["mode"] == "full" else f", {report['mode']} mode (not the issue's sizes)"), "",
-             f"Link ({'assumed, not measured' if bw.get('assumed') else 'measured in this run'}): pinned H2D "
-             f"{bw['h2d']:.1f} GB/s, D2H {bw['d2h']:.1f} GB/s, both directions {bw['bidir']:.1f} GB/s; pageable "
-             f"H2D {bw['pageable_h2d']:.1f} GB/s, D2H {bw['pageable_d2h']:.1f} GB/s.", "",
-             f"Median seconds (roofline = max(in/H2D, out/D2H, (in+out)/both, in-core compute){roofline_note}):", ""]
-    rows = []
-    for c in report["cases"]:
-        bound = c.get("roofline", {}).get("bound", "?")
-        rows.append([c["name"], C.fmt_bytes(c["working_set_bytes"]), C.fmt_bytes(c["memory_limit"]),
-                     f"{C.fmt_s(c['roofline_s'])} ({bound})", C.fmt_s(c["pyooc_pinned_s"]),
-                     C.fmt_s(c["pyooc_pageable_s"]), C.fmt_s(c["incore_torch_s"]), C.fmt_s(c["naive_torch_s"]),
-                     C.fmt_s(c["expert_torch_s"])])
-    lines.append(C.markdown_table(["case", "working set", "memory_limit", "roofline", "pyooc pinned",
-                                   "pyooc pageable", "in-core torch", "naive torch", "expert torch"], rows))
-    lines += ["", "Targets:", ""]
-    rows = []
-    for c in report["cases"]:
-        for key, t in c["targets"].items():
-            value, verdict = C.target_row(t["value"], t["goal"])
-            rows.append([c["name"], t["label"], value, verdict])
-    lines.append(C.markdown_table(["case", "target", "value", "verdict"], rows))
-    lines += list(sections)
-    notes = []
-    for c in report["cases"]:
-        plan = c.get("pyooc_plan", {})
-        notes.append(f"- {c['name']}: {c['description']}; x {list(c['x_shape'])}, w {list(c['w_shape'])}; pyooc "
-                     f"splits {plan.get('splits')}, {plan.get('num_chunks')} chunks; naive "
-                     f"{_peer_note(c.get('naive'))}; expert {_peer_note(c.get('expert'))}; "
-                     f"max rel. error {_max_err(c)}")
-        for peer, why in c["failures"].items():
-            notes.append(f"  - FAILED {peer}: {why}")
-        for peer, why in c["skipped"].items():
-            notes.append(f"  - skipped {peer}: {why}")
-    lines += ["", *notes, ""]
-    return "\n".join(lines)
-
-
-def _peer_note(info):
-    if not info:
-        return "-"
-    shape = (f"{info.get('samples_per_chunk')} samples/chunk" if info.get("mode") == "n"
-             else f"{info.get('rows_per_chunk')} rows/slab")
-    over = "" if info.get("within_limit", True) else " OVER LIMIT"
-    return f"{info.get('chunks')} chunks of {shape}, peak {C.fmt_bytes(info.get('peak_device_bytes'))}{over}"
-
-
-def _max_err(c):
-    errs = [e for e in c["errors"].values() if e is not None]
-    return f"{max(errs):.2e}" if errs else "-"
+    """The report as markdown (C.report_markdown), each case's note naming x and w."""
+    return C.report_markdown(report, name, lambda c: f"x {list(c['x_shape'])}, w {list(c['w_shape'])}",
+                             roofline_note=roofline_note, sections=sections)
 
 
 # --------------------------------------------------------------------------------------------
