@@ -81,9 +81,12 @@ std::vector<float> read_floats(const void* src, int64_t count) {
 
 void write_floats(void* dst, const std::vector<float>& values) {
   const size_t bytes = values.size() * sizeof(float);
-  if (!g_host_backend && is_device_memory(dst))
+  if (!g_host_backend && is_device_memory(dst)) {
     OOC_CUDA_CHECK(cudaMemcpy(dst, values.data(), bytes, cudaMemcpyHostToDevice));
-  else
+    // From pageable memory cudaMemcpy may return before the DMA lands; the caller's next work may
+    // be on a stream that does not wait for the legacy one.
+    OOC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  } else
     std::memcpy(dst, values.data(), bytes);
 }
 
