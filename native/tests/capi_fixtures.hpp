@@ -165,6 +165,16 @@ class HostBackendTest : public ::testing::Test {
   }
 };
 
+// Caller memory taken as pinned by the host backend (ooc::testing::set_host_direct_access): regions
+// move by strided DMA copies, halos and the blended output's surroundings zeroed on the "device".
+class DirectAccess {
+ public:
+  explicit DirectAccess(bool on) { ooc::testing::set_host_direct_access(on); }
+  ~DirectAccess() { ooc::testing::set_host_direct_access(false); }
+  DirectAccess(const DirectAccess&) = delete;
+  DirectAccess& operator=(const DirectAccess&) = delete;
+};
+
 // What the calling thread's last C API call left behind, for failure messages.
 inline std::string last_error() {
   char buf[1024];

@@ -210,15 +210,19 @@ TEST_P(CapiBatchNormHost, InferenceMatchesReference) {
   const std::vector<double> mean_d(mean.begin(), mean.end()), var_d(var.begin(), var.end());
   split_for(ooc::Operation::batchnorm_forward_inference);
   const float alpha = 0.5f, beta = -1.0f;
-  const auto y_old = random_vector(x.size(), rng);
-  std::vector<float> y = y_old;
-  ASSERT_EQ(ooc_cudnnBatchNormalizationForwardInference(kHandle, bc.mode, &alpha, &beta, xd.get(), x.data(), xd.get(),
-                                                       y.data(), pd.get(), scale.data(), bias.data(), mean.data(),
-                                                       var.data(), eps),
-            CUDNN_STATUS_SUCCESS)
-      << last_error();
-  expect_close(y, blended(normalize_ref(norm, x, mean_d, var_d, eps, scale, bias), alpha, beta, y_old), "y");
-  expect_split_run("inference");
+  for (const bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct DMA" : "staged");
+    const DirectAccess access(direct);
+    const auto y_old = random_vector(x.size(), rng);
+    std::vector<float> y = y_old;
+    ASSERT_EQ(ooc_cudnnBatchNormalizationForwardInference(kHandle, bc.mode, &alpha, &beta, xd.get(), x.data(),
+                                                         xd.get(), y.data(), pd.get(), scale.data(), bias.data(),
+                                                         mean.data(), var.data(), eps),
+              CUDNN_STATUS_SUCCESS)
+        << last_error();
+    expect_close(y, blended(normalize_ref(norm, x, mean_d, var_d, eps, scale, bias), alpha, beta, y_old), "y");
+    expect_split_run("inference");
+  }
 }
 
 TEST_P(CapiBatchNormHost, BackwardMatchesReferenceWithAndWithoutSavedStatistics) {

@@ -394,22 +394,25 @@ TEST_P(CapiPoolHost, ForwardAndBackwardMatchReferences) {
   const std::vector<double> pooled_x = pool_ref(g, ref_mode, x);
   const std::vector<float> y_exact(pooled_x.begin(), pooled_x.end());
   const ooc::ConvProblem p = ooc::pool_problem(g.x, g.window, g.stride, g.padding);
-  for (const Scaling& s : kScalings) {
-    SCOPED_TRACE(scaling_name(s));
-    oocSetMemoryLimit(split_budget([&](const ooc::Options& o) { return ooc::plan_pool_forward(p, o); }));
-    expect_blend(
-        [&](float* y) {
-          return ooc_cudnnPoolingForward(kHandle, pool.get(), &s.alpha, xd.get(), x.data(), &s.beta, yd.get(), y);
-        },
-        pooled_x, s, rng, "pooling forward y");
-    oocSetMemoryLimit(split_budget(
-        [&](const ooc::Options& o) { return ooc::plan_pool_backward(ooc::pool_backward_problem(p), o); }));
-    expect_blend(
-        [&](float* dx) {
-          return ooc_cudnnPoolingBackward(kHandle, pool.get(), &s.alpha, yd.get(), y_exact.data(), yd.get(), dy.data(),
-                                          xd.get(), x.data(), &s.beta, xd.get(), dx);
-        },
-        pool_grad_ref(g, ref_mode, x, dy), s, rng, "pooling backward dx");
+  for (const bool direct : {false, true}) {
+    for (const Scaling& s : kScalings) {
+      SCOPED_TRACE(scaling_name(s) + (direct ? ", direct DMA" : ", staged"));
+      const DirectAccess access(direct);
+      oocSetMemoryLimit(split_budget([&](const ooc::Options& o) { return ooc::plan_pool_forward(p, o); }));
+      expect_blend(
+          [&](float* y) {
+            return ooc_cudnnPoolingForward(kHandle, pool.get(), &s.alpha, xd.get(), x.data(), &s.beta, yd.get(), y);
+          },
+          pooled_x, s, rng, "pooling forward y");
+      oocSetMemoryLimit(split_budget(
+          [&](const ooc::Options& o) { return ooc::plan_pool_backward(ooc::pool_backward_problem(p), o); }));
+      expect_blend(
+          [&](float* dx) {
+            return ooc_cudnnPoolingBackward(kHandle, pool.get(), &s.alpha, yd.get(), y_exact.data(), yd.get(), dy.data(),
+                                            xd.get(), x.data(), &s.beta, xd.get(), dx);
+          },
+          pool_grad_ref(g, ref_mode, x, dy), s, rng, "pooling backward dx");
+    }
   }
 }
 
