@@ -1,7 +1,9 @@
 """The C API from the installed package: a tiny C program built against it with the system compiler
 (through pyooc.get_include()/get_library_dir(), and through find_package(ooc CONFIG) with
-pyooc.get_cmake_dir()) runs without a GPU and gets CUDNN_STATUS_BAD_PARAM for a null handle.
-Skipped only when no C compiler or no CUDA toolkit headers (cuda_runtime_api.h) exist."""
+pyooc.get_cmake_dir()) runs without a GPU and gets CUDNN_STATUS_BAD_PARAM for a null handle from a
+convolution and a layer entry point; through find_package, ooc/ooc_cublas.h (cuBLAS' headers from
+its wheel) too, CUBLAS_STATUS_NOT_INITIALIZED for a null handle. Skipped only when no C compiler or
+no CUDA toolkit headers (cuda_runtime_api.h) exist."""
 
 import importlib.util
 import os
@@ -23,6 +25,8 @@ int main(void) {
   char why[256];
   cudnnStatus_t status;
   if (cudnnCreateTensorDescriptor(&x) != CUDNN_STATUS_SUCCESS) return 2;
+  status = ooc_cudnnActivationForward(NULL, NULL, &one, x, NULL, &zero, x, NULL);
+  if (status != CUDNN_STATUS_BAD_PARAM) return 3;
   status = ooc_cudnnConvolutionForward(NULL, &one, x, NULL, NULL, NULL, NULL, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
                                        NULL, 0, &zero, x, NULL);
   oocGetLastErrorString(why, sizeof why);
@@ -32,12 +36,28 @@ int main(void) {
 }
 """
 
+CUBLAS_PROGRAM = r"""
+#include <stdio.h>
+#include <ooc/ooc_cublas.h>
+
+int main(void) {
+  float one = 1.0f, c = 0.0f;
+  char why[256];
+  cublasStatus_t status = ooc_cublasSgemm(NULL, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, &one, 1, &one, 1, &one, &c, 1);
+  oocGetLastErrorString(why, sizeof why);
+  printf("%d %s\n", (int)status, why);
+  return status == CUBLAS_STATUS_NOT_INITIALIZED ? 0 : 1;
+}
+"""
+
 CMAKELISTS = """
 cmake_minimum_required(VERSION 3.26)
 project(capi_probe C)
 find_package(ooc CONFIG REQUIRED)
 add_executable(probe probe.c)
 target_link_libraries(probe PRIVATE ooc::ooc)
+add_executable(cublas_probe cublas_probe.c)
+target_link_libraries(cublas_probe PRIVATE ooc::ooc)
 """
 
 
@@ -70,16 +90,17 @@ needs_toolchain = pytest.mark.skipif(CC is None or CUDA_INCLUDE is None,
                                      reason="needs a C compiler and the CUDA toolkit's headers")
 
 
-def _run_probe(exe):
+def _run_probe(exe, want_status=2000):  # CUDNN_STATUS_BAD_PARAM
     result = subprocess.run([exe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     status, _, why = result.stdout.strip().partition(" ")
-    assert int(status) == 2000  # CUDNN_STATUS_BAD_PARAM
+    assert int(status) == want_status
     assert "handle" in why
 
 
 def test_paths_exist():
     assert os.path.exists(os.path.join(pyooc.get_include(), "ooc", "ooc_cudnn.h"))
+    assert os.path.exists(os.path.join(pyooc.get_include(), "ooc", "ooc_cublas.h"))
     assert os.path.exists(os.path.join(pyooc.get_include(), "ooc", "ooc.hpp"))
     assert os.path.exists(os.path.join(pyooc.get_library_dir(), "libooc.so"))
     assert os.path.exists(os.path.join(pyooc.get_cmake_dir(), "oocConfig.cmake"))
@@ -114,6 +135,7 @@ def test_c_program_with_find_package(tmp_path):
     if cmake is None:
         pytest.skip("needs cmake")
     (tmp_path / "probe.c").write_text(PROGRAM)
+    (tmp_path / "cublas_probe.c").write_text(CUBLAS_PROGRAM)
     (tmp_path / "CMakeLists.txt").write_text(CMAKELISTS)
     env = dict(os.environ, CC=CC, CUDAToolkit_ROOT=os.path.dirname(CUDA_INCLUDE))
     configure = subprocess.run(
@@ -123,3 +145,4 @@ def test_c_program_with_find_package(tmp_path):
     build = subprocess.run(cmake + ["--build", str(tmp_path / "build")], capture_output=True, text=True, env=env)
     assert build.returncode == 0, build.stdout + build.stderr
     _run_probe(str(tmp_path / "build" / "probe"))
+    _run_probe(str(tmp_path / "build" / "cublas_probe"), want_status=1)  # CUBLAS_STATUS_NOT_INITIALIZED

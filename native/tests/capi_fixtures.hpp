@@ -1,5 +1,6 @@
 // Helpers for the C API tests: owning cuDNN descriptors made the way a cuDNN program makes them,
-// and one convolution's descriptors built from its shapes.
+// one convolution's descriptors built from its shapes, the host-backend fixture of the CPU tests
+// and their checks of a chunked run.
 #pragma once
 
 #include <cudnn.h>
@@ -11,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "capi/capi_internal.hpp"
 #include "ooc/ooc.hpp"
 #include "ooc/ooc_cudnn.h"
 #include "test_util.hpp"
@@ -29,6 +31,8 @@ using Convolution = std::unique_ptr<std::remove_pointer_t<cudnnConvolutionDescri
                                     DescriptorDeleter<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor>>;
 using Activation = std::unique_ptr<std::remove_pointer_t<cudnnActivationDescriptor_t>,
                                    DescriptorDeleter<cudnnActivationDescriptor_t, cudnnDestroyActivationDescriptor>>;
+using Pooling = std::unique_ptr<std::remove_pointer_t<cudnnPoolingDescriptor_t>,
+                                DescriptorDeleter<cudnnPoolingDescriptor_t, cudnnDestroyPoolingDescriptor>>;
 
 inline std::vector<int> ints(const Shape& s) { return std::vector<int>(s.begin(), s.end()); }
 
@@ -92,11 +96,31 @@ inline Convolution convolution(const Shape& padding, const Shape& stride, const 
   return c;
 }
 
-inline Activation activation(cudnnActivationMode_t mode) {
+// coef: clipped ReLU's ceiling, ELU's alpha, swish's beta (cudnnSetActivationDescriptorSwishBeta).
+inline Activation activation(cudnnActivationMode_t mode, double coef = 0.0) {
   cudnnActivationDescriptor_t d = nullptr;
   EXPECT_EQ(cudnnCreateActivationDescriptor(&d), CUDNN_STATUS_SUCCESS);
-  EXPECT_EQ(cudnnSetActivationDescriptor(d, mode, CUDNN_NOT_PROPAGATE_NAN, 0.0), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(cudnnSetActivationDescriptor(d, mode, CUDNN_NOT_PROPAGATE_NAN, mode == CUDNN_ACTIVATION_SWISH ? 0.0 : coef),
+            CUDNN_STATUS_SUCCESS);
+  if (mode == CUDNN_ACTIVATION_SWISH) {
+    EXPECT_EQ(cudnnSetActivationDescriptorSwishBeta(d, coef), CUDNN_STATUS_SUCCESS);
+  }
   return Activation(d);
+}
+
+inline Pooling unset_pooling() {
+  cudnnPoolingDescriptor_t d = nullptr;
+  EXPECT_EQ(cudnnCreatePoolingDescriptor(&d), CUDNN_STATUS_SUCCESS);
+  return Pooling(d);
+}
+
+inline Pooling pooling(cudnnPoolingMode_t mode, const Shape& window, const Shape& padding, const Shape& stride) {
+  Pooling p = unset_pooling();
+  const std::vector<int> w = ints(window), pad = ints(padding), s = ints(stride);
+  EXPECT_EQ(cudnnSetPoolingNdDescriptor(p.get(), mode, CUDNN_NOT_PROPAGATE_NAN, static_cast<int>(w.size()), w.data(),
+                                        pad.data(), s.data()),
+            CUDNN_STATUS_SUCCESS);
+  return p;
 }
 
 // One convolution as a cuDNN program describes it: x, w, y (= dx, dw, dy) and the bias [1, K, 1...].
@@ -122,6 +146,35 @@ struct ConvDescriptors {
   }
 };
 
+// Stands in for a cudnnCreate (or cublasCreate) handle where the API must not touch it (it would
+// crash if it did): the host-backend tests never reach CUDA.
+inline int dummy_handle_storage;
+template <typename Handle = cudnnHandle_t>
+Handle dummy_handle() {
+  return reinterpret_cast<Handle>(&dummy_handle_storage);
+}
+
+// CPU tests of the C API: every call runs the out-of-core path on the host backend, so a call that
+// wrongly passes validation fails its status check instead of reaching CUDA with a dummy handle.
+class HostBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ooc::capi::testing::use_host_backend(true); }
+  void TearDown() override {
+    ooc::capi::testing::use_host_backend(false);
+    oocSetMemoryLimit(0);
+  }
+};
+
+// Caller memory taken as pinned by the host backend (ooc::testing::set_host_direct_access): regions
+// move by strided DMA copies, halos and the blended output's surroundings zeroed on the "device".
+class DirectAccess {
+ public:
+  explicit DirectAccess(bool on) { ooc::testing::set_host_direct_access(on); }
+  ~DirectAccess() { ooc::testing::set_host_direct_access(false); }
+  DirectAccess(const DirectAccess&) = delete;
+  DirectAccess& operator=(const DirectAccess&) = delete;
+};
+
 // What the calling thread's last C API call left behind, for failure messages.
 inline std::string last_error() {
   char buf[1024];
@@ -135,6 +188,43 @@ inline std::string last_plan() {
   oocGetLastPlanDescription(s.data(), s.size());
   s.resize(n);
   return s;
+}
+
+// fp32 results against float64 references: every element written (outputs start as NaN where
+// they are not read) and within 1e-5 of the reference's norm.
+inline void expect_close(const std::vector<float>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const Comparison c = compare(got, want);
+  EXPECT_EQ(c.non_finite, 0) << what << ": first bad element " << c.first_bad;
+  EXPECT_LE(c.relative_error, 1e-5) << what;
+}
+
+// The last call ran out of core in more than one chunk, within the memory limit.
+inline void expect_split_run(const std::string& what) {
+  oocPlanInfo_t info{};
+  ASSERT_EQ(oocGetLastPlanInfo(&info), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(info.outOfCore, 1) << what;
+  EXPECT_GT(info.chunks, 1) << what << "\n" << last_plan();
+  EXPECT_GT(info.peakDeviceBytes, 0u);
+  EXPECT_LE(info.peakDeviceBytes, oocGetMemoryLimit()) << last_plan();
+  EXPECT_GT(info.bytesH2D, 0u);
+  EXPECT_NE(last_plan(), "");
+}
+
+// Twice the smallest budget any plan of `plan(options)` needs (it throws out_of_budget under a
+// 1-byte limit, saying how much): small enough to split, large enough to plan.
+template <typename PlanFor>
+size_t split_budget(PlanFor plan, ooc::BackendKind backend = ooc::BackendKind::host) {
+  ooc::Options o;
+  o.backend = backend;
+  o.memory_limit = 1;
+  try {
+    plan(o);
+  } catch (const ooc::out_of_budget& e) {
+    return 2 * e.needed_bytes();
+  }
+  ADD_FAILURE() << "a 1-byte budget did not throw out_of_budget";
+  return 1;
 }
 
 }  // namespace ooc_test

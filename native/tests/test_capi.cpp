@@ -18,20 +18,10 @@ using namespace ooc_test;
 
 bool have_gpu() { return ooc::device_count() > 0; }
 
-int dummy_handle_storage;
-// Stands in for a cudnnCreate handle where the API must not touch it (it would crash if it did).
-const cudnnHandle_t kDummyHandle = reinterpret_cast<cudnnHandle_t>(&dummy_handle_storage);
+const cudnnHandle_t kDummyHandle = dummy_handle();
 
-// Every test runs the out-of-core path on the host backend, so a call that wrongly passes
-// validation fails its status check instead of reaching CUDA with the dummy handle.
-class Capi : public ::testing::Test {
+class Capi : public HostBackendTest {
  protected:
-  void SetUp() override { ooc::capi::testing::use_host_backend(true); }
-  void TearDown() override {
-    ooc::capi::testing::use_host_backend(false);
-    oocSetMemoryLimit(0);
-  }
-
   // A small valid convolution and buffers for it (contents irrelevant to argument checks).
   ConvDescriptors d{{2, 3, 9, 8}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}};
   std::vector<float> x = std::vector<float>(static_cast<size_t>(d.problem.x_elements()), 1.0f);
@@ -251,27 +241,10 @@ TEST_F(Capi, WithoutAGpuTheCudaPathFailsCleanlyWithoutTouchingTheHandle) {
 
 std::vector<float> random_floats(size_t n, std::mt19937& rng) { return random_vector(n, rng); }
 
-void expect_close(const std::vector<float>& got, const std::vector<double>& want, const char* what) {
-  const Comparison c = compare(got, want);
-  EXPECT_EQ(c.non_finite, 0) << what << ": first bad element " << c.first_bad;
-  EXPECT_LE(c.relative_error, 1e-5) << what;
-}
-
 // A budget twice the smallest plan's: small enough to split these shapes.
-size_t split_budget(const ooc::ConvProblem& p) {
+size_t conv_split_budget(const ooc::ConvProblem& p) {
   const ooc::BackendKind host = ooc::BackendKind::host;
   return 2 * (p.op == ooc::Operation::forward ? needed_bytes(p, host) : backward_needed_bytes(p, host));
-}
-
-void expect_split_run(const char* what) {
-  oocPlanInfo_t info{};
-  ASSERT_EQ(oocGetLastPlanInfo(&info), CUDNN_STATUS_SUCCESS);
-  EXPECT_EQ(info.outOfCore, 1) << what;
-  EXPECT_GT(info.chunks, 1) << what << "\n" << last_plan();
-  EXPECT_GT(info.peakDeviceBytes, 0u);
-  EXPECT_LE(info.peakDeviceBytes, oocGetMemoryLimit()) << last_plan();
-  EXPECT_GT(info.bytesH2D, 0u);
-  EXPECT_NE(last_plan(), "");
 }
 
 struct HostCase {
@@ -292,7 +265,7 @@ TEST_P(CapiHostNumerics, ForwardMatchesReference) {
   const auto ws = random_floats(static_cast<size_t>(p.w_elements()), rng);
   const auto y_old = random_floats(static_cast<size_t>(p.y_elements()), rng);
   std::vector<float> ys = y_old;
-  oocSetMemoryLimit(split_budget(p));
+  oocSetMemoryLimit(conv_split_budget(p));
   const float alpha = 1.5f, beta = 0.5f;
   ASSERT_EQ(ooc_cudnnConvolutionForward(kDummyHandle, &alpha, cd.x.get(), xs.data(), cd.w.get(), ws.data(),
                                         cd.conv.get(), CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0, &beta,
@@ -315,7 +288,7 @@ TEST_P(CapiHostNumerics, BiasActivationMatchesReference) {
   const auto ws = random_floats(static_cast<size_t>(p.w_elements()), rng);
   const auto zs = random_floats(static_cast<size_t>(p.y_elements()), rng);
   const auto bs = random_floats(static_cast<size_t>(p.k), rng);
-  oocSetMemoryLimit(split_budget(p));
+  oocSetMemoryLimit(conv_split_budget(p));
   const float alpha1 = 0.75f, alpha2 = 0.5f;
   for (const cudnnActivationMode_t mode : {CUDNN_ACTIVATION_RELU, CUDNN_ACTIVATION_IDENTITY}) {
     for (const bool z_is_y : {false, true}) {
@@ -348,7 +321,7 @@ TEST_P(CapiHostNumerics, BackwardDataMatchesReference) {
   const auto ws = random_floats(static_cast<size_t>(p.w_elements()), rng);
   const auto dx_old = random_floats(static_cast<size_t>(p.x_elements()), rng);
   std::vector<float> dxs = dx_old;
-  oocSetMemoryLimit(split_budget(p));
+  oocSetMemoryLimit(conv_split_budget(p));
   const float alpha = 1.25f, beta = 0.5f;
   ASSERT_EQ(ooc_cudnnConvolutionBackwardData(kDummyHandle, &alpha, cd.w.get(), ws.data(), cd.y.get(), dys.data(),
                                              cd.conv.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, nullptr, 0, &beta,
@@ -369,7 +342,7 @@ TEST_P(CapiHostNumerics, BackwardFilterMatchesReference) {
   const auto dys = random_floats(static_cast<size_t>(p.y_elements()), rng);
   const auto dw_old = random_floats(static_cast<size_t>(p.w_elements()), rng);
   std::vector<float> dws = dw_old;
-  oocSetMemoryLimit(split_budget(p));
+  oocSetMemoryLimit(conv_split_budget(p));
   const float alpha = 0.5f, beta = 1.0f;
   ASSERT_EQ(ooc_cudnnConvolutionBackwardFilter(kDummyHandle, &alpha, cd.x.get(), xs.data(), cd.y.get(), dys.data(),
                                                cd.conv.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, nullptr, 0, &beta,
@@ -388,7 +361,7 @@ TEST_P(CapiHostNumerics, BackwardBiasMatchesReference) {
   const auto dys = random_floats(static_cast<size_t>(p.y_elements()), rng);
   const auto db_old = random_floats(static_cast<size_t>(p.k), rng);
   std::vector<float> dbs = db_old;
-  oocSetMemoryLimit(split_budget(p));
+  oocSetMemoryLimit(conv_split_budget(p));
   const float alpha = 2.0f, beta = 0.25f;
   ASSERT_EQ(ooc_cudnnConvolutionBackwardBias(kDummyHandle, &alpha, cd.y.get(), dys.data(), &beta, cd.bias.get(),
                                              dbs.data()),

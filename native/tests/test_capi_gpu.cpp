@@ -1,7 +1,6 @@
-// The C API on a GPU: every entry point against plain cuDNN on the same inputs, for device, pinned
-// and pageable caller memory, with no memory limit (device memory: cuDNN is called directly, so
-// results are identical) and with a limit that forces a split (chunked; FP32 either way, so they
-// agree to fp32 rounding). Also ooc_cudaMalloc's device-then-pinned placement. Skips without a GPU.
+// The C API's convolutions on a GPU: every entry point against plain cuDNN on the same inputs, for
+// device, pinned, pageable and mixed caller memory, whole and split (capi_gpu_fixtures.hpp). Also
+// ooc_cudaMalloc's device-then-pinned placement. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -10,139 +9,25 @@
 #include <functional>
 #include <random>
 
-#include "backend/cuda/pointer_kind.hpp"
-#include "capi_fixtures.hpp"
 #include "backward_run.hpp"
+#include "capi_gpu_fixtures.hpp"
 
 namespace {
 
 using namespace ooc_test;
 
-bool have_gpu() { return ooc::device_count() > 0; }
-
-enum class Memory { device, pinned, pageable };
-
-const char* memory_name(Memory m) {
-  switch (m) {
-    case Memory::device: return "device";
-    case Memory::pinned: return "pinned";
-    default: return "pageable";
-  }
-}
-
-// One tensor in caller memory of kind `memory`. Copies go through ooc_cudaMemcpy, which takes any
-// kind (and the test binary has no CUDA runtime of its own: libooc links it statically).
-class Buffer {
- public:
-  Buffer(Memory memory, const std::vector<float>& contents) : memory_(memory), count_(contents.size()) {
-    const size_t bytes = count_ * sizeof(float);
-    if (memory == Memory::pageable) {
-      host_.resize(count_);
-      data_ = host_.data();
-    } else {
-      // ooc_cudaMalloc places device memory first, pinned host once the device cap is reached.
-      oocSetDeviceAllocationLimit(memory == Memory::device ? static_cast<size_t>(-1) : 0);
-      EXPECT_EQ(ooc_cudaMalloc(&data_, bytes), cudaSuccess) << last_error();
-      oocSetDeviceAllocationLimit(static_cast<size_t>(-1));
-      EXPECT_EQ(ooc::is_device_memory(data_), memory == Memory::device);
-      EXPECT_TRUE(ooc::is_device_accessible(data_));
-    }
-    EXPECT_EQ(ooc_cudaMemcpy(data_, contents.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess) << last_error();
-  }
-  ~Buffer() {
-    if (memory_ != Memory::pageable) {
-      EXPECT_EQ(ooc_cudaFree(data_), cudaSuccess) << last_error();
-    }
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-
-  void* get() const { return data_; }
-  std::vector<float> read() const {
-    std::vector<float> v(count_);
-    EXPECT_EQ(ooc_cudaMemcpy(v.data(), data_, count_ * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-
- private:
-  Memory memory_;
-  size_t count_;
-  std::vector<float> host_;
-  void* data_ = nullptr;
-};
-
-struct GpuCase {
-  Memory memory;
-  bool split;  // a memory limit that forces chunks; else none (device memory: cuDNN directly)
-};
-
-std::string case_name(const ::testing::TestParamInfo<GpuCase>& info) {
-  return std::string(memory_name(info.param.memory)) + (info.param.split ? "_split" : "_whole");
-}
-
 // An op's arguments: tensors in order, the last one the output (read and written).
 using Call = std::function<cudnnStatus_t(cudnnHandle_t, bool use_ooc, const std::vector<void*>& data)>;
 
-class CapiGpu : public ::testing::TestWithParam<GpuCase> {
+class CapiGpu : public CapiGpuTest {
  protected:
-  void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-    ASSERT_EQ(cudnnCreate(&handle_), CUDNN_STATUS_SUCCESS);
-    ASSERT_EQ(ooc_cudaMalloc(&workspace_, kWorkspace), cudaSuccess);
-    ASSERT_TRUE(ooc::is_device_memory(workspace_));
-  }
-  void TearDown() override {
-    oocSetMemoryLimit(0);
-    if (workspace_) ooc_cudaFree(workspace_);
-    if (handle_) cudnnDestroy(handle_);
-  }
-
   // Plain cuDNN on device copies first (the reference), then the ooc_ call on the case's memory.
   void compare_with_cudnn(const std::vector<std::vector<float>>& tensors, size_t split_limit, const Call& call) {
-    const GpuCase c = GetParam();
-    std::vector<float> want;
-    {
-      std::vector<std::unique_ptr<Buffer>> buffers;
-      std::vector<void*> data;
-      for (const auto& t : tensors) {
-        buffers.push_back(std::make_unique<Buffer>(Memory::device, t));
-        data.push_back(buffers.back()->get());
-      }
-      ASSERT_EQ(call(handle_, false, data), CUDNN_STATUS_SUCCESS);
-      want = buffers.back()->read();  // a synchronous copy: after the handle's (default-stream) work
-    }
-    std::vector<std::unique_ptr<Buffer>> buffers;
-    std::vector<void*> data;
-    for (const auto& t : tensors) {
-      buffers.push_back(std::make_unique<Buffer>(c.memory, t));
-      data.push_back(buffers.back()->get());
-    }
-    oocSetMemoryLimit(c.split ? split_limit : 0);
-    ASSERT_EQ(call(handle_, true, data), CUDNN_STATUS_SUCCESS) << last_error();
-    const std::vector<float> got = buffers.back()->read();  // ooc_cudaMemcpy: synchronous, after the handle's work
-    oocPlanInfo_t info{};
-    ASSERT_EQ(oocGetLastPlanInfo(&info), CUDNN_STATUS_SUCCESS);
-    const bool direct = c.memory == Memory::device && !c.split;
-    EXPECT_EQ(info.outOfCore, direct ? 0 : 1) << last_plan();
-    if (c.split) {
-      EXPECT_GT(info.chunks, 1) << last_plan();
-    }
-    if (direct) {
-      ASSERT_EQ(got.size(), want.size());
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "direct path must be cuDNN's own result";
-    } else {
-      std::vector<double> ref(want.begin(), want.end());
-      const Comparison cmp = compare(got, ref);
-      EXPECT_EQ(cmp.non_finite, 0) << "first bad element " << cmp.first_bad;
-      EXPECT_LE(cmp.relative_error, 1e-5) << last_plan();
-    }
+    compare_with_library(tensors, {tensors.size() - 1}, split_limit,
+                         [&](bool use_ooc, const std::vector<void*>& data) { return call(handle_, use_ooc, data); });
   }
 
   void check_forward(const ConvDescriptors& d, float alpha, float beta, unsigned seed);
-
-  static constexpr size_t kWorkspace = size_t{256} << 20;
-  cudnnHandle_t handle_ = nullptr;
-  void* workspace_ = nullptr;
 };
 
 // Large enough that twice the smallest plan is well below the whole problem.
@@ -241,11 +126,7 @@ TEST_P(CapiGpu, BackwardBias) {
                      });
 }
 
-INSTANTIATE_TEST_SUITE_P(Memory, CapiGpu,
-                         ::testing::Values(GpuCase{Memory::device, false}, GpuCase{Memory::device, true},
-                                           GpuCase{Memory::pinned, false}, GpuCase{Memory::pinned, true},
-                                           GpuCase{Memory::pageable, false}, GpuCase{Memory::pageable, true}),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Memory, CapiGpu, gpu_cases(), case_name);
 
 class CapiGpuMemory : public ::testing::Test {
  protected:

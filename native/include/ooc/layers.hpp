@@ -22,8 +22,15 @@ Plan plan_matmul(const ConvProblem& problem, const Options& options);
 // (problem.has_bias). c is never read when beta == 0.
 void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, const float* b, const float* bias,
             float* c, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+// The same over sub-matrices of larger row-major arrays: lda, ldb, ldc are the row strides of a, b
+// and c as stored (elements, at least the stored row length; invalid_argument naming them otherwise).
+void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, int64_t lda, const float* b,
+            int64_t ldb, const float* bias, float* c, int64_t ldc, const Options& options, Plan* used = nullptr,
+            RunStats* stats = nullptr);
 
 // Batch normalization; op is one of the batchnorm_* operations. Throws invalid_argument naming x.
+// The problem's alpha and beta (1 and 0 as made) blend y (dx) as cuDNN does: y = alpha * BN(x) +
+// beta * y, beta == 0 never reading y. The per-channel tensors are host memory.
 ConvProblem batchnorm_problem(Operation op, const std::vector<int64_t>& x_shape);
 Plan plan_batchnorm(const ConvProblem& problem, const Options& options);
 
@@ -31,6 +38,7 @@ Plan plan_batchnorm(const ConvProblem& problem, const Options& options);
 // passes over x: per-chunk (mean, M2) merged on the host in float64 (Chan et al.), then apply.
 // saved_mean, saved_invstd: [c] outputs. running_mean / running_var ([c], both or neither) are
 // updated in place like torch: r = (1 - momentum) * r + momentum * stat, unbiased variance.
+// y may be null: only the statistics are computed (the first pass).
 void batchnorm_forward_training(const ConvProblem& problem, const float* x, const float* scale, const float* bias,
                                 double eps, double momentum, float* running_mean, float* running_var, float* y,
                                 float* saved_mean, float* saved_invstd, const Options& options, Plan* used = nullptr,

@@ -1,4 +1,5 @@
-/* libooc's C API: drop-in replacements for cuDNN 9 convolution calls that also take host memory.
+/* libooc's C API: drop-in replacements for cuDNN 9 convolution and layer calls (and cuBLAS' SGEMM,
+ * ooc/ooc_cublas.h) that also take host memory.
  *
  * Each ooc_cudnnX takes exactly cudnnX's arguments (an existing cuDNN program switches by adding
  * the ooc_ prefix). Any data pointer may be device memory, pinned host memory or pageable host
@@ -114,6 +115,171 @@ cudnnStatus_t ooc_cudnnConvolutionBackwardBias(cudnnHandle_t handle,
                                                const cudnnTensorDescriptor_t dbDesc,
                                                void *db);
 
+/* --- Layers (cuDNN's legacy ops API, cudnn_ops.h) ---
+ *
+ * Same contract as the convolutions above: exactly cuDNN's arguments, any pointer device, pinned or
+ * pageable, cuDNN called directly when every tensor is on the device within the memory limit, else
+ * the out-of-core path; alpha and beta (floats) blend into the output as cuDNN defines:
+ * out = alpha * result + beta * out, the output never read when beta == 0. Tensors: float32,
+ * fully-packed NCHW (any other strides or layout: CUDNN_STATUS_NOT_SUPPORTED on both paths);
+ * ranks as noted per call. Out of core, the activation and pooling descriptors' NaN option is not
+ * honoured (NaN inputs give unspecified results there). */
+
+/* C = alpha * A + beta * C; each dimension of A is C's or 1 (broadcast). 4-D or 5-D. */
+cudnnStatus_t ooc_cudnnAddTensor(cudnnHandle_t handle,
+                                 const void *alpha,
+                                 const cudnnTensorDescriptor_t aDesc,
+                                 const void *A,
+                                 const void *beta,
+                                 const cudnnTensorDescriptor_t cDesc,
+                                 void *C);
+
+/* y = alpha * f(x) + beta * y; x == y allowed. Modes: RELU, SIGMOID, TANH, CLIPPED_RELU, ELU, SWISH
+ * (CUDNN_ACTIVATION_IDENTITY is for cudnnConvolutionBiasActivationForward only: BAD_PARAM). Any rank
+ * from 3 to 8 (an element-wise op: the layout of the dims beyond C does not matter). */
+cudnnStatus_t ooc_cudnnActivationForward(cudnnHandle_t handle,
+                                         cudnnActivationDescriptor_t activationDesc,
+                                         const void *alpha,
+                                         const cudnnTensorDescriptor_t xDesc,
+                                         const void *x,
+                                         const void *beta,
+                                         const cudnnTensorDescriptor_t yDesc,
+                                         void *y);
+
+/* dx = alpha * f'(x) * dy + beta * dx (from y = f(x), dy and x); dx == dy allowed. As above. */
+cudnnStatus_t ooc_cudnnActivationBackward(cudnnHandle_t handle,
+                                          cudnnActivationDescriptor_t activationDesc,
+                                          const void *alpha,
+                                          const cudnnTensorDescriptor_t yDesc,
+                                          const void *y,
+                                          const cudnnTensorDescriptor_t dyDesc,
+                                          const void *dy,
+                                          const cudnnTensorDescriptor_t xDesc,
+                                          const void *x,
+                                          const void *beta,
+                                          const cudnnTensorDescriptor_t dxDesc,
+                                          void *dx);
+
+/* y = alpha * pool(x) + beta * y. 4-D or 5-D (2-D or 3-D windows). Modes: MAX, MAX_DETERMINISTIC,
+ * AVERAGE_COUNT_INCLUDE_PADDING, AVERAGE_COUNT_EXCLUDE_PADDING. Padding above half the window:
+ * CUDNN_STATUS_NOT_SUPPORTED. */
+cudnnStatus_t ooc_cudnnPoolingForward(cudnnHandle_t handle,
+                                      const cudnnPoolingDescriptor_t poolingDesc,
+                                      const void *alpha,
+                                      const cudnnTensorDescriptor_t xDesc,
+                                      const void *x,
+                                      const void *beta,
+                                      const cudnnTensorDescriptor_t yDesc,
+                                      void *y);
+
+/* dx = alpha * (the gradient of pooling for dy, from y, dy and x) + beta * dx. As above. */
+cudnnStatus_t ooc_cudnnPoolingBackward(cudnnHandle_t handle,
+                                       const cudnnPoolingDescriptor_t poolingDesc,
+                                       const void *alpha,
+                                       const cudnnTensorDescriptor_t yDesc,
+                                       const void *y,
+                                       const cudnnTensorDescriptor_t dyDesc,
+                                       const void *dy,
+                                       const cudnnTensorDescriptor_t xDesc,
+                                       const void *x,
+                                       const void *beta,
+                                       const cudnnTensorDescriptor_t dxDesc,
+                                       void *dx);
+
+/* y = alpha * softmax(x) + beta * y over C per (n, position) (CUDNN_SOFTMAX_MODE_CHANNEL) or over
+ * C and space per n (..._INSTANCE); CUDNN_SOFTMAX_LOG: log-softmax; FAST and ACCURATE both compute
+ * the accurate (max-subtracted) softmax out of core. Any rank from 3 to 8. */
+cudnnStatus_t ooc_cudnnSoftmaxForward(cudnnHandle_t handle,
+                                      cudnnSoftmaxAlgorithm_t algo,
+                                      cudnnSoftmaxMode_t mode,
+                                      const void *alpha,
+                                      const cudnnTensorDescriptor_t xDesc,
+                                      const void *x,
+                                      const void *beta,
+                                      const cudnnTensorDescriptor_t yDesc,
+                                      void *y);
+
+/* dx = alpha * (the gradient of softmax for dy, from y) + beta * dx. As above. */
+cudnnStatus_t ooc_cudnnSoftmaxBackward(cudnnHandle_t handle,
+                                       cudnnSoftmaxAlgorithm_t algo,
+                                       cudnnSoftmaxMode_t mode,
+                                       const void *alpha,
+                                       const cudnnTensorDescriptor_t yDesc,
+                                       const void *y,
+                                       const cudnnTensorDescriptor_t dyDesc,
+                                       const void *dy,
+                                       const void *beta,
+                                       const cudnnTensorDescriptor_t dxDesc,
+                                       void *dx);
+
+/* Batch normalization, 4-D or 5-D x. CUDNN_BATCHNORM_SPATIAL and SPATIAL_PERSISTENT (the same math):
+ * statistics per channel over N and space, bnScaleBiasMeanVarDesc [1, C, 1, 1(, 1)];
+ * CUDNN_BATCHNORM_PER_ACTIVATION: per (C, space) position over N, descriptor [1, C, H, W(, D)].
+ * Training: y = alpha * BN(x) + beta * y with the batch's mean and biased variance; running mean and
+ * variance (both or neither) are updated as r = (1 - exponentialAverageFactor) * r + factor * stat,
+ * with the unbiased variance; resultSaveMean / resultSaveInvVariance (both or neither) receive the
+ * mean and 1 / sqrt(var + epsilon). Out of core, x is read twice (statistics, then y). epsilon must
+ * be at least CUDNN_BN_MIN_EPSILON and positive (0: CUDNN_STATUS_NOT_SUPPORTED). */
+cudnnStatus_t ooc_cudnnBatchNormalizationForwardTraining(cudnnHandle_t handle,
+                                                         cudnnBatchNormMode_t mode,
+                                                         const void *alpha,
+                                                         const void *beta,
+                                                         const cudnnTensorDescriptor_t xDesc,
+                                                         const void *x,
+                                                         const cudnnTensorDescriptor_t yDesc,
+                                                         void *y,
+                                                         const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc,
+                                                         const void *bnScale,
+                                                         const void *bnBias,
+                                                         double exponentialAverageFactor,
+                                                         void *resultRunningMean,
+                                                         void *resultRunningVariance,
+                                                         double epsilon,
+                                                         void *resultSaveMean,
+                                                         void *resultSaveInvVariance);
+
+/* y = alpha * (bnScale * (x - estimatedMean) / sqrt(estimatedVariance + epsilon) + bnBias) + beta * y */
+cudnnStatus_t ooc_cudnnBatchNormalizationForwardInference(cudnnHandle_t handle,
+                                                          cudnnBatchNormMode_t mode,
+                                                          const void *alpha,
+                                                          const void *beta,
+                                                          const cudnnTensorDescriptor_t xDesc,
+                                                          const void *x,
+                                                          const cudnnTensorDescriptor_t yDesc,
+                                                          void *y,
+                                                          const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc,
+                                                          const void *bnScale,
+                                                          const void *bnBias,
+                                                          const void *estimatedMean,
+                                                          const void *estimatedVariance,
+                                                          double epsilon);
+
+/* dx = alphaDataDiff * dx_BN + betaDataDiff * dx; dBnScaleResult, dBnBiasResult likewise with
+ * alphaParamDiff / betaParamDiff. savedMean / savedInvVariance: the training call's (both or
+ * neither; neither: recomputed from x with epsilon, one more pass over x out of core). */
+cudnnStatus_t ooc_cudnnBatchNormalizationBackward(cudnnHandle_t handle,
+                                                  cudnnBatchNormMode_t mode,
+                                                  const void *alphaDataDiff,
+                                                  const void *betaDataDiff,
+                                                  const void *alphaParamDiff,
+                                                  const void *betaParamDiff,
+                                                  const cudnnTensorDescriptor_t xDesc,
+                                                  const void *x,
+                                                  const cudnnTensorDescriptor_t dyDesc,
+                                                  const void *dy,
+                                                  const cudnnTensorDescriptor_t dxDesc,
+                                                  void *dx,
+                                                  const cudnnTensorDescriptor_t dBnScaleBiasDesc,
+                                                  const void *bnScale,
+                                                  void *dBnScaleResult,
+                                                  void *dBnBiasResult,
+                                                  double epsilon,
+                                                  const void *savedMean,
+                                                  const void *savedInvVariance);
+
+/* ooc_cublasSgemm (cuBLAS' cublasSgemm over any memory) is declared in ooc/ooc_cublas.h, which
+ * includes this header and cuBLAS' cublas_v2.h; this one needs only cuDNN's and CUDA's headers. */
+
 /* Memory as ooc_cuDNN placed it: ooc_cudaMalloc gives device memory while the device has room
  * (beyond the oocSetMemoryLimit bytes the out-of-core path needs for itself, an eighth of the
  * device when no limit is set, and within
@@ -136,7 +302,7 @@ size_t oocGetMemoryLimit(void);
  * allocations are pinned host memory. Lets a large GPU act as a small one. */
 void oocSetDeviceAllocationLimit(size_t bytes);
 
-/* What the calling thread's last successful ooc_cudnn* call did. */
+/* What the calling thread's last successful ooc_cudnn* (or ooc_cublas*) call did. */
 typedef struct oocPlanInfo {
   int outOfCore;             /* 0: cuDNN was called directly (the counts below are 0), 1: chunked */
   long long chunks;          /* chunks run */

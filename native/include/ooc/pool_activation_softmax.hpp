@@ -2,6 +2,9 @@
 // add-tensor (cuDNN's ActivationForward/Backward, SoftmaxForward/Backward, AddTensor). Shapes are
 // [n, c, spatial...] (rank 3 to 5; callers flatten anything else), float32, C-contiguous. Each
 // runs through the same planner vocabulary (Plan, Chunk) and pipeline as the convolution.
+// Each blends its result r into its output as cuDNN does, out = alpha * r + beta * out (alpha,
+// beta: the trailing arguments, or the pooling problem's); beta == 0 never reads the output, and
+// beta != 0 loads each chunk's output once before the chunk computes.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +25,7 @@ PoolMode pool_mode_from_name(const std::string& name);
 
 // x: [n, c, in...] (rank 3 to 5); kernel, stride, padding: one entry per spatial dim (or one for
 // all). Checks as torch does (padding at most half the kernel; the kernel fits the padded input).
+// The problem's alpha and beta (1 and 0 as made) blend pool_forward's y and pool_backward's dx.
 ConvProblem pool_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
                          const std::vector<int64_t>& stride, const std::vector<int64_t>& padding);
 // Splits n, c and every spatial dim (with the window halo). Pooling's padding (-inf for max, not
@@ -58,15 +62,18 @@ Plan plan_add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int6
 
 // y = f(x); y may be x (in place). coef: clipped_relu's ceiling, elu's alpha, swish's beta.
 void activation_forward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* x,
-                        float* y, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+                        float* y, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr,
+                        double alpha = 1.0, double beta = 0.0);
 // dx = f'(x) * dy (from y, dy and x); dx may be dy.
 void activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* y,
                          const float* dy, const float* x, float* dx, const Options& options, Plan* used = nullptr,
-                         RunStats* stats = nullptr);
+                         RunStats* stats = nullptr, double alpha = 1.0, double beta = 0.0);
 void softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* x, float* y,
-                     const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+                     const Options& options, Plan* used = nullptr, RunStats* stats = nullptr, double alpha = 1.0,
+                     double beta = 0.0);
 void softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                      float* dx, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+                      float* dx, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr,
+                      double alpha = 1.0, double beta = 0.0);
 // out = alpha * a + beta * c (a broadcast); out may be c (in place).
 void add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& c_shape, double alpha,
                 const float* a, double beta, const float* c, float* out, const Options& options,

@@ -47,10 +47,26 @@ Plan plan_matmul(const ConvProblem& problem, const Options& options) {
 
 void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, const float* b, const float* bias,
             float* c, const Options& options, Plan* used, RunStats* stats) {
+  const int64_t M = problem.n, K = problem.c, N = problem.k;
+  matmul(problem, trans_a, trans_b, a, trans_a ? M : K, b, trans_b ? K : N, bias, c, N, options, used, stats);
+}
+
+void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, int64_t lda, const float* b,
+            int64_t ldb, const float* bias, float* c, int64_t ldc, const Options& options, Plan* used,
+            RunStats* stats) {
   check_op(problem, problem.op == Operation::matmul, "matmul");
   if (!a || !b || !c || (problem.has_bias && !bias)) throw invalid_argument("matmul: null data pointer");
+  const int64_t M = problem.n, K = problem.c, N = problem.k;
+  auto check_ld = [](const char* name, int64_t ld, int64_t row) {
+    if (ld < row)
+      throw invalid_argument(std::string(name) + " must be at least the stored row length " + std::to_string(row) +
+                             ", got " + std::to_string(ld));
+  };
+  check_ld("lda", lda, trans_a ? M : K);
+  check_ld("ldb", ldb, trans_b ? K : N);
+  check_ld("ldc", ldc, N);
   run_layer(problem, options, used, stats, [&](const Plan& plan, Backend& backend) {
-    return run_matmul(plan, backend, trans_a, trans_b, a, b, bias, c, ThreadPool::shared());
+    return run_matmul(plan, backend, trans_a, trans_b, a, lda, b, ldb, bias, c, ldc, ThreadPool::shared());
   });
 }
 
@@ -67,7 +83,7 @@ void batchnorm_forward_training(const ConvProblem& problem, const float* x, cons
                                 RunStats* stats) {
   check_op(problem, problem.op == Operation::batchnorm_forward_training, "batchnorm_forward_training");
   check_eps(eps);
-  if (!x || !scale || !bias || !y || !saved_mean || !saved_invstd || (!running_mean != !running_var))
+  if (!x || !scale || !bias || !saved_mean || !saved_invstd || (!running_mean != !running_var))
     throw invalid_argument("batchnorm_forward_training: null data pointer (running_mean and running_var go together)");
   if (problem.n * problem.in[0] * problem.in[1] * problem.in[2] <= 1)
     throw invalid_argument("Expected more than 1 value per channel when training, got input size " +

@@ -82,8 +82,11 @@ Streamed streamed(const Plan& plan, const void* data, int slots, size_t slot_byt
   return s;
 }
 
-OperationSpec elementwise_spec(const Plan& plan, const void* a, const void* b, const void* third, float* out) {
+// beta != 0: the pipeline loads each chunk's output first, for the kernel to blend into.
+OperationSpec elementwise_spec(const Plan& plan, const void* a, const void* b, const void* third, float* out,
+                               double beta = 0.0) {
   OperationSpec spec;
+  spec.beta = beta;
   const int slots = plan.buffers;
   const Streamed sa = streamed(plan, a, slots, plan.x_slot_bytes), so = streamed(plan, out, slots, plan.y_slot_bytes);
   spec.a = sa.tensor;
@@ -103,6 +106,19 @@ OperationSpec elementwise_spec(const Plan& plan, const void* a, const void* b, c
   spec.out = so.tensor;
   spec.out_region = so.region;
   return spec;
+}
+
+// The problem of a layer that blends its result into the output: out = alpha * result + beta * out.
+ConvProblem blended_problem(Operation op, const std::vector<int64_t>& shape, double alpha, double beta) {
+  ConvProblem p = layer_problem(op, shape);
+  p.alpha = alpha;
+  p.beta = beta;
+  return p;
+}
+
+LayerPlanSpec blended_spec(LayerPlanSpec ls, double beta) {
+  ls.reads_output = beta != 0.0;
+  return ls;
 }
 
 void require(bool ok, const char* what) {
@@ -217,6 +233,7 @@ void pool_forward(const ConvProblem& p, PoolMode mode, const float* x, float* y,
   with_backend(options, [&](Backend& backend, const PlannerConfig& config) {
     Plan plan = plan_pool(p, config);
     OperationSpec spec;
+    spec.beta = p.beta;  // the tile's y is loaded (zeros around it) and blended by the kernel
     const size_t es = dtype_size(p.dtype);
     const TensorView xv = TensorView::contiguous(x, {p.n, p.c, p.in[0], p.in[1], p.in[2]}, 5, es);
     const TensorView yv = TensorView::contiguous(y, {p.n, p.c, p.out[0], p.out[1], p.out[2]}, 5, es);
@@ -226,8 +243,10 @@ void pool_forward(const ConvProblem& p, PoolMode mode, const float* x, float* y,
     spec.a_region = [xv](const Chunk& ch) { return Region{xv, spatial_box(ch, ch.in)}; };
     // The computed y rows (ch.out) are written back through a window over the tile (ch.target).
     spec.out_region = [yv](const Chunk& ch) { return through_window(yv, ch, ch.target, ch.out); };
-    spec.compute = [&backend, &p, mode](const Chunk& ch, const float* xs, const float*, const float*, float* ys, double,
-                                        void*) { backend.pool_forward(chunk_shape(ch, p), mode, xs, ys); };
+    spec.compute = [&backend, &p, mode](const Chunk& ch, const float* xs, const float*, const float*, float* ys,
+                                        double beta, void*) {
+      backend.pool_forward(chunk_shape(ch, p), mode, xs, ys, p.alpha, beta);
+    };
     RunStats s = run_chunks(plan, backend, ThreadPool::shared(), spec);
     if (stats) *stats = s;
     if (used) *used = std::move(plan);
@@ -260,6 +279,7 @@ void pool_backward(const ConvProblem& p, PoolMode mode, const float* y, const fl
                      xv = TensorView::contiguous(x, x_ext, 5, es), dxv = TensorView::contiguous(dx, x_ext, 5, es);
     const int slots = plan.buffers;
     OperationSpec spec;
+    spec.beta = p.beta;
     spec.a = {y, slots, plan.y_slot_bytes};
     spec.b = {dy, slots, plan.y_slot_bytes};
     spec.third = {x, slots, plan.x_slot_bytes};
@@ -270,8 +290,8 @@ void pool_backward(const ConvProblem& p, PoolMode mode, const float* y, const fl
     spec.third_region = [xv](const Chunk& ch) { return Region{xv, spatial_box(ch, ch.in)}; };
     spec.out_region = [dxv](const Chunk& ch) { return through_window(dxv, ch, ch.target, ch.in); };
     spec.compute3 = [&backend, &p, mode](const Chunk& ch, const float* ys, const float* dys, const float* xs,
-                                         float* dxs, double) {
-      backend.pool_backward(chunk_shape(ch, p), mode, ys, dys, xs, dxs);
+                                         float* dxs, double beta) {
+      backend.pool_backward(chunk_shape(ch, p), mode, ys, dys, xs, dxs, p.alpha, beta);
     };
     RunStats s = run_chunks(plan, backend, ThreadPool::shared(), spec);
     if (stats) *stats = s;
@@ -325,14 +345,14 @@ Plan plan_add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int6
 }
 
 void activation_forward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* x, float* y,
-                        const Options& options, Plan* used, RunStats* stats) {
+                        const Options& options, Plan* used, RunStats* stats, double alpha, double beta) {
   require(x && y, "activation_forward");
-  const ConvProblem p = layer_problem(Operation::activation_forward, shape);
-  plan_and_run(p, LayerPlanSpec{}, options, used, [&](const Plan& plan, Backend& backend) {
-    OperationSpec spec = elementwise_spec(plan, x, nullptr, nullptr, y);
+  const ConvProblem p = blended_problem(Operation::activation_forward, shape, alpha, beta);
+  plan_and_run(p, blended_spec(LayerPlanSpec{}, beta), options, used, [&](const Plan& plan, Backend& backend) {
+    OperationSpec spec = elementwise_spec(plan, x, nullptr, nullptr, y, beta);
     spec.compute = [&backend, &p, mode, coef](const Chunk& ch, const float* xs, const float*, const float*, float* ys,
-                                               double, void*) {
-      backend.activation_forward(chunk_of(chunk_extent(ch), p.spatial_dims), mode, coef, xs, ys);
+                                               double beta, void*) {
+      backend.activation_forward(chunk_of(chunk_extent(ch), p.spatial_dims), mode, coef, xs, ys, p.alpha, beta);
     };
     return spec;
   }, stats);
@@ -340,44 +360,45 @@ void activation_forward(const std::vector<int64_t>& shape, ActivationMode mode, 
 
 void activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* y,
                          const float* dy, const float* x, float* dx, const Options& options, Plan* used,
-                         RunStats* stats) {
+                         RunStats* stats, double alpha, double beta) {
   require(y && dy && x && dx, "activation_backward");
-  const ConvProblem p = layer_problem(Operation::activation_backward, shape);
+  const ConvProblem p = blended_problem(Operation::activation_backward, shape, alpha, beta);
   LayerPlanSpec ls;
   ls.full_inputs = 3;
-  plan_and_run(p, ls, options, used, [&](const Plan& plan, Backend& backend) {
-    OperationSpec spec = elementwise_spec(plan, y, dy, x, dx);
+  plan_and_run(p, blended_spec(ls, beta), options, used, [&](const Plan& plan, Backend& backend) {
+    OperationSpec spec = elementwise_spec(plan, y, dy, x, dx, beta);
     spec.compute3 = [&backend, &p, mode, coef](const Chunk& ch, const float* ys, const float* dys, const float* xs,
-                                                float* dxs, double) {
-      backend.activation_backward(chunk_of(chunk_extent(ch), p.spatial_dims), mode, coef, ys, dys, xs, dxs);
+                                                float* dxs, double beta) {
+      backend.activation_backward(chunk_of(chunk_extent(ch), p.spatial_dims), mode, coef, ys, dys, xs, dxs, p.alpha,
+                                  beta);
     };
     return spec;
   }, stats);
 }
 
 void softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* x, float* y,
-                     const Options& options, Plan* used, RunStats* stats) {
+                     const Options& options, Plan* used, RunStats* stats, double alpha, double beta) {
   require(x && y, "softmax_forward");
-  const ConvProblem p = layer_problem(Operation::softmax_forward, shape);
-  plan_and_run(p, softmax_spec(mode, 1), options, used, [&](const Plan& plan, Backend& backend) {
-    OperationSpec spec = elementwise_spec(plan, x, nullptr, nullptr, y);
+  const ConvProblem p = blended_problem(Operation::softmax_forward, shape, alpha, beta);
+  plan_and_run(p, blended_spec(softmax_spec(mode, 1), beta), options, used, [&](const Plan& plan, Backend& backend) {
+    OperationSpec spec = elementwise_spec(plan, x, nullptr, nullptr, y, beta);
     spec.compute = [&backend, &p, mode, log](const Chunk& ch, const float* xs, const float*, const float*, float* ys,
-                                              double, void*) {
-      backend.softmax_forward(chunk_of(chunk_extent(ch), p.spatial_dims), mode, log, xs, ys);
+                                              double beta, void*) {
+      backend.softmax_forward(chunk_of(chunk_extent(ch), p.spatial_dims), mode, log, xs, ys, p.alpha, beta);
     };
     return spec;
   }, stats);
 }
 
 void softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                      float* dx, const Options& options, Plan* used, RunStats* stats) {
+                      float* dx, const Options& options, Plan* used, RunStats* stats, double alpha, double beta) {
   require(y && dy && dx, "softmax_backward");
-  const ConvProblem p = layer_problem(Operation::softmax_backward, shape);
-  plan_and_run(p, softmax_spec(mode, 2), options, used, [&](const Plan& plan, Backend& backend) {
-    OperationSpec spec = elementwise_spec(plan, y, dy, nullptr, dx);
+  const ConvProblem p = blended_problem(Operation::softmax_backward, shape, alpha, beta);
+  plan_and_run(p, blended_spec(softmax_spec(mode, 2), beta), options, used, [&](const Plan& plan, Backend& backend) {
+    OperationSpec spec = elementwise_spec(plan, y, dy, nullptr, dx, beta);
     spec.compute = [&backend, &p, mode, log](const Chunk& ch, const float* ys, const float* dys, const float*,
-                                              float* dxs, double, void*) {
-      backend.softmax_backward(chunk_of(chunk_extent(ch), p.spatial_dims), mode, log, ys, dys, dxs);
+                                              float* dxs, double beta, void*) {
+      backend.softmax_backward(chunk_of(chunk_extent(ch), p.spatial_dims), mode, log, ys, dys, dxs, p.alpha, beta);
     };
     return spec;
   }, stats);

@@ -111,31 +111,35 @@ class Backend {
     (void)shape; (void)x; (void)dy; (void)mean_invstd; (void)sums;
     throw std::logic_error(name() + " backend has no batch norm");
   }
-  // Per channel affine map: dy == null: y = x * coef[2ch] + coef[2ch+1];
-  // else y = x * coef[3ch] + dy * coef[3ch+1] + coef[3ch+2].
+  // Per channel affine map, blended into y: dy == null: y = x * coef[2ch] + coef[2ch+1] + beta * y;
+  // else y = x * coef[3ch] + dy * coef[3ch+1] + coef[3ch+2] + beta * y. beta == 0 never reads y.
   virtual void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef,
-                              float* y) {
-    (void)shape; (void)x; (void)dy; (void)coef; (void)y;
+                              double beta, float* y) {
+    (void)shape; (void)x; (void)dy; (void)coef; (void)beta; (void)y;
     throw std::logic_error(name() + " backend has no batch norm");
   }
-  // On Queue::compute, the layers of layers.hpp over dense chunks [n, c, in...] (shape.k unused):
-  //   activation: y = f(x); dx = f'(x) * dy from y, dy and x
+  // On Queue::compute, the layers of layers.hpp over dense chunks [n, c, in...] (shape.k unused),
+  // each blending its result r into its output as cuDNN does: out = alpha * r + beta * out (beta == 0
+  // never reads out):
+  //   activation: r = f(x); backward r = f'(x) * dy from y, dy and x
   //   softmax: over c per (n, position) or over c*space per n (instance); log: log-softmax
-  //   add_tensor: out = alpha * a + beta * (b ? b : out), a shaped a_shape (dims 1 or out's); beta == 0
-  //   never reads out
+  //   add_tensor: out = alpha * a + beta * (b ? b : out), a shaped a_shape (dims 1 or out's)
   // The defaults (host/host_layers.cpp) are the reference loops over host-addressable slots, which
   // is what the host backend uses; the cuda backend overrides them with cuDNN.
-  virtual void activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y);
+  virtual void activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y,
+                                  double alpha, double beta);
   virtual void activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
-                                   const float* dy, const float* x, float* dx);
-  virtual void softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y);
+                                   const float* dy, const float* x, float* dx, double alpha, double beta);
+  virtual void softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y,
+                               double alpha, double beta);
   virtual void softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                                float* dx);
-  // pooling: y over shape.out from x over shape.in with shape's kernel, stride and symmetric padding
-  virtual void pool_forward(const ChunkConv& shape, PoolMode mode, const float* x, float* y);
-  //   pool backward: dx over shape.in (overwritten) from y, dy over shape.out and x over shape.in
+                                float* dx, double alpha, double beta);
+  // pooling: r over shape.out from x over shape.in with shape's kernel, stride and symmetric padding
+  virtual void pool_forward(const ChunkConv& shape, PoolMode mode, const float* x, float* y, double alpha,
+                            double beta);
+  //   pool backward: r over shape.in from y, dy over shape.out and x over shape.in
   virtual void pool_backward(const ChunkConv& shape, PoolMode mode, const float* y, const float* dy, const float* x,
-                             float* dx);
+                             float* dx, double alpha, double beta);
   virtual void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
                           double beta, const float* b, float* out);
 

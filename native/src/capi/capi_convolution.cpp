@@ -1,11 +1,8 @@
 // ooc_cudnnConvolution*: cuDNN's convolution entry points over device, pinned or pageable memory.
 // Each checks its arguments first (before the handle is touched), then either calls cuDNN itself
 // (everything on the device and within the memory limit) or runs the out-of-core path.
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <initializer_list>
-#include <optional>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/pointer_kind.hpp"
@@ -15,68 +12,6 @@
 
 namespace ooc::capi {
 namespace {
-
-std::atomic<bool> g_host_backend{false};
-
-// Legacy cuDNN descriptors count elements in int; beyond that only the chunked path can run.
-constexpr int64_t kMaxInCoreElements = (int64_t{1} << 31) - 1;
-
-struct TensorRef {
-  const void* data;
-  int64_t elements;
-};
-
-// The line oocGetLastPlanDescription gives when cuDNN ran the call itself, or nothing when the
-// call must run out of core: some tensor is in host memory, too large for cuDNN's int counts, or
-// the tensors together exceed the memory limit.
-std::optional<std::string> in_core(const char* cudnn_call, std::initializer_list<TensorRef> tensors) {
-  if (g_host_backend) return std::nullopt;
-  size_t bytes = 0;
-  for (const TensorRef& t : tensors) {
-    if (t.elements > kMaxInCoreElements || !is_device_memory(t.data)) return std::nullopt;
-    bytes += static_cast<size_t>(t.elements) * sizeof(float);
-  }
-  const size_t limit = default_memory_limit();
-  if (limit != 0 && bytes > limit) return std::nullopt;
-  return std::string(cudnn_call) + " called directly: every tensor on the device, " + std::to_string(bytes) +
-         " bytes" + (limit ? " within the memory limit of " + std::to_string(limit) + " bytes" : " (no memory limit set)");
-}
-
-// Options for the chunked run. The handle's stream may still be producing the inputs: wait for it,
-// and for the legacy default stream, which a blocking handle stream would be ordered after
-// (ooc_cudaMemcpy's device-to-device copies land there). The run returns when the output is in
-// place, so later work on either stream sees it.
-Options out_of_core_options(cudnnHandle_t handle) {
-  Options options;
-  if (g_host_backend) {
-    options.backend = BackendKind::host;
-    return options;
-  }
-  if (device_count() == 0) throw cuda_error(cudaErrorNoDevice, "no CUDA device is present");
-  options.backend = BackendKind::cuda;
-  OOC_CUDA_CHECK(cudaGetDevice(&options.device));
-  cudaStream_t stream = nullptr;
-  OOC_CUDNN_CHECK(cudnnGetStream(handle, &stream));
-  OOC_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (stream != nullptr) OOC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-  return options;
-}
-
-void check_handle(cudnnHandle_t handle) {
-  if (!handle) throw invalid_argument("handle is null");
-}
-
-void require_pointers(std::initializer_list<std::pair<const void*, const char*>> pointers) {
-  for (const auto& [ptr, name] : pointers) require_pointer(ptr, name);
-}
-
-float scalar(const void* p) { return *static_cast<const float*>(p); }
-
-void same_rank(const Shape& a, const char* a_name, const Shape& b, const char* b_name) {
-  if (a.size() != b.size())
-    throw invalid_argument(std::string(a_name) + " has " + std::to_string(a.size()) + " dimensions, " + b_name +
-                           " has " + std::to_string(b.size()));
-}
 
 // [1, K, 1, 1(, 1)]: the bias-shaped descriptors (bias, db) of a rank-`rank` convolution.
 Shape bias_shape(size_t rank, int64_t k) {
@@ -103,7 +38,7 @@ ConvProblem forward_problem(cudnnTensorDescriptor_t xDesc, cudnnFilterDescriptor
 // workers otherwise. A second pass over y; the pipeline does not fuse epilogues yet.
 void relu_in_place(cudnnHandle_t handle, cudnnActivationDescriptor_t activation, cudnnNanPropagation_t nan,
                    cudnnTensorDescriptor_t yDesc, float* y, int64_t count) {
-  if (!g_host_backend && is_device_memory(y)) {
+  if (!host_backend_for_tests() && is_device_memory(y)) {
     const float one = 1.0f, zero = 0.0f;
     OOC_CUDNN_CHECK(cudnnActivationForward(handle, activation, &one, yDesc, y, &zero, yDesc, y));
     return;
@@ -115,26 +50,7 @@ void relu_in_place(cudnnHandle_t handle, cudnnActivationDescriptor_t activation,
   });
 }
 
-// Calls cuDNN itself (`direct`) when in_core says so, else runs `chunked(options, plan, stats)`;
-// records what ran as the thread's last call.
-template <typename Direct, typename Chunked>
-cudnnStatus_t dispatch(const char* cudnn_call, std::initializer_list<TensorRef> tensors, cudnnHandle_t handle,
-                       Direct direct, Chunked chunked) {
-  if (auto text = in_core(cudnn_call, tensors)) {
-    const cudnnStatus_t status = direct();
-    if (status == CUDNN_STATUS_SUCCESS) record_direct_call(std::move(*text));
-    return status;
-  }
-  Plan plan;
-  RunStats stats;
-  chunked(out_of_core_options(handle), &plan, &stats);
-  record_plan_run(std::move(plan), stats);
-  return CUDNN_STATUS_SUCCESS;
-}
-
 }  // namespace
-
-void testing::use_host_backend(bool enabled) { g_host_backend = enabled; }
 
 }  // namespace ooc::capi
 
@@ -174,13 +90,8 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBiasActivationForward(
   return guarded("ooc_cudnnConvolutionBiasActivationForward", [&]() -> cudnnStatus_t {
     check_handle(handle);
     require_pointers({{alpha1, "alpha1"}, {x, "x"}, {w, "w"}, {alpha2, "alpha2"}, {z, "z"}, {bias, "bias"}, {y, "y"}});
-    if (!activationDesc) throw invalid_argument("activationDesc is null");
-    cudnnActivationMode_t mode{};
-    cudnnNanPropagation_t nan{};
-    double coef = 0;
-    const cudnnStatus_t read = cudnnGetActivationDescriptor(activationDesc, &mode, &nan, &coef);
-    if (read != CUDNN_STATUS_SUCCESS)
-      throw invalid_argument(std::string("activationDesc cannot be read: ") + cudnnGetErrorString(read));
+    const ActivationSetting act = activation_setting(activationDesc, "activationDesc");
+    const cudnnActivationMode_t mode = act.mode;
     if (mode != CUDNN_ACTIVATION_RELU && mode != CUDNN_ACTIVATION_IDENTITY)
       throw not_supported("activationDesc: only CUDNN_ACTIVATION_RELU and CUDNN_ACTIVATION_IDENTITY are supported");
     const ConvProblem p = forward_problem(xDesc, wDesc, convDesc, yDesc, scalar(alpha1), scalar(alpha2), true);
@@ -212,7 +123,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBiasActivationForward(
           conv_forward(p, static_cast<const float*>(x), static_cast<const float*>(w), static_cast<const float*>(bias),
                        static_cast<float*>(y), options, plan, stats);
           if (mode == CUDNN_ACTIVATION_RELU)
-            relu_in_place(handle, activationDesc, nan, yDesc, static_cast<float*>(y), p.y_elements());
+            relu_in_place(handle, activationDesc, act.nan, yDesc, static_cast<float*>(y), p.y_elements());
         });
   });
 }
@@ -297,6 +208,3 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardBias(cudnnHandle_t handle, 
         });
   });
 }
-
-extern "C" void oocSetMemoryLimit(size_t bytes) { set_default_memory_limit(bytes); }
-extern "C" size_t oocGetMemoryLimit(void) { return default_memory_limit(); }

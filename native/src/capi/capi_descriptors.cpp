@@ -1,6 +1,6 @@
-// cuDNN descriptors read back (cudnnGet*NdDescriptor) into the shapes and geometry of an
-// ooc::ConvProblem. Only what the out-of-core path serves passes: packed NCHW float32, 4-D or 5-D,
-// cross-correlation, one group.
+// cuDNN descriptors read back (cudnnGet*NdDescriptor, cudnnGet*Descriptor) into the shapes and
+// settings of the library's problems. Only what the out-of-core path serves passes: packed NCHW
+// float32 of the ranks each call allows, cross-correlation, one group.
 #include <sstream>
 
 #include "capi/capi_internal.hpp"
@@ -15,11 +15,12 @@ void check_read(cudnnStatus_t status, const char* name) {
     throw invalid_argument(std::string(name) + " cannot be read: " + cudnnGetErrorString(status));
 }
 
-void check_rank(int rank, const char* name) {
+void check_rank(int rank, const char* name, int min_rank, int max_rank) {
   if (rank == 0) throw invalid_argument(std::string(name) + " has not been set");
-  if (rank != 4 && rank != 5)
-    throw not_supported(std::string(name) + " has " + std::to_string(rank) +
-                        " dimensions; only 4-D and 5-D (2-D and 3-D convolution) are supported");
+  if (rank < min_rank || rank > max_rank)
+    throw not_supported(std::string(name) + " has " + std::to_string(rank) + " dimensions; only " +
+                        std::to_string(min_rank) + "-D to " + std::to_string(max_rank) +
+                        "-D tensors are supported here");
 }
 
 void check_float(cudnnDataType_t type, const char* name) {
@@ -44,12 +45,12 @@ int64_t elements(const Shape& shape) {
   return n;
 }
 
-Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name) {
+Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank, int max_rank) {
   if (!desc) throw invalid_argument(std::string(name) + " is null");
   cudnnDataType_t type{};
   int rank = 0, dims[kMaxDims] = {}, strides[kMaxDims] = {};
   check_read(cudnnGetTensorNdDescriptor(desc, kMaxDims, &type, &rank, dims, strides), name);
-  check_rank(rank, name);
+  check_rank(rank, name, min_rank, max_rank);
   check_float(type, name);
   Shape shape(dims, dims + rank);
   // Packed NCHW: each stride is the product of the dims after it. A dim of size 1 is never
@@ -73,7 +74,7 @@ Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name) {
   cudnnTensorFormat_t format{};
   int rank = 0, dims[kMaxDims] = {};
   check_read(cudnnGetFilterNdDescriptor(desc, kMaxDims, &type, &format, &rank, dims), name);
-  check_rank(rank, name);
+  check_rank(rank, name, 4, 5);
   check_float(type, name);
   if (format != CUDNN_TENSOR_NCHW)
     throw not_supported(std::string(name) + " is not in CUDNN_TENSOR_NCHW format; only NCHW filters are supported");
@@ -108,6 +109,38 @@ ConvGeometry conv_geometry(cudnnConvolutionDescriptor_t desc, size_t spatial_dim
   return g;
 }
 
+ActivationSetting activation_setting(cudnnActivationDescriptor_t desc, const char* name) {
+  if (!desc) throw invalid_argument(std::string(name) + " is null");
+  ActivationSetting a;
+  check_read(cudnnGetActivationDescriptor(desc, &a.mode, &a.nan, &a.coef), name);
+  if (a.mode == CUDNN_ACTIVATION_SWISH) check_read(cudnnGetActivationDescriptorSwishBeta(desc, &a.swish_beta), name);
+  return a;
+}
+
+PoolingSetting pooling_setting(cudnnPoolingDescriptor_t desc, size_t spatial_dims) {
+  if (!desc) throw invalid_argument("poolingDesc is null");
+  constexpr int kMaxSpatialDims = CUDNN_DIM_MAX - 2;
+  PoolingSetting s;
+  cudnnNanPropagation_t nan{};
+  int length = 0, window[kMaxSpatialDims] = {}, pad[kMaxSpatialDims] = {}, stride[kMaxSpatialDims] = {};
+  check_read(cudnnGetPoolingNdDescriptor(desc, kMaxSpatialDims, &s.mode, &nan, &length, window, pad, stride),
+             "poolingDesc");
+  if (length == 0) throw invalid_argument("poolingDesc has not been set");
+  if (static_cast<size_t>(length) != spatial_dims)
+    throw invalid_argument("poolingDesc has " + std::to_string(length) + " spatial dimensions, the tensors have " +
+                           std::to_string(spatial_dims));
+  s.window.assign(window, window + length);
+  s.padding.assign(pad, pad + length);
+  s.stride.assign(stride, stride + length);
+  return s;
+}
+
+void same_rank(const Shape& a, const char* a_name, const Shape& b, const char* b_name) {
+  if (a.size() != b.size())
+    throw invalid_argument(std::string(a_name) + " has " + std::to_string(a.size()) + " dimensions, " + b_name +
+                           " has " + std::to_string(b.size()));
+}
+
 void expect_shape(const Shape& got, const Shape& want, const char* name) {
   if (got != want)
     throw invalid_argument(std::string(name) + " is " + format_shape(got) + ", expected " + format_shape(want));
@@ -115,6 +148,10 @@ void expect_shape(const Shape& got, const Shape& want, const char* name) {
 
 void require_pointer(const void* ptr, const char* name) {
   if (!ptr) throw invalid_argument(std::string(name) + " is null");
+}
+
+void require_pointers(std::initializer_list<std::pair<const void*, const char*>> pointers) {
+  for (const auto& [ptr, name] : pointers) require_pointer(ptr, name);
 }
 
 }  // namespace ooc::capi

@@ -1,11 +1,15 @@
-// Shared by the C API's translation units (ooc_cudnn.h): the one exception-to-status translation
-// every entry point goes through, the calling thread's last call, and descriptor reading.
+// Shared by the C API's translation units (ooc_cudnn.h, ooc_cublas.h): the one exception-to-status
+// translation every entry point goes through, the calling thread's last call, descriptor reading,
+// and the dispatch between the library's own call and the out-of-core path.
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
 #include <cstddef>
+#include <functional>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,10 +75,10 @@ size_t copy_text(const std::string& text, char* buf, size_t len) noexcept;
 
 using Shape = std::vector<int64_t>;
 
-// Shapes of fully-packed NCHW float32 descriptors, 4-D or 5-D. Throws invalid_argument (null or
-// unset descriptor) or not_supported (other dtype, layout, strides or rank); `name` is the
-// argument's name in cuDNN's signature.
-Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name);
+// Shapes of fully-packed NCHW float32 descriptors of rank min_rank..max_rank (tensors) or 4-D/5-D
+// (filters). Throws invalid_argument (null or unset descriptor) or not_supported (other dtype,
+// layout, strides or rank); `name` is the argument's name in cuDNN's signature.
+Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank = 4, int max_rank = 5);
 Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name);
 
 struct ConvGeometry {
@@ -83,13 +87,86 @@ struct ConvGeometry {
 // Cross-correlation, float compute, group count 1, `spatial_dims` dimensions.
 ConvGeometry conv_geometry(cudnnConvolutionDescriptor_t desc, size_t spatial_dims);
 
+struct ActivationSetting {
+  cudnnActivationMode_t mode{};
+  cudnnNanPropagation_t nan{};
+  double coef = 0;        // clipped ReLU's ceiling, ELU's alpha
+  double swish_beta = 1;  // cudnnSetActivationDescriptorSwishBeta's
+};
+ActivationSetting activation_setting(cudnnActivationDescriptor_t desc, const char* name);
+
+struct PoolingSetting {
+  cudnnPoolingMode_t mode{};
+  std::vector<int64_t> window, padding, stride;
+};
+// `spatial_dims` dimensions (the tensors'); invalid_argument otherwise.
+PoolingSetting pooling_setting(cudnnPoolingDescriptor_t desc, size_t spatial_dims);
+
+// Throws invalid_argument unless a and b have the same rank, naming both.
+void same_rank(const Shape& a, const char* a_name, const Shape& b, const char* b_name);
 // Throws invalid_argument unless `got` is `want`, naming the descriptor.
 void expect_shape(const Shape& got, const Shape& want, const char* name);
 void require_pointer(const void* ptr, const char* name);
+void require_pointers(std::initializer_list<std::pair<const void*, const char*>> pointers);
 std::string format_shape(const Shape& shape);
 int64_t elements(const Shape& shape);
 
-// --- capi_convolution.cpp ---
+// --- capi_dispatch.cpp: the choice between cuDNN itself and the out-of-core path ---
+
+// A tensor of the call: where it is (null: an optional one left out) and how many floats it spans.
+struct TensorRef {
+  const void* data;
+  int64_t elements;
+};
+
+// The line oocGetLastPlanDescription gives when the library (`call`) runs the call itself, or
+// nothing when the call must run out of core: some tensor is in host memory, too large for cuDNN's
+// int counts, or the tensors together exceed the memory limit.
+std::optional<std::string> in_core(const char* call, std::initializer_list<TensorRef> tensors);
+
+// Options for the chunked run, after waiting for the caller's stream (its work may produce the
+// inputs) and the legacy default stream; `caller_stream` is only asked on the cuda backend.
+Options out_of_core_options(const std::function<cudaStream_t()>& caller_stream);
+Options out_of_core_options(cudnnHandle_t handle);
+
+// True while tests run the out-of-core path on the host backend (testing::use_host_backend).
+bool host_backend_for_tests() noexcept;
+
+void check_handle(cudnnHandle_t handle);
+inline float scalar(const void* p) { return *static_cast<const float*>(p); }
+// Caller tensors as the library's float pointers (the C API serves float data only).
+inline const float* floats(const void* p) { return static_cast<const float*>(p); }
+inline float* floats(void* p) { return static_cast<float*>(p); }
+
+// Runs `direct()` (the library's own call, returning its status) when in_core says so, else
+// `chunked(options, plan, stats)` with options from `options()`; records what ran as the thread's
+// last call.
+template <typename Status, typename Direct, typename Chunked>
+Status dispatch_call(Status success, const char* call, std::initializer_list<TensorRef> tensors,
+                     const std::function<Options()>& options, Direct direct, Chunked chunked) {
+  if (auto text = in_core(call, tensors)) {
+    const Status status = direct();
+    if (status == success) record_direct_call(std::move(*text));
+    return status;
+  }
+  Plan plan;
+  RunStats stats;
+  chunked(options(), &plan, &stats);
+  record_plan_run(std::move(plan), stats);
+  return success;
+}
+
+template <typename Direct, typename Chunked>
+cudnnStatus_t dispatch(const char* cudnn_call, std::initializer_list<TensorRef> tensors, cudnnHandle_t handle,
+                       Direct direct, Chunked chunked) {
+  return dispatch_call(CUDNN_STATUS_SUCCESS, cudnn_call, tensors, [handle] { return out_of_core_options(handle); },
+                       direct, chunked);
+}
+
+// Per-channel (and other small) tensors the library reads and writes on the host: copies of
+// caller memory of any kind.
+std::vector<float> read_floats(const void* src, int64_t count);
+void write_floats(void* dst, const std::vector<float>& values);
 
 namespace testing {
 // Test-only: runs the out-of-core path on the host backend (never touching the handle or CUDA),

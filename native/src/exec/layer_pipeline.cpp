@@ -15,6 +15,13 @@ Box box_of(Range a, Range b, Range s0 = {0, 1}, Range s1 = {0, 1}, Range s2 = {0
 
 TensorView view(const void* data, const Extent& shape) { return TensorView::contiguous(data, shape, 5, 4); }
 
+// A row-major [rows, cols] matrix whose rows lie `ld` elements apart.
+TensorView matrix_view(const void* data, int64_t rows, int64_t cols, int64_t ld) {
+  TensorView v = view(data, {rows, cols, 1, 1, 1});
+  v.strides[0] = ld;
+  return v;
+}
+
 void add_stats(RunStats& total, const RunStats& s) {
   total.bytes_h2d += s.bytes_h2d;
   total.bytes_d2h += s.bytes_d2h;
@@ -32,8 +39,8 @@ void add_stats(RunStats& total, const RunStats& s) {
 
 }  // namespace
 
-RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans_b, const float* a, const float* b,
-                    const float* bias, float* c, ThreadPool& pool) {
+RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans_b, const float* a, int64_t lda,
+                    const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc, ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   const int64_t M = p.n, K = p.c, N = p.k;
   OperationSpec spec;
@@ -42,9 +49,9 @@ RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans
   spec.out = {c, plan.y_buffers, plan.y_slot_bytes};
   spec.beta = p.beta;
   spec.workspace_bytes = plan.workspace_bytes;
-  const TensorView av = view(a, trans_a ? Extent{K, M, 1, 1, 1} : Extent{M, K, 1, 1, 1});
-  const TensorView bv = view(b, trans_b ? Extent{N, K, 1, 1, 1} : Extent{K, N, 1, 1, 1});
-  const TensorView cv = view(c, {M, N, 1, 1, 1});
+  const TensorView av = trans_a ? matrix_view(a, K, M, lda) : matrix_view(a, M, K, lda);
+  const TensorView bv = trans_b ? matrix_view(b, N, K, ldb) : matrix_view(b, K, N, ldb);
+  const TensorView cv = matrix_view(c, M, N, ldc);
   // Tiles keep the stored layout; the kernel is told which operand is transposed.
   spec.a_region = [=](const Chunk& ch) { return Region{av, trans_a ? box_of(ch.c, ch.n) : box_of(ch.n, ch.c)}; };
   spec.b_region = [=](const Chunk& ch) { return Region{bv, trans_b ? box_of(ch.k, ch.c) : box_of(ch.c, ch.k)}; };
@@ -87,14 +94,15 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
   };
   RunStats total;
   total.h2d_busy_seconds = total.compute_busy_seconds = total.d2h_busy_seconds = -1;
-  std::vector<float> coef;  // resident per-channel coefficients of the apply pass
+  std::vector<float> coef;  // resident per-channel coefficients of the apply pass, alpha folded in
+  const double alpha = p.alpha;
 
   if (p.op == Operation::batchnorm_forward_inference) {
     coef.resize(2 * C);
     for (int64_t c = 0; c < C; ++c) {
       const double a = t.scale[c] / std::sqrt(static_cast<double>(t.var[c]) + t.eps);
-      coef[2 * c] = static_cast<float>(a);
-      coef[2 * c + 1] = static_cast<float>(t.bias[c] - t.mean[c] * a);
+      coef[2 * c] = static_cast<float>(alpha * a);
+      coef[2 * c + 1] = static_cast<float>(alpha * (t.bias[c] - t.mean[c] * a));
     }
   } else {
     // Pass 1: each chunk writes its own row of a [chunks, C, 2] table (no accumulation on the device).
@@ -147,9 +155,9 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
         const double g = t.scale[c] * invstd, mean_dy = m1[c] / total_count, mean_dyx = m2[c] / total_count;
         t.dbias[c] = static_cast<float>(m1[c]);
         t.dscale[c] = static_cast<float>(m2[c]);
-        coef[3 * c] = static_cast<float>(-g * invstd * mean_dyx);
-        coef[3 * c + 1] = static_cast<float>(g);
-        coef[3 * c + 2] = static_cast<float>(-g * mean_dy + g * invstd * mean * mean_dyx);
+        coef[3 * c] = static_cast<float>(alpha * -g * invstd * mean_dyx);
+        coef[3 * c + 1] = static_cast<float>(alpha * g);
+        coef[3 * c + 2] = static_cast<float>(alpha * (-g * mean_dy + g * invstd * mean * mean_dyx));
         continue;
       }
       const double mean = m1[c], var = m2[c] / total_count, invstd = 1.0 / std::sqrt(var + t.eps);
@@ -161,19 +169,23 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
         t.running_var[c] = static_cast<float>((1 - t.momentum) * t.running_var[c] + t.momentum * unbiased);
       }
       const double a = t.scale[c] * invstd;
-      coef[2 * c] = static_cast<float>(a);
-      coef[2 * c + 1] = static_cast<float>(t.bias[c] - mean * a);
+      coef[2 * c] = static_cast<float>(alpha * a);
+      coef[2 * c + 1] = static_cast<float>(alpha * (t.bias[c] - mean * a));
     }
   }
+  if (!t.out) return total;  // statistics only
 
-  // The apply pass: y (or dx) = per-channel affine map of x (and dy).
+  // The apply pass: y (or dx) = per-channel affine map of x (and dy), blended into the output.
   const int per = backward ? 3 : 2;
   OperationSpec spec = base_spec(t.out, plan.y_slot_bytes);
+  spec.beta = p.beta;
   spec.out_region = [ov](const Chunk& ch) { return Region{ov, box_of(ch.n, ch.c, ch.in[0], ch.in[1], ch.in[2])}; };
   spec.resident = Region{view(coef.data(), {C, per, 1, 1, 1}), box_of({0, C}, {0, per})};
   spec.resident_bytes = plan.bias_bytes;
-  spec.compute = [&](const Chunk& ch, const float* xs, const float* dys, const float* res, float* outs, double,
-                     void*) { backend.channel_affine(shape_of(ch), xs, backward ? dys : nullptr, res + per * ch.c.begin, outs); };
+  spec.compute = [&](const Chunk& ch, const float* xs, const float* dys, const float* res, float* outs, double beta,
+                     void*) {
+    backend.channel_affine(shape_of(ch), xs, backward ? dys : nullptr, res + per * ch.c.begin, beta, outs);
+  };
   add_stats(total, run_chunks(plan, backend, pool, spec));
   return total;
 }

@@ -7,14 +7,15 @@
 
 namespace ooc {
 
-RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans_b, const float* a, const float* b,
-                    const float* bias, float* c, ThreadPool& pool);
+// lda, ldb, ldc: each matrix's row stride as stored, in elements (its row length when packed).
+RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans_b, const float* a, int64_t lda,
+                    const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc, ThreadPool& pool);
 
 struct BatchnormTensors {
   const float *x = nullptr, *dy = nullptr, *scale = nullptr, *bias = nullptr;
   const float *mean = nullptr, *var = nullptr;            // inference: the statistics to use
   const float *saved_mean = nullptr, *saved_invstd = nullptr;  // backward: the forward's
-  float *out = nullptr;                                   // y or dx
+  float *out = nullptr;                                   // y or dx (training: null for statistics only)
   float *out_mean = nullptr, *out_invstd = nullptr;       // training: saved_mean, saved_invstd
   float *running_mean = nullptr, *running_var = nullptr;  // training, optional
   float *dscale = nullptr, *dbias = nullptr;              // backward

@@ -49,7 +49,7 @@ Plan plan_batchnorm_for(const ConvProblem& p, const PlannerConfig& cfg) {
       const double in_bytes = x_bytes * (backward ? 2 : 1);
       const double partial_bytes = passes == 2 ? chunks * 2.0 * tile[1] * es : 0;
       TrafficEstimate t;
-      t.bytes_h2d = passes * in_bytes + coef_slot;
+      t.bytes_h2d = passes * in_bytes + coef_slot + (p.beta != 0.0 ? x_bytes : 0.0);  // beta: y / dx loaded
       t.bytes_d2h = x_bytes + partial_bytes;
       t.flops = (backward ? 8.0 : 5.0) * x_bytes / es;
       t.num_chunks = static_cast<double>(chunks * passes);

@@ -225,6 +225,7 @@ Plan plan_pool(const ConvProblem& p, const PlannerConfig& config) {
     });
     if (plan.chunks.size() > planner_parts::kMaxChunks) continue;
     plan.bytes_d2h = static_cast<size_t>(static_cast<double>(p.y_elements()) * es);
+    if (p.beta != 0.0) plan.bytes_h2d += plan.bytes_d2h;  // y is loaded to be blended into
     plan.predicted_seconds = predicted_seconds(p, plan, config.machine);
     return plan;
   }
@@ -297,6 +298,7 @@ Plan plan_pool_backward_for(const ConvProblem& p, const PlannerConfig& config) {
     });
     if (plan.chunks.size() > planner_parts::kMaxChunks) continue;
     plan.bytes_d2h = static_cast<size_t>(static_cast<double>(p.x_elements()) * es);
+    if (p.beta != 0.0) plan.bytes_h2d += plan.bytes_d2h;  // dx is loaded to be blended into
     plan.predicted_seconds = predicted_seconds(p, plan, config.machine);
     return plan;
   }

@@ -224,45 +224,47 @@ class CudaBackend final : public Backend {
     cuda_kernels::channel_grad_sums(shape, x, dy, mean_invstd, sums, scratch, resources_->compute.get());
   }
 
-  void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef,
+  void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef, double beta,
                       float* y) override {
     DeviceScope scope(device_);
     QueueTimer::Span span = timed(Queue::compute);
-    cuda_kernels::channel_affine(shape, x, dy, coef, y, resources_->compute.get());
+    cuda_kernels::channel_affine(shape, x, dy, coef, static_cast<float>(beta), y, resources_->compute.get());
   }
 
   // The layers of layers.hpp (cudnn_layers.cpp), on the compute stream.
-  void activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const float* x, float* y) override {
+  void activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const float* x, float* y,
+                          double alpha, double beta) override {
     on_compute_stream("activation_forward", [&](cudnnHandle_t h) {
-      cudnn_layers::activation_forward(h, s, mode, coef, x, y);
+      cudnn_layers::activation_forward(h, s, mode, coef, x, y, {alpha, beta});
     });
   }
   void activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const float* y, const float* dy,
-                           const float* x, float* dx) override {
+                           const float* x, float* dx, double alpha, double beta) override {
     on_compute_stream("activation_backward", [&](cudnnHandle_t h) {
-      cudnn_layers::activation_backward(h, s, mode, coef, y, dy, x, dx);
+      cudnn_layers::activation_backward(h, s, mode, coef, y, dy, x, dx, {alpha, beta});
     });
   }
-  void softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* x, float* y) override {
+  void softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* x, float* y, double alpha,
+                       double beta) override {
     on_compute_stream("softmax_forward", [&](cudnnHandle_t h) {
-      cudnn_layers::softmax_forward(h, s, mode, log, x, y);
+      cudnn_layers::softmax_forward(h, s, mode, log, x, y, {alpha, beta});
     });
   }
-  void softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                        float* dx) override {
+  void softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* y, const float* dy, float* dx,
+                        double alpha, double beta) override {
     on_compute_stream("softmax_backward", [&](cudnnHandle_t h) {
-      cudnn_layers::softmax_backward(h, s, mode, log, y, dy, dx);
+      cudnn_layers::softmax_backward(h, s, mode, log, y, dy, dx, {alpha, beta});
     });
   }
-  void pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y) override {
+  void pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y, double alpha, double beta) override {
     on_compute_stream("pool_forward", [&](cudnnHandle_t h) {
-      cudnn_layers::pool_forward(h, s, mode, x, y);
+      cudnn_layers::pool_forward(h, s, mode, x, y, {alpha, beta});
     });
   }
-  void pool_backward(const ChunkConv& s, PoolMode mode, const float* y, const float* dy, const float* x,
-                     float* dx) override {
+  void pool_backward(const ChunkConv& s, PoolMode mode, const float* y, const float* dy, const float* x, float* dx,
+                     double alpha, double beta) override {
     on_compute_stream("pool_backward", [&](cudnnHandle_t h) {
-      cudnn_layers::pool_backward(h, s, mode, y, dy, x, dx);
+      cudnn_layers::pool_backward(h, s, mode, y, dy, x, dx, {alpha, beta});
     });
   }
   void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a, double beta,

@@ -56,41 +56,39 @@ cudnnSoftmaxMode_t softmax_mode(SoftmaxMode m) {
   return m == SoftmaxMode::channel ? CUDNN_SOFTMAX_MODE_CHANNEL : CUDNN_SOFTMAX_MODE_INSTANCE;
 }
 
-const float kOne = 1.0f, kZero = 0.0f;
-
 }  // namespace
 
 void activation_forward(cudnnHandle_t handle, const ChunkConv& shape, ActivationMode mode, double coef,
-                        const float* x, float* y) {
+                        const float* x, float* y, Scaling k) {
   ActivationDescriptor act;
   set_activation(act, mode, coef);
   TensorDescriptor t;
   set_flat(t, shape);
-  OOC_CUDNN_CHECK(cudnnActivationForward(handle, act, &kOne, t, x, &kZero, t, y));
+  OOC_CUDNN_CHECK(cudnnActivationForward(handle, act, &k.alpha, t, x, &k.beta, t, y));
 }
 
 void activation_backward(cudnnHandle_t handle, const ChunkConv& shape, ActivationMode mode, double coef,
-                         const float* y, const float* dy, const float* x, float* dx) {
+                         const float* y, const float* dy, const float* x, float* dx, Scaling k) {
   ActivationDescriptor act;
   set_activation(act, mode, coef);
   TensorDescriptor t;
   set_flat(t, shape);
-  OOC_CUDNN_CHECK(cudnnActivationBackward(handle, act, &kOne, t, y, t, dy, t, x, &kZero, t, dx));
+  OOC_CUDNN_CHECK(cudnnActivationBackward(handle, act, &k.alpha, t, y, t, dy, t, x, &k.beta, t, dx));
 }
 
 void softmax_forward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x,
-                     float* y) {
+                     float* y, Scaling k) {
   TensorDescriptor t;
   set_flat(t, shape);
-  OOC_CUDNN_CHECK(cudnnSoftmaxForward(handle, algorithm(log), softmax_mode(mode), &kOne, t, x, &kZero, t, y));
+  OOC_CUDNN_CHECK(cudnnSoftmaxForward(handle, algorithm(log), softmax_mode(mode), &k.alpha, t, x, &k.beta, t, y));
 }
 
 void softmax_backward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y,
-                      const float* dy, float* dx) {
+                      const float* dy, float* dx, Scaling k) {
   TensorDescriptor t;
   set_flat(t, shape);
   OOC_CUDNN_CHECK(
-      cudnnSoftmaxBackward(handle, algorithm(log), softmax_mode(mode), &kOne, t, y, t, dy, &kZero, t, dx));
+      cudnnSoftmaxBackward(handle, algorithm(log), softmax_mode(mode), &k.alpha, t, y, t, dy, &k.beta, t, dx));
 }
 
 namespace {
@@ -123,15 +121,15 @@ struct PoolingSetup {
 
 }  // namespace
 
-void pool_forward(cudnnHandle_t handle, const ChunkConv& s, PoolMode mode, const float* x, float* y) {
+void pool_forward(cudnnHandle_t handle, const ChunkConv& s, PoolMode mode, const float* x, float* y, Scaling k) {
   const PoolingSetup setup(s, mode);
-  OOC_CUDNN_CHECK(cudnnPoolingForward(handle, setup.pool, &kOne, setup.x, x, &kZero, setup.y, y));
+  OOC_CUDNN_CHECK(cudnnPoolingForward(handle, setup.pool, &k.alpha, setup.x, x, &k.beta, setup.y, y));
 }
 
 void pool_backward(cudnnHandle_t handle, const ChunkConv& s, PoolMode mode, const float* y, const float* dy,
-                   const float* x, float* dx) {
+                   const float* x, float* dx, Scaling k) {
   const PoolingSetup setup(s, mode);
-  OOC_CUDNN_CHECK(cudnnPoolingBackward(handle, setup.pool, &kOne, setup.y, y, setup.y, dy, setup.x, x, &kZero,
+  OOC_CUDNN_CHECK(cudnnPoolingBackward(handle, setup.pool, &k.alpha, setup.y, y, setup.y, dy, setup.x, x, &k.beta,
                                        setup.x, dx));
 }
 

@@ -9,17 +9,24 @@
 
 namespace ooc::cudnn_layers {
 
+// cuDNN's scaling parameters of one call: out = alpha * result + beta * out (float data: float scalars).
+struct Scaling {
+  float alpha = 1.0f, beta = 0.0f;
+  Scaling(double a, double b) : alpha(static_cast<float>(a)), beta(static_cast<float>(b)) {}
+};
+
 void activation_forward(cudnnHandle_t handle, const ChunkConv& shape, ActivationMode mode, double coef,
-                        const float* x, float* y);
+                        const float* x, float* y, Scaling scaling);
 void activation_backward(cudnnHandle_t handle, const ChunkConv& shape, ActivationMode mode, double coef,
-                         const float* y, const float* dy, const float* x, float* dx);
+                         const float* y, const float* dy, const float* x, float* dx, Scaling scaling);
 void softmax_forward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x,
-                     float* y);
+                     float* y, Scaling scaling);
 void softmax_backward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y,
-                      const float* dy, float* dx);
-void pool_forward(cudnnHandle_t handle, const ChunkConv& shape, PoolMode mode, const float* x, float* y);
+                      const float* dy, float* dx, Scaling scaling);
+void pool_forward(cudnnHandle_t handle, const ChunkConv& shape, PoolMode mode, const float* x, float* y,
+                  Scaling scaling);
 void pool_backward(cudnnHandle_t handle, const ChunkConv& shape, PoolMode mode, const float* y, const float* dy,
-                   const float* x, float* dx);
+                   const float* x, float* dx, Scaling scaling);
 // out = alpha * a + beta * (b ? b : out); b (when given) is first copied into out on `stream`.
 void add_tensor(cudnnHandle_t handle, cudaStream_t stream, const ChunkConv& a_shape, const ChunkConv& out_shape,
                 double alpha, const float* a, double beta, const float* b, float* out);

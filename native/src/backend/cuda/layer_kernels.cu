@@ -83,14 +83,13 @@ __global__ void merge_parts_kernel(int64_t n, int64_t c, int64_t space, int64_t 
 }
 
 __global__ void affine_kernel(int64_t total, int64_t c, int64_t space, const float* x, const float* dy,
-                              const float* coef, float* y) {
+                              const float* coef, float beta, float* y) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t ch = (i / space) % c;
-    if (dy)
-      y[i] = x[i] * coef[3 * ch] + dy[i] * coef[3 * ch + 1] + coef[3 * ch + 2];
-    else
-      y[i] = x[i] * coef[2 * ch] + coef[2 * ch + 1];
+    const float r = dy ? x[i] * coef[3 * ch] + dy[i] * coef[3 * ch + 1] + coef[3 * ch + 2]
+                       : x[i] * coef[2 * ch] + coef[2 * ch + 1];
+    y[i] = beta == 0.0f ? r : r + beta * y[i];
   }
 }
 
@@ -138,10 +137,10 @@ void channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, 
   channel_sums<true>(s, x, dy, mean_invstd, sums, scratch, stream);
 }
 
-void channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float* y,
+void channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float beta, float* y,
                     cudaStream_t stream) {
   const int64_t total = s.n * s.c * s.space;
-  affine_kernel<<<grid_for(total, 256), 256, 0, stream>>>(total, s.c, s.space, x, dy, coef, y);
+  affine_kernel<<<grid_for(total, 256), 256, 0, stream>>>(total, s.c, s.space, x, dy, coef, beta, y);
   OOC_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -28,7 +28,8 @@ size_t reduction_scratch_bytes(const ChunkChannels& s);
 void channel_moments(const ChunkChannels& s, const float* x, float* stats, double* scratch, cudaStream_t stream);
 void channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd, float* sums,
                        double* scratch, cudaStream_t stream);
-void channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float* y,
+// y = the per-channel affine map of x (and dy) + beta * y; beta == 0 never reads y.
+void channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float beta, float* y,
                     cudaStream_t stream);
 // c[i, j] += bias[j] over a row-major [rows, cols] matrix.
 void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* c, cudaStream_t stream);

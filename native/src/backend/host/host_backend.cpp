@@ -76,9 +76,9 @@ class HostBackend final : public Backend {
                          float* sums) override {
     host_channel_grad_sums(shape, x, dy, mean_invstd, sums, ThreadPool::shared());
   }
-  void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef,
+  void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef, double beta,
                       float* y) override {
-    host_channel_affine(shape, x, dy, coef, y, ThreadPool::shared());
+    host_channel_affine(shape, x, dy, coef, beta, y, ThreadPool::shared());
   }
 
   bool host_is_device_accessible(const void*) override { return direct_access(); }

@@ -3,6 +3,12 @@
 #include <vector>
 
 namespace ooc {
+namespace {
+
+// r + beta * old, as the layers blend into their output; beta == 0 never reads old.
+float blended(float r, double beta, float old) { return beta == 0.0 ? r : static_cast<float>(r + beta * old); }
+
+}  // namespace
 
 void host_gemm(const ChunkGemm& s, const float* a, const float* b, const float* bias, float* c, double alpha,
                double beta, ThreadPool& pool) {
@@ -66,17 +72,17 @@ void host_channel_grad_sums(const ChunkChannels& s, const float* x, const float*
   });
 }
 
-void host_channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float* y,
-                         ThreadPool& pool) {
+void host_channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, double beta,
+                         float* y, ThreadPool& pool) {
   pool.parallel_for(s.n * s.c, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t ch = row % s.c, o = row * s.space;
       if (dy) {
         const float a = coef[3 * ch], b = coef[3 * ch + 1], c = coef[3 * ch + 2];
-        for (int64_t i = 0; i < s.space; ++i) y[o + i] = x[o + i] * a + dy[o + i] * b + c;
+        for (int64_t i = 0; i < s.space; ++i) y[o + i] = blended(x[o + i] * a + dy[o + i] * b + c, beta, y[o + i]);
       } else {
         const float a = coef[2 * ch], b = coef[2 * ch + 1];
-        for (int64_t i = 0; i < s.space; ++i) y[o + i] = x[o + i] * a + b;
+        for (int64_t i = 0; i < s.space; ++i) y[o + i] = blended(x[o + i] * a + b, beta, y[o + i]);
       }
     }
   });

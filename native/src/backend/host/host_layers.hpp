@@ -11,7 +11,7 @@ void host_gemm(const ChunkGemm& s, const float* a, const float* b, const float* 
 void host_channel_moments(const ChunkChannels& s, const float* x, float* stats, ThreadPool& pool);
 void host_channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd,
                             float* sums, ThreadPool& pool);
-void host_channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float* y,
-                         ThreadPool& pool);
+void host_channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, double beta,
+                         float* y, ThreadPool& pool);
 
 }  // namespace ooc

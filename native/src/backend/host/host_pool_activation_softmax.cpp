@@ -22,6 +22,11 @@ void each(int64_t count, F f) {
   });
 }
 
+// cuDNN's blend of a result r into an output: alpha * r + beta * out; beta == 0 never reads out.
+float blend(double r, double alpha, double beta, const float& out) {
+  return static_cast<float>(beta == 0.0 ? alpha * r : alpha * r + beta * out);
+}
+
 double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 
 double activate(ActivationMode mode, double coef, double x) {
@@ -69,33 +74,34 @@ void for_each_group(const ChunkConv& s, SoftmaxMode mode, F f) {
 
 }  // namespace
 
-void Backend::activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y) {
-  each(elements(shape), [&](int64_t i) {
-    y[i] = static_cast<float>(activate(mode, coef, x[i]));
-  });
+void Backend::activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y,
+                                 double alpha, double beta) {
+  each(elements(shape), [&](int64_t i) { y[i] = blend(activate(mode, coef, x[i]), alpha, beta, y[i]); });
 }
 
 void Backend::activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
-                                  const float* dy, const float* x, float* dx) {
+                                  const float* dy, const float* x, float* dx, double alpha, double beta) {
   each(elements(shape), [&](int64_t i) {
-    dx[i] = static_cast<float>(activate_grad(mode, coef, y[i], dy[i], x[i]));
+    dx[i] = blend(activate_grad(mode, coef, y[i], dy[i], x[i]), alpha, beta, dx[i]);
   });
 }
 
-void Backend::softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y) {
+void Backend::softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y,
+                              double alpha, double beta) {
   for_each_group(shape, mode, [&](int64_t base, int64_t count, int64_t stride) {
     double m = -INFINITY, sum = 0;
     for (int64_t j = 0; j < count; ++j) m = std::max(m, static_cast<double>(x[base + j * stride]));
     for (int64_t j = 0; j < count; ++j) sum += std::exp(x[base + j * stride] - m);
     for (int64_t j = 0; j < count; ++j) {
       const double v = x[base + j * stride] - m;
-      y[base + j * stride] = static_cast<float>(log ? v - std::log(sum) : std::exp(v) / sum);
+      float& out = y[base + j * stride];
+      out = blend(log ? v - std::log(sum) : std::exp(v) / sum, alpha, beta, out);
     }
   });
 }
 
 void Backend::softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                               float* dx) {
+                               float* dx, double alpha, double beta) {
   for_each_group(shape, mode, [&](int64_t base, int64_t count, int64_t stride) {
     double dot = 0;  // softmax: sum dy*y; log-softmax: sum dy
     for (int64_t j = 0; j < count; ++j) {
@@ -104,7 +110,7 @@ void Backend::softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool lo
     }
     for (int64_t j = 0; j < count; ++j) {
       const int64_t i = base + j * stride;
-      dx[i] = static_cast<float>(log ? dy[i] - std::exp(static_cast<double>(y[i])) * dot : y[i] * (dy[i] - dot));
+      dx[i] = blend(log ? dy[i] - std::exp(static_cast<double>(y[i])) * dot : y[i] * (dy[i] - dot), alpha, beta, dx[i]);
     }
   });
 }
@@ -132,7 +138,7 @@ void Backend::add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, d
 
 namespace ooc {
 
-void Backend::pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y) {
+void Backend::pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y, double alpha, double beta) {
   const int64_t in0 = s.in[0], in1 = s.in[1], in2 = s.in[2], o0 = s.out[0], o1 = s.out[1], o2 = s.out[2];
   const double window = static_cast<double>(s.kernel[0] * s.kernel[1] * s.kernel[2]);
   each(s.n * s.c * o0 * o1 * o2, [&](int64_t i) {
@@ -155,7 +161,7 @@ void Backend::pool_forward(const ChunkConv& s, PoolMode mode, const float* x, fl
         }
     if (mode == PoolMode::avg) acc /= window;
     if (mode == PoolMode::avg_exclude_pad) acc /= static_cast<double>(count);
-    y[i] = static_cast<float>(acc);
+    y[i] = blend(acc, alpha, beta, y[i]);
   });
 }
 
@@ -164,7 +170,7 @@ void Backend::pool_forward(const ChunkConv& s, PoolMode mode, const float* x, fl
 namespace ooc {
 
 void Backend::pool_backward(const ChunkConv& s, PoolMode mode, const float*, const float* dy, const float* x,
-                            float* dx) {
+                            float* dx, double alpha, double beta) {
   const int64_t in0 = s.in[0], in1 = s.in[1], in2 = s.in[2], o0 = s.out[0], o1 = s.out[1], o2 = s.out[2];
   const double window = static_cast<double>(s.kernel[0] * s.kernel[1] * s.kernel[2]);
   // One task per (n, c) plane: windows overlap, so a plane's dx is accumulated by one thread.
@@ -197,7 +203,7 @@ void Backend::pool_backward(const ChunkConv& s, PoolMode mode, const float*, con
                     g / (mode == PoolMode::avg ? window : static_cast<double>(count));
           if (mode == PoolMode::max && best >= 0) acc[static_cast<size_t>(best)] += g;
         }
-    for (size_t i = 0; i < acc.size(); ++i) dxp[i] = static_cast<float>(acc[i]);
+    for (size_t i = 0; i < acc.size(); ++i) dxp[i] = blend(acc[i], alpha, beta, dxp[i]);
   });
 }
 

@@ -1,0 +1,229 @@
+// ooc_cudnnBatchNormalization*: cuDNN's batch normalization over device, pinned or pageable memory,
+// mapped onto the library's batch norm (layers.hpp). The library keeps the per-channel tensors on
+// the host, so out of core they are copied from and back to the caller's memory of any kind.
+#include <cmath>
+
+#include "capi/capi_internal.hpp"
+#include "ooc/layers.hpp"
+#include "ooc/ooc_cudnn.h"
+
+namespace ooc::capi {
+namespace {
+
+// What the library normalizes for a cuDNN mode: spatial modes normalize x per channel over N and
+// space; per-activation normalizes each (c, position) over N, which is spatial normalization of x
+// seen as [N, C * space] (packed NCHW: the same memory).
+struct Layout {
+  Shape library;     // the library's x
+  Shape params;      // the per-channel descriptor's dims
+  int64_t channels;  // floats in each per-channel tensor
+};
+
+Layout layout(cudnnBatchNormMode_t mode, const Shape& x) {
+  Layout l;
+  switch (mode) {
+    case CUDNN_BATCHNORM_SPATIAL:
+    case CUDNN_BATCHNORM_SPATIAL_PERSISTENT:  // a faster cuDNN kernel of the same function
+      l.library = x;
+      l.params = Shape(x.size(), 1);
+      l.params[1] = x[1];
+      break;
+    case CUDNN_BATCHNORM_PER_ACTIVATION:
+      l.params = x;
+      l.params[0] = 1;
+      l.library = {x[0], elements(x) / x[0]};
+      break;
+    default: throw invalid_argument("mode: unknown batch-norm mode " + std::to_string(static_cast<int>(mode)));
+  }
+  l.channels = elements(l.params);
+  return l;
+}
+
+void check_epsilon(double epsilon) {
+  if (!(epsilon >= CUDNN_BN_MIN_EPSILON) || !std::isfinite(epsilon))
+    throw invalid_argument("epsilon must be finite and at least CUDNN_BN_MIN_EPSILON, got " + std::to_string(epsilon));
+  if (epsilon == 0) throw not_supported("epsilon is 0; pyooc normalizes with a positive epsilon");
+}
+
+void both_or_neither(const void* a, const char* a_name, const void* b, const char* b_name) {
+  if (!a != !b) throw invalid_argument(std::string(a_name) + " and " + b_name + " must both be given or both be null");
+}
+
+ConvProblem problem(Operation op, const Layout& l, double alpha, double beta) {
+  ConvProblem p = batchnorm_problem(op, l.library);
+  p.alpha = alpha;
+  p.beta = beta;
+  return p;
+}
+
+// A call's checked geometry: x and the descriptors that must describe it alike, the per-channel
+// descriptor against the mode's layout, and the library's problem blending y (dx) by alpha, beta.
+struct Geometry {
+  Layout layout;
+  ConvProblem problem;
+  int64_t count = 0;     // x's elements
+  int64_t channels = 0;  // each per-channel tensor's
+};
+
+Geometry geometry(Operation op, cudnnBatchNormMode_t mode,
+                  std::initializer_list<std::pair<cudnnTensorDescriptor_t, const char*>> like_x,
+                  cudnnTensorDescriptor_t params_desc, const char* params_name, const void* alpha, const void* beta) {
+  const Shape x = tensor_shape(like_x.begin()->first, like_x.begin()->second);
+  for (const auto& [desc, name] : like_x) expect_shape(tensor_shape(desc, name), x, name);
+  Geometry g;
+  g.layout = layout(mode, x);
+  expect_shape(tensor_shape(params_desc, params_name), g.layout.params, params_name);
+  g.problem = problem(op, g.layout, scalar(alpha), scalar(beta));
+  g.count = elements(x);
+  g.channels = g.layout.channels;
+  return g;
+}
+
+void add_run(RunStats& total, const RunStats& s) {
+  total.bytes_h2d += s.bytes_h2d;
+  total.bytes_d2h += s.bytes_d2h;
+  total.chunks += s.chunks;
+  total.seconds += s.seconds;
+}
+
+}  // namespace
+}  // namespace ooc::capi
+
+using namespace ooc;
+using namespace ooc::capi;
+
+extern "C" cudnnStatus_t ooc_cudnnBatchNormalizationForwardTraining(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t xDesc, const void* x, const cudnnTensorDescriptor_t yDesc, void* y,
+    const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void* bnScale, const void* bnBias,
+    double exponentialAverageFactor, void* resultRunningMean, void* resultRunningVariance, double epsilon,
+    void* resultSaveMean, void* resultSaveInvVariance) {
+  return guarded("ooc_cudnnBatchNormalizationForwardTraining", [&]() -> cudnnStatus_t {
+    check_handle(handle);
+    require_pointers({{alpha, "alpha"}, {beta, "beta"}, {x, "x"}, {y, "y"}, {bnScale, "bnScale"}, {bnBias, "bnBias"}});
+    both_or_neither(resultRunningMean, "resultRunningMean", resultRunningVariance, "resultRunningVariance");
+    both_or_neither(resultSaveMean, "resultSaveMean", resultSaveInvVariance, "resultSaveInvVariance");
+    check_epsilon(epsilon);
+    const Geometry g = geometry(Operation::batchnorm_forward_training, mode, {{xDesc, "xDesc"}, {yDesc, "yDesc"}},
+                                bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc", alpha, beta);
+    const int64_t count = g.count, C = g.channels;
+    return dispatch(
+        "cudnnBatchNormalizationForwardTraining",
+        {{x, count}, {y, count}, {bnScale, C}, {bnBias, C}, {resultRunningMean, C}, {resultRunningVariance, C},
+         {resultSaveMean, C}, {resultSaveInvVariance, C}},
+        handle,
+        [&] {
+          return cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc, y,
+                                                        bnScaleBiasMeanVarDesc, bnScale, bnBias,
+                                                        exponentialAverageFactor, resultRunningMean,
+                                                        resultRunningVariance, epsilon, resultSaveMean,
+                                                        resultSaveInvVariance);
+        },
+        [&](const Options& options, Plan* plan, RunStats* stats) {
+          const std::vector<float> scale = read_floats(bnScale, C), bias = read_floats(bnBias, C);
+          const bool running = resultRunningMean != nullptr;
+          std::vector<float> mean = running ? read_floats(resultRunningMean, C) : std::vector<float>{};
+          std::vector<float> var = running ? read_floats(resultRunningVariance, C) : std::vector<float>{};
+          std::vector<float> saved_mean(static_cast<size_t>(C)), saved_invstd(static_cast<size_t>(C));
+          batchnorm_forward_training(g.problem, floats(x), scale.data(), bias.data(), epsilon, exponentialAverageFactor,
+                                     running ? mean.data() : nullptr, running ? var.data() : nullptr, floats(y),
+                                     saved_mean.data(), saved_invstd.data(), options, plan, stats);
+          if (running) {
+            write_floats(resultRunningMean, mean);
+            write_floats(resultRunningVariance, var);
+          }
+          if (resultSaveMean) {
+            write_floats(resultSaveMean, saved_mean);
+            write_floats(resultSaveInvVariance, saved_invstd);
+          }
+        });
+  });
+}
+
+extern "C" cudnnStatus_t ooc_cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t xDesc, const void* x, const cudnnTensorDescriptor_t yDesc, void* y,
+    const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void* bnScale, const void* bnBias,
+    const void* estimatedMean, const void* estimatedVariance, double epsilon) {
+  return guarded("ooc_cudnnBatchNormalizationForwardInference", [&]() -> cudnnStatus_t {
+    check_handle(handle);
+    require_pointers({{alpha, "alpha"}, {beta, "beta"}, {x, "x"}, {y, "y"}, {bnScale, "bnScale"}, {bnBias, "bnBias"},
+                      {estimatedMean, "estimatedMean"}, {estimatedVariance, "estimatedVariance"}});
+    check_epsilon(epsilon);
+    const Geometry g = geometry(Operation::batchnorm_forward_inference, mode, {{xDesc, "xDesc"}, {yDesc, "yDesc"}},
+                                bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc", alpha, beta);
+    const int64_t count = g.count, C = g.channels;
+    return dispatch(
+        "cudnnBatchNormalizationForwardInference",
+        {{x, count}, {y, count}, {bnScale, C}, {bnBias, C}, {estimatedMean, C}, {estimatedVariance, C}}, handle,
+        [&] {
+          return cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDesc, y,
+                                                         bnScaleBiasMeanVarDesc, bnScale, bnBias, estimatedMean,
+                                                         estimatedVariance, epsilon);
+        },
+        [&](const Options& options, Plan* plan, RunStats* stats) {
+          const std::vector<float> scale = read_floats(bnScale, C), bias = read_floats(bnBias, C);
+          const std::vector<float> mean = read_floats(estimatedMean, C), var = read_floats(estimatedVariance, C);
+          batchnorm_forward_inference(g.problem, floats(x), scale.data(), bias.data(), mean.data(), var.data(), epsilon,
+                                      floats(y), options, plan, stats);
+        });
+  });
+}
+
+extern "C" cudnnStatus_t ooc_cudnnBatchNormalizationBackward(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alphaDataDiff, const void* betaDataDiff,
+    const void* alphaParamDiff, const void* betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void* x,
+    const cudnnTensorDescriptor_t dyDesc, const void* dy, const cudnnTensorDescriptor_t dxDesc, void* dx,
+    const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void* bnScale, void* dBnScaleResult, void* dBnBiasResult,
+    double epsilon, const void* savedMean, const void* savedInvVariance) {
+  return guarded("ooc_cudnnBatchNormalizationBackward", [&]() -> cudnnStatus_t {
+    check_handle(handle);
+    require_pointers({{alphaDataDiff, "alphaDataDiff"}, {betaDataDiff, "betaDataDiff"},
+                      {alphaParamDiff, "alphaParamDiff"}, {betaParamDiff, "betaParamDiff"}, {x, "x"}, {dy, "dy"},
+                      {dx, "dx"}, {bnScale, "bnScale"}, {dBnScaleResult, "dBnScaleResult"},
+                      {dBnBiasResult, "dBnBiasResult"}});
+    both_or_neither(savedMean, "savedMean", savedInvVariance, "savedInvVariance");
+    check_epsilon(epsilon);
+    const Geometry g = geometry(Operation::batchnorm_backward, mode,
+                                {{xDesc, "xDesc"}, {dyDesc, "dyDesc"}, {dxDesc, "dxDesc"}}, dBnScaleBiasDesc,
+                                "dBnScaleBiasDesc", alphaDataDiff, betaDataDiff);
+    const int64_t count = g.count, C = g.channels;
+    return dispatch(
+        "cudnnBatchNormalizationBackward",
+        {{x, count}, {dy, count}, {dx, dx == dy ? 0 : count}, {bnScale, C}, {dBnScaleResult, C}, {dBnBiasResult, C},
+         {savedMean, C}, {savedInvVariance, C}},
+        handle,
+        [&] {
+          return cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaParamDiff,
+                                                 betaParamDiff, xDesc, x, dyDesc, dy, dxDesc, dx, dBnScaleBiasDesc,
+                                                 bnScale, dBnScaleResult, dBnBiasResult, epsilon, savedMean,
+                                                 savedInvVariance);
+        },
+        [&](const Options& options, Plan* plan, RunStats* stats) {
+          const std::vector<float> scale = read_floats(bnScale, C);
+          std::vector<float> mean(static_cast<size_t>(C)), invstd(static_cast<size_t>(C));
+          RunStats statistics;
+          if (savedMean) {
+            mean = read_floats(savedMean, C);
+            invstd = read_floats(savedInvVariance, C);
+          } else {  // recomputed from x, as cuDNN does without them: one more pass over x
+            const std::vector<float> no_bias(static_cast<size_t>(C), 0.0f);
+            batchnorm_forward_training(problem(Operation::batchnorm_forward_training, g.layout, 1.0, 0.0), floats(x),
+                                       scale.data(), no_bias.data(), epsilon, 0.0, nullptr, nullptr, nullptr,
+                                       mean.data(), invstd.data(), options, nullptr, &statistics);
+          }
+          std::vector<float> dscale(static_cast<size_t>(C)), dbias(static_cast<size_t>(C));
+          batchnorm_backward(g.problem, floats(x), floats(dy), scale.data(), mean.data(), invstd.data(), floats(dx),
+                             dscale.data(), dbias.data(), options, plan, stats);
+          add_run(*stats, statistics);
+          // The parameter gradients blend like the data gradient, with their own alpha and beta.
+          const double a = scalar(alphaParamDiff), b = scalar(betaParamDiff);
+          for (auto [result, values] : {std::pair{dBnScaleResult, &dscale}, std::pair{dBnBiasResult, &dbias}}) {
+            const std::vector<float> old = b != 0.0 ? read_floats(result, C) : std::vector<float>{};
+            for (size_t c = 0; c < values->size(); ++c)
+              (*values)[c] = static_cast<float>(a * (*values)[c] + (b != 0.0 ? b * old[c] : 0.0));
+            write_floats(result, *values);
+          }
+        });
+  });
+}

@@ -1,0 +1,96 @@
+// Where a C API call runs: cuDNN (or cuBLAS) itself when every tensor is on the device within the
+// memory limit, else the out-of-core path with options that first wait for the caller's stream.
+#include <atomic>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/pointer_kind.hpp"
+#include "capi/capi_internal.hpp"
+#include "ooc/ooc_cudnn.h"
+
+namespace ooc::capi {
+namespace {
+
+std::atomic<bool> g_host_backend{false};
+
+// Legacy cuDNN descriptors count elements in int; beyond that only the chunked path can run.
+constexpr int64_t kMaxInCoreElements = (int64_t{1} << 31) - 1;
+
+}  // namespace
+
+bool host_backend_for_tests() noexcept { return g_host_backend; }
+
+void testing::use_host_backend(bool enabled) { g_host_backend = enabled; }
+
+std::optional<std::string> in_core(const char* call, std::initializer_list<TensorRef> tensors) {
+  if (g_host_backend) return std::nullopt;
+  size_t bytes = 0;
+  for (const TensorRef& t : tensors) {
+    if (!t.data) continue;  // an optional tensor the call goes without
+    if (t.elements > kMaxInCoreElements || !is_device_memory(t.data)) return std::nullopt;
+    bytes += static_cast<size_t>(t.elements) * sizeof(float);
+  }
+  const size_t limit = default_memory_limit();
+  if (limit != 0 && bytes > limit) return std::nullopt;
+  return std::string(call) + " called directly: every tensor on the device, " + std::to_string(bytes) + " bytes" +
+         (limit ? " within the memory limit of " + std::to_string(limit) + " bytes" : " (no memory limit set)");
+}
+
+// The caller's stream may still be producing the inputs: wait for it, and for the legacy default
+// stream, which a blocking caller stream would be ordered after (ooc_cudaMemcpy's device-to-device
+// copies land there). The run returns when the output is in place, so later work on either
+// stream sees it.
+Options out_of_core_options(const std::function<cudaStream_t()>& caller_stream) {
+  Options options;
+  if (g_host_backend) {
+    options.backend = BackendKind::host;
+    return options;
+  }
+  if (device_count() == 0) throw cuda_error(cudaErrorNoDevice, "no CUDA device is present");
+  options.backend = BackendKind::cuda;
+  OOC_CUDA_CHECK(cudaGetDevice(&options.device));
+  const cudaStream_t stream = caller_stream();
+  OOC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (stream != nullptr) OOC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  return options;
+}
+
+Options out_of_core_options(cudnnHandle_t handle) {
+  return out_of_core_options([handle] {
+    cudaStream_t stream = nullptr;
+    OOC_CUDNN_CHECK(cudnnGetStream(handle, &stream));
+    return stream;
+  });
+}
+
+void check_handle(cudnnHandle_t handle) {
+  if (!handle) throw invalid_argument("handle is null");
+}
+
+// Device (and managed) memory through the CUDA runtime, any host memory directly. The cuda path
+// copies synchronously on the legacy stream, after out_of_core_options has drained the caller's.
+std::vector<float> read_floats(const void* src, int64_t count) {
+  std::vector<float> v(static_cast<size_t>(count));
+  const size_t bytes = v.size() * sizeof(float);
+  if (!g_host_backend && is_device_memory(src))
+    OOC_CUDA_CHECK(cudaMemcpy(v.data(), src, bytes, cudaMemcpyDeviceToHost));
+  else
+    std::memcpy(v.data(), src, bytes);
+  return v;
+}
+
+void write_floats(void* dst, const std::vector<float>& values) {
+  const size_t bytes = values.size() * sizeof(float);
+  if (!g_host_backend && is_device_memory(dst)) {
+    OOC_CUDA_CHECK(cudaMemcpy(dst, values.data(), bytes, cudaMemcpyHostToDevice));
+    // From pageable memory cudaMemcpy may return before the DMA lands; the caller's next work may
+    // be on a stream that does not wait for the legacy one.
+    OOC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  } else
+    std::memcpy(dst, values.data(), bytes);
+}
+
+}  // namespace ooc::capi
+
+extern "C" void oocSetMemoryLimit(size_t bytes) { ooc::set_default_memory_limit(bytes); }
+extern "C" size_t oocGetMemoryLimit(void) { return ooc::default_memory_limit(); }
