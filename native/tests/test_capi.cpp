@@ -459,6 +459,21 @@ TEST(CapiMemory, MemsetOfPageableMemoryNeedsNoGpu) {
   for (unsigned char v : buf) ASSERT_EQ(v, 0xab);
 }
 
+// Under the host-backend switch whole C API programs run without CUDA (the example's CPU test).
+TEST_F(Capi, MemoryUnderTheHostBackendIsHostMemory) {
+  void* p = nullptr;
+  ASSERT_EQ(ooc_cudaMalloc(&p, 64), cudaSuccess) << last_error();
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(ooc_cudaMemset(p, 0x5a, 64), cudaSuccess);
+  char back[64] = {};
+  ASSERT_EQ(ooc_cudaMemcpy(back, p, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (char c : back) ASSERT_EQ(c, 0x5a);
+  const char text[] = "host backend";
+  ASSERT_EQ(ooc_cudaMemcpy(p, text, sizeof text, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_STREQ(static_cast<const char*>(p), text);
+  EXPECT_EQ(ooc_cudaFree(p), cudaSuccess);
+}
+
 TEST(CapiMemory, WithoutAGpuMallocFailsWithACudaError) {
   if (have_gpu()) GTEST_SKIP() << "a GPU is present";
   void* p = reinterpret_cast<void*>(1);

@@ -170,7 +170,8 @@ void write_floats(void* dst, const std::vector<float>& values);
 
 namespace testing {
 // Test-only: runs the out-of-core path on the host backend (never touching the handle or CUDA),
-// so CI checks the C API's numerics without a GPU. Not part of the C API.
+// so CI checks the C API's numerics without a GPU; ooc_cudaMalloc then gives pageable host memory
+// and ooc_cudaMemcpy copies with memmove, so whole C API programs run too. Not part of the C API.
 void use_host_backend(bool enabled);
 }  // namespace testing
 

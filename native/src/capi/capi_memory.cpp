@@ -3,6 +3,7 @@
 // beyond the GPU's size and every ooc_cudnn* call takes them wherever they landed.
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -17,10 +18,14 @@ namespace {
 
 std::atomic<size_t> g_device_allocation_limit{std::numeric_limits<size_t>::max()};
 
+// Where an allocation lives; pageable only under the host-backend test switch, which never
+// touches CUDA (testing::use_host_backend), so a whole C API program can run in CI.
+enum class Placement { device, pinned, pageable };
+
 // Which allocations are which, so ooc_cudaFree and ooc_cudaMemset need not ask CUDA.
 struct Allocations {
   std::mutex mutex;
-  std::unordered_map<void*, std::pair<size_t, bool>> sizes;  // ptr -> (bytes, on the device)
+  std::unordered_map<void*, std::pair<size_t, Placement>> sizes;  // ptr -> (bytes, where)
   size_t device_bytes = 0;
 };
 
@@ -55,11 +60,17 @@ extern "C" cudaError_t ooc_cudaMalloc(void** devPtr, size_t size) {
     if (size == 0) return cudaSuccess;  // as cudaMalloc: success and a null pointer
     Allocations& a = allocations();
     std::lock_guard<std::mutex> lock(a.mutex);
+    if (host_backend_for_tests()) {
+      *devPtr = std::malloc(size);
+      if (!*devPtr) return cudaErrorMemoryAllocation;
+      a.sizes[*devPtr] = {size, Placement::pageable};
+      return cudaSuccess;
+    }
     cudaError_t status = cudaSuccess;
     if (device_has_room(size, a.device_bytes, &status)) {
       status = cudaMalloc(devPtr, size);
       if (status == cudaSuccess) {
-        a.sizes[*devPtr] = {size, true};
+        a.sizes[*devPtr] = {size, Placement::device};
         a.device_bytes += size;
         return cudaSuccess;
       }
@@ -73,7 +84,7 @@ extern "C" cudaError_t ooc_cudaMalloc(void** devPtr, size_t size) {
       *devPtr = nullptr;
       return status;
     }
-    a.sizes[*devPtr] = {size, false};
+    a.sizes[*devPtr] = {size, Placement::pinned};
     return cudaSuccess;
   });
 }
@@ -86,11 +97,13 @@ extern "C" cudaError_t ooc_cudaFree(void* devPtr) {
       std::lock_guard<std::mutex> lock(a.mutex);
       const auto it = a.sizes.find(devPtr);
       if (it != a.sizes.end()) {
-        const auto [bytes, on_device] = it->second;
+        const auto [bytes, placement] = it->second;
         a.sizes.erase(it);
-        if (!on_device) return cudaFreeHost(devPtr);
-        a.device_bytes -= bytes;
-        return cudaFree(devPtr);
+        switch (placement) {
+          case Placement::pageable: std::free(devPtr); return cudaSuccess;
+          case Placement::pinned: return cudaFreeHost(devPtr);
+          case Placement::device: a.device_bytes -= bytes; return cudaFree(devPtr);
+        }
       }
     }
     // Not ours: free it as whatever CUDA says it is.
@@ -103,6 +116,10 @@ extern "C" cudaError_t ooc_cudaMemcpy(void* dst, const void* src, size_t count, 
     if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
     if (count == 0) return cudaSuccess;
     if (!dst || !src) return cudaErrorInvalidValue;
+    if (host_backend_for_tests()) {  // every buffer is host memory there, and CUDA is not touched
+      std::memmove(dst, src, count);
+      return cudaSuccess;
+    }
     // The pointers say the direction: a "device" buffer from ooc_cudaMalloc may be host memory.
     return cudaMemcpy(dst, src, count, cudaMemcpyDefault);
   });
@@ -112,7 +129,7 @@ extern "C" cudaError_t ooc_cudaMemset(void* devPtr, int value, size_t count) {
   return guarded_cuda("ooc_cudaMemset", [&]() -> cudaError_t {
     if (count == 0) return cudaSuccess;
     if (!devPtr) return cudaErrorInvalidValue;
-    if (is_device_memory(devPtr)) return cudaMemset(devPtr, value, count);
+    if (!host_backend_for_tests() && is_device_memory(devPtr)) return cudaMemset(devPtr, value, count);
     std::memset(devPtr, value, count);  // pinned or pageable host memory
     return cudaSuccess;
   });
