@@ -2,8 +2,11 @@
 (through pyooc.get_include()/get_library_dir(), and through find_package(ooc CONFIG) with
 pyooc.get_cmake_dir()) runs without a GPU and gets CUDNN_STATUS_BAD_PARAM for a null handle from a
 convolution and a layer entry point; through find_package, ooc/ooc_cublas.h (cuBLAS' headers from
-its wheel) too, CUBLAS_STATUS_NOT_INITIALIZED for a null handle. Skipped only when no C compiler or
-no CUDA toolkit headers (cuda_runtime_api.h) exist."""
+its wheel) too, CUBLAS_STATUS_NOT_INITIALIZED for a null handle. The repository's examples/ (train_cnn, a C++
+program) builds through find_package as a user builds it; without a GPU it must fail cleanly (the
+GPU run is scripts/gpu-check's example step, its training on the host backend a C++ test). Skipped
+only when no C (C++ for the example) compiler, no cmake for the find_package builds, or no CUDA
+toolkit headers (cuda_runtime_api.h) exist."""
 
 import importlib.util
 import os
@@ -61,8 +64,8 @@ target_link_libraries(cublas_probe PRIVATE ooc::ooc)
 """
 
 
-def _c_compiler():
-    for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
+def _compiler(env_var, candidates):
+    for candidate in (os.environ.get(env_var),) + candidates:
         if candidate and shutil.which(candidate):
             return shutil.which(candidate)
     return None
@@ -84,7 +87,9 @@ def _cudnn_dir():
     return os.environ.get("CUDNN_PATH") or (list(spec.submodule_search_locations)[0] if spec else None)
 
 
-CC = _c_compiler()
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+CC = _compiler("CC", ("cc", "gcc", "clang"))
+CXX = _compiler("CXX", ("c++", "g++", "clang++"))
 CUDA_INCLUDE = _cuda_include()
 needs_toolchain = pytest.mark.skipif(CC is None or CUDA_INCLUDE is None,
                                      reason="needs a C compiler and the CUDA toolkit's headers")
@@ -129,20 +134,39 @@ def _cmake():
     return None
 
 
-@needs_toolchain
-def test_c_program_with_find_package(tmp_path):
+def _configure_and_build(source, build, env):
     cmake = _cmake()
     if cmake is None:
         pytest.skip("needs cmake")
+    configure = subprocess.run(
+        cmake + ["-S", str(source), "-B", str(build), f"-DCMAKE_PREFIX_PATH={pyooc.get_cmake_dir()}"],
+        capture_output=True, text=True, env=env)
+    assert configure.returncode == 0, configure.stdout + configure.stderr
+    result = subprocess.run(cmake + ["--build", str(build)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_toolchain
+def test_c_program_with_find_package(tmp_path):
     (tmp_path / "probe.c").write_text(PROGRAM)
     (tmp_path / "cublas_probe.c").write_text(CUBLAS_PROGRAM)
     (tmp_path / "CMakeLists.txt").write_text(CMAKELISTS)
     env = dict(os.environ, CC=CC, CUDAToolkit_ROOT=os.path.dirname(CUDA_INCLUDE))
-    configure = subprocess.run(
-        cmake + ["-S", str(tmp_path), "-B", str(tmp_path / "build"), f"-DCMAKE_PREFIX_PATH={pyooc.get_cmake_dir()}"],
-        capture_output=True, text=True, env=env)
-    assert configure.returncode == 0, configure.stdout + configure.stderr
-    build = subprocess.run(cmake + ["--build", str(tmp_path / "build")], capture_output=True, text=True, env=env)
-    assert build.returncode == 0, build.stdout + build.stderr
+    _configure_and_build(tmp_path, tmp_path / "build", env)
     _run_probe(str(tmp_path / "build" / "probe"))
     _run_probe(str(tmp_path / "build" / "cublas_probe"), want_status=1)  # CUBLAS_STATUS_NOT_INITIALIZED
+
+
+@needs_toolchain
+@pytest.mark.skipif(CXX is None, reason="needs a C++ compiler")
+def test_example_builds_against_the_installed_package(tmp_path):
+    env = dict(os.environ, CXX=CXX, CUDAToolkit_ROOT=os.path.dirname(CUDA_INCLUDE))
+    _configure_and_build(EXAMPLES, tmp_path / "build", env)
+    exe = str(tmp_path / "build" / "train_cnn")
+    usage = subprocess.run([exe, "1"], capture_output=True, text=True, timeout=60)  # below average_over
+    assert usage.returncode == 2 and "usage" in usage.stderr, usage.stdout + usage.stderr
+    if pyooc.device_count() == 0:
+        # The CHECK path: the first call that needs a GPU fails, named, and the program says so.
+        run = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert "train_cnn: cudnnCreate" in run.stderr, run.stderr
