@@ -43,8 +43,17 @@ cdef class Plan:
     @property
     def operation(self):
         """Which operation the plan runs: "conv_forward", "conv_backward_data",
-        "conv_backward_filter" or "conv_backward_bias"."""
+        "conv_backward_filter" or "conv_backward_bias", a layer's name, or a fused function's
+        ("conv_bias_activation_forward", ...; see `fused`)."""
+        if not self.c_obj.get().fused.empty():
+            return self.c_obj.get().fused.decode()
         return ooc.operation_name(self.c_obj.get().problem.op).decode()
+
+    @property
+    def fused(self):
+        """True for a fused function's plan: it runs several operations per chunk, and its chunks
+        use the vocabulary of the operation it extends (conv_forward for the fused forwards)."""
+        return not self.c_obj.get().fused.empty()
 
     @property
     def backend(self):
@@ -495,3 +504,4 @@ cdef class PinnedAllocation:
 
 
 include "_layers.pxi"
+include "_fused.pxi"

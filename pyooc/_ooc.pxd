@@ -116,6 +116,7 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         int passes
         MachineModel machine
         vector[Chunk] chunks
+        string fused
         size_t num_chunks()
         string describe()
 
@@ -225,6 +226,19 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
     void add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, double alpha, const float* a,
                     double beta, const float* c, float* out, const Options& options, Plan* used,
                     RunStats* stats) except +translate_exception
+
+
+cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:
+    cdef cppclass FusedActivation:
+        bool identity
+        ActivationMode mode
+        double coef
+
+    FusedActivation fused_activation_from_name(const string& name, double coef) except +translate_exception
+    Plan plan_conv_bias_activation_forward(const ConvProblem& problem, const Options& options) except +translate_exception
+    void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
+                                      const float* w, const float* z, const float* bias, float* y,
+                                      const Options& options, Plan* used, RunStats* stats) except +translate_exception
 
 
 cdef extern from "ooc/ooc.hpp" namespace "ooc::testing" nogil:

@@ -95,6 +95,9 @@ struct Plan {
   int passes = 1;
   MachineModel machine;
   std::vector<Chunk> chunks;
+  // Fused functions (fused.hpp): the function's name ("" for a single operation; problem.op is then
+  // the operation whose chunk vocabulary the plan uses).
+  std::string fused;
 
   size_t num_chunks() const { return chunks.size(); }
   std::string describe() const;  // multi-line, human readable

@@ -94,8 +94,8 @@ Region through_window(const Region& region, const std::array<Range, kMaxSpatial>
 
 }  // namespace
 
-RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
-                          float* y, ThreadPool& pool) {
+OperationSpec conv_forward_spec(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
+                                float* y) {
   const ConvProblem& p = plan.problem;
   OperationSpec spec = spec_for(plan, Operation::forward, {Family::x, x}, {Family::w, w}, {Family::y, y});
   if (p.has_bias) {  // stays on the device whole; added by the last chunk of each reduction
@@ -107,7 +107,12 @@ RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, co
     const float* chunk_bias = ch.last_c && p.has_bias ? bias_dev + ch.k.begin : nullptr;
     backend.conv_forward(chunk_shape(ch, p), xs, ws, chunk_bias, ys, p.alpha, beta, workspace, plan.workspace_bytes);
   };
-  return run_chunks(plan, backend, pool, spec);
+  return spec;
+}
+
+RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
+                          float* y, ThreadPool& pool) {
+  return run_chunks(plan, backend, pool, conv_forward_spec(plan, backend, x, w, bias, y));
 }
 
 RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx,

@@ -69,7 +69,7 @@ std::string Plan::describe() const {
                                           : problem.op == Operation::backward_data   ? splits_k > 1
                                           : num_chunks() > static_cast<size_t>(splits_k * splits_c));
   std::ostringstream s;
-  s << "Plan for " << problem.describe() << "\n"
+  s << "Plan for " << (fused.empty() ? std::string() : fused + ": ") << problem.describe() << "\n"
     << "  backend " << backend << ", memory_limit " << format_bytes(static_cast<double>(memory_limit)) << "\n"
     << "  splits: n=" << splits_n << " k=" << splits_k << " c=" << splits_c << " out=" << format_shape(split_out)
     << "  (tiles: n=" << tiling.n << " k=" << tiling.k << " c=" << tiling.c << " out=" << format_shape(tile_out)

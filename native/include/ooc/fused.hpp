@@ -1,0 +1,37 @@
+// Fused out-of-core functions (ooc_cuDNN's fused layers): several operations in one pass over the
+// chunks, with the intermediates kept on the device. On a link-bound GPU the fastest byte is the one
+// never moved: each function moves what its unfused composition reads and writes once, not once per
+// operation. Same contract as ooc.hpp: host pointers, Options::memory_limit, the Plan that ran (its
+// `fused` names the function; bytes_h2d / bytes_d2h the traffic) and RunStats of what moved.
+#pragma once
+
+#include <string>
+
+#include "ooc/ooc.hpp"
+#include "ooc/pool_activation_softmax.hpp"
+
+namespace ooc {
+
+// The activation a fused forward applies last: identity (none) or one of activation_forward's modes
+// with its coef (clipped_relu's ceiling, elu's alpha, swish's beta).
+struct FusedActivation {
+  bool identity = false;
+  ActivationMode mode = ActivationMode::relu;
+  double coef = 0.0;
+};
+// "identity" or a name activation_mode_from_name accepts; invalid_argument listing them otherwise.
+FusedActivation fused_activation_from_name(const std::string& name, double coef);
+
+// y = act(alpha1 * conv(x, w) + alpha2 * z + bias) (cuDNN's ConvolutionBiasActivationForward): the
+// composition conv_forward(x, w, alpha = alpha1) -> add_tensor(z, alpha2) -> add_tensor(bias) ->
+// activation_forward, in one pass. `problem` is ConvProblem::forward with alpha = alpha1, beta =
+// alpha2 and has_bias; it is planned exactly as conv_forward plans it: the reduction's first chunk
+// loads its y tile from z (when alpha2 != 0; z is never read otherwise and may be null), the last adds
+// bias and applies the activation on the device, and only the finished y crosses back. z may be y
+// (in place); bias may be null when !problem.has_bias.
+Plan plan_conv_bias_activation_forward(const ConvProblem& problem, const Options& options);
+void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
+                                  const float* w, const float* z, const float* bias, float* y, const Options& options,
+                                  Plan* used = nullptr, RunStats* stats = nullptr);
+
+}  // namespace ooc

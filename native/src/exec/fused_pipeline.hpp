@@ -1,0 +1,15 @@
+// Runs the fused functions' plans (fused.hpp) through the chunk pipeline: each starts from the spec
+// of the operation it extends and adds what the chunk does on the device before its output leaves.
+#pragma once
+
+#include "backend/backend.hpp"
+#include "exec/thread_pool.hpp"
+#include "ooc/fused.hpp"
+
+namespace ooc {
+
+RunStats run_conv_bias_activation_forward(const Plan& plan, Backend& backend, const FusedActivation& activation,
+                                          const float* x, const float* w, const float* z, const float* bias, float* y,
+                                          ThreadPool& pool);
+
+}  // namespace ooc

@@ -1,0 +1,49 @@
+// The fused functions on the cuda backend (cuDNN in FP32, so the fp32 tolerance holds): the host
+// cases' numerics against the float64 references, from pageable and pinned memory. Skips itself
+// without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "fused_run.hpp"
+
+namespace {
+
+using ooc::BackendKind;
+using ooc_test::PipelineCase;
+
+class FusedForwardCuda : public ::testing::TestWithParam<PipelineCase> {
+ protected:
+  void SetUp() override {
+    if (ooc::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(FusedForwardCuda, MatchesTheComposition) {
+  const PipelineCase& pc = GetParam();
+  const ooc::ConvProblem p = pc.spec.problem();
+  const size_t budget =
+      pc.budget_factor > 0
+          ? static_cast<size_t>(static_cast<double>(ooc_test::needed_bytes(p, BackendKind::cuda)) * pc.budget_factor)
+          : 0;
+  unsigned salt = static_cast<unsigned>(std::hash<std::string>{}(pc.name));
+  for (const auto& [name, activation] : ooc_test::fused_activations()) {
+    SCOPED_TRACE(name);
+    const auto r = ooc_test::run_fused_forward_and_check(pc.spec, activation, budget, BackendKind::cuda,
+                                                         ooc_test::test_seed(++salt), false,
+                                                         ooc_test::CallerMemory::pageable, 2e-5);
+    EXPECT_EQ(r.plan.backend, "cuda");
+    if (budget) {
+      EXPECT_GT(r.plan.num_chunks(), 1u) << r.plan.describe();
+    }
+  }
+  const auto relu = ooc::fused_activation_from_name("relu", 0);
+  ooc_test::run_fused_forward_and_check(pc.spec, relu, budget, BackendKind::cuda, ooc_test::test_seed(++salt), true,
+                                        ooc_test::CallerMemory::pinned, 2e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(PipelineCases, FusedForwardCuda, ::testing::ValuesIn(ooc_test::pipeline_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace

@@ -1,0 +1,39 @@
+# Bindings of the fused functions (native/include/ooc/fused.hpp), included into _native.pyx.
+# pyooc/fused.py checks the Python arguments; shapes and geometry are checked by libooc.
+
+
+def fused_activation(str name, double coef):
+    """Checks an activation name ("identity" or an activation mode; ValueError listing them)."""
+    ooc.fused_activation_from_name(name.encode(), coef)
+
+
+def plan_conv_bias_activation_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation,
+                                      int64_t groups, double alpha1, double alpha2, bint has_bias,
+                                      size_t memory_limit, str backend, int device, bint pinned=False):
+    cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
+                                                 has_bias)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_conv_bias_activation_forward(problem, options)
+    return Plan.wrap(plan)
+
+
+def conv_bias_activation_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, z, bias,
+                                 float[::1] y, str activation, double coef, tuple stride, tuple padding,
+                                 tuple dilation, int64_t groups, double alpha1, double alpha2, size_t memory_limit,
+                                 str backend, int device):
+    """Runs on flat float32 views of the caller's arrays (no copies; z and bias may be None).
+    Returns (plan, stats)."""
+    cdef float* z_ptr = _ptr(z)
+    cdef float* bias_ptr = _ptr(bias)
+    cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
+    cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
+                                                 bias is not None)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.conv_bias_activation_forward(problem, act, &x[0], &w[0], z_ptr, bias_ptr, &y[0], options, &plan, &stats)
+    return _ran(plan, stats)

@@ -1,0 +1,90 @@
+"""Fused out-of-core functions (ooc_cuDNN's fused layers; native/include/ooc/fused.hpp): several
+operations in one pass over the chunks, the intermediates kept on the GPU. On a link-bound GPU the
+fastest byte is the one never moved, so each function moves what its unfused composition reads and
+writes once, not once per operation. Each has a plan_* twin whose Plan reports the bytes it moves
+(bytes_h2d, bytes_d2h). Arguments are checked as conv.py checks them; libooc validates the geometry."""
+
+import numpy as np
+
+from pyooc._arrays import as_input, as_output, as_shape
+from pyooc._loader import load_native
+from pyooc.conv import _check_dtype, _common, _conv_inputs, _record_stats, _spatial_dims
+from pyooc.layers import _coef, _str
+
+_native = load_native()
+
+
+def _activation_coef(activation, coef):
+    """activation's name and coef as libooc takes them: "identity" has none; the others as
+    activation_forward's modes (clipped_relu needs its ceiling, elu and swish default to 1)."""
+    _native.fused_activation(_str(activation, "activation"), 0.0)  # ValueError listing the names
+    return 0.0 if activation == "identity" else _coef(activation, coef)
+
+
+def _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device):
+    o = _common(_spatial_dims(w_shape), stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend,
+                device)
+    o["alpha1"], o["alpha2"] = o.pop("alpha"), o.pop("beta")
+    return o
+
+
+def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=None, z=None, alpha1=1.0, alpha2=0.0,
+                                 stride=1, padding=0, dilation=1, groups=1, out=None, memory_limit=None,
+                                 backend="auto", device=0):
+    """y = act(alpha1 * conv(x, w) + alpha2 * z + bias) in one out-of-core pass (cuDNN's
+    ConvolutionBiasActivationForward).
+
+    Replaces the composition
+        y = conv_forward(x, w, alpha=alpha1, stride=, padding=, dilation=, groups=)
+        y = add_tensor(z, y, alpha=alpha2, beta=1)            (when z is given)
+        y = add_tensor(bias.reshape(1, K, 1, ...), y)          (when bias is given)
+        y = activation_forward(y, activation, coef=coef)       (unless activation == "identity")
+    whose x, w, bias, stride, padding, dilation, groups and memory_limit it takes as they are; z
+    ([N, K, *out], y's shape) starts each output tile on the device, bias and the activation are
+    applied there, and only the finished y crosses back: x, w, z and y cross the link once each,
+    instead of y five times. activation: "identity", "relu", "sigmoid", "tanh", "clipped_relu"
+    (coef: its ceiling, required), "elu" (coef: alpha, default 1) or "swish" (coef: beta, default 1).
+    alpha2 != 0 needs z; as in cuDNN, z is not read when alpha2 == 0. The result is a new array, or
+    `out` (which may be z itself: in place)."""
+    x, w, bias = _conv_inputs(x, w, bias)
+    coef = _activation_coef(activation, coef)
+    o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
+    y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
+    if z is not None:
+        z = as_input(z, "z")
+        if z.shape != tuple(y_shape):
+            raise ValueError(f"z has shape {list(z.shape)}, expected {list(y_shape)} (the shape of y)")
+    elif o["alpha2"] != 0.0:
+        raise ValueError("alpha2 != 0 needs z (y = act(alpha1 * conv(x, w) + alpha2 * z + bias))")
+    if out is None:
+        out = np.empty(y_shape, dtype=np.float32)
+    else:
+        inputs = {"x": x, "w": w, "bias": bias}
+        if z is not None and out is not z:
+            inputs["z"] = z
+        as_output(out, y_shape, inputs)
+    read_z = z is not None and o["alpha2"] != 0.0
+    plan, stats = _native.conv_bias_activation_forward(
+        x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
+        None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, o["stride"], o["padding"],
+        o["dilation"], o["groups"], o["alpha1"], o["alpha2"] if read_z else 0.0, o["memory_limit"], o["backend"],
+        o["device"])
+    _record_stats(plan, stats)
+    return out
+
+
+def plan_conv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1,
+                                      padding=0, dilation=1, groups=1, dtype="float32", memory_limit=None,
+                                      backend="auto", device=0, pinned=False):
+    """The Plan conv_bias_activation_forward would run, without running it: the forward planner's,
+    with z read in place of y where alpha2 != 0 (z: whether a z is given). bytes_h2d / bytes_d2h
+    are what the call moves. pinned: plan for pinned arrays (as plan_conv_forward)."""
+    x_shape = as_shape(x_shape, "x_shape")
+    w_shape = as_shape(w_shape, "w_shape")
+    _check_dtype(dtype)
+    o = _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
+    if not z and o["alpha2"] != 0.0:
+        raise ValueError("alpha2 != 0 needs z (y = act(alpha1 * conv(x, w) + alpha2 * z + bias))")
+    return _native.plan_conv_bias_activation_forward(
+        x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
+        o["alpha2"] if z else 0.0, bool(bias), o["memory_limit"], o["backend"], o["device"], bool(pinned))

@@ -1,0 +1,44 @@
+"""The fused functions on the cuda backend (cuDNN, FP32) against the float64 references and the
+unfused composition, whole and split by small budgets, from pageable and pinned memory. Skipped
+without a GPU."""
+
+import numpy as np
+import pytest
+
+import pyooc
+from fused_helpers import (ACTIVATIONS, activation_err, composed_bias_activation, random_forward,
+                           reference_bias_activation, run_bias_activation_checked)
+
+pytestmark = pytest.mark.gpu
+TOL = 2e-5
+LIMITS = [pytest.param(None, id="whole"), pytest.param("2MiB", id="split")]
+
+
+def pinned_copy(a):
+    p = pyooc.pinned_empty(a.shape)
+    p[...] = a
+    return p
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_bias_activation_cuda(rng, activation, limit):
+    x_shape, w_shape, geometry = (4, 16, 40, 36), (24, 16, 3, 3), dict(padding=1)
+    x, w, b, z = random_forward(rng, x_shape, w_shape, **geometry)
+    y, plan = run_bias_activation_checked(x, w, b, z, activation, alpha1=0.75, alpha2=0.5, memory_limit=limit,
+                                          backend="cuda", tol=TOL, **geometry)
+    if limit is not None:
+        assert plan.num_chunks > 1
+    composed, _ = composed_bias_activation(x, w, b, z, activation, 0.75, 0.5, memory_limit=limit, backend="cuda",
+                                           **geometry)
+    _, pre = reference_bias_activation(x, w, b, z, activation, 0.75, 0.5, **geometry)
+    assert activation_err(y, composed.astype(np.float64), pre) < 2 * TOL
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["z", "z-in-place"])
+def test_bias_activation_cuda_pinned_3d(rng, in_place):
+    x_shape, w_shape, geometry = (2, 8, 20, 18, 16), (12, 8, 3, 3, 3), dict(padding=1, stride=(1, 2, 1))
+    x, w, b, z = (pinned_copy(a) for a in random_forward(rng, x_shape, w_shape, **geometry))
+    _, plan = run_bias_activation_checked(x, w, b, z, "relu", alpha2=1.0, memory_limit="1MiB", backend="cuda",
+                                          direct=True, in_place=in_place, tol=TOL, **geometry)
+    assert plan.num_chunks > 1
