@@ -37,3 +37,44 @@ def conv_bias_activation_forward(const float[::1] x, tuple x_shape, const float[
     with nogil:
         ooc.conv_bias_activation_forward(problem, act, &x[0], &w[0], z_ptr, bias_ptr, &y[0], options, &plan, &stats)
     return _ran(plan, stats)
+
+
+cdef ooc.ConvProblem _fused_backward_problem(tuple x_shape, tuple dy_shape, tuple w_shape, tuple stride,
+                                             tuple padding, tuple dilation, int64_t groups) except *:
+    return ooc.ConvProblem.backward_data(list(dy_shape), list(w_shape), list(x_shape), list(stride), list(padding),
+                                         list(dilation), groups, 1.0, 0.0, ooc.DType.float32)
+
+
+def check_conv_backward_data_filter_bias(tuple x_shape, tuple dy_shape, tuple w_shape, tuple stride, tuple padding,
+                                         tuple dilation, int64_t groups):
+    """Validates the shapes and geometry (ValueError naming the argument)."""
+    _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation, groups)
+
+
+def plan_conv_backward_data_filter_bias(tuple x_shape, tuple dy_shape, tuple w_shape, tuple stride, tuple padding,
+                                        tuple dilation, int64_t groups, size_t memory_limit, str backend, int device,
+                                        bint pinned=False):
+    cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
+                                                           groups)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_conv_backward_data_filter_bias(problem, options)
+    return Plan.wrap(plan)
+
+
+def conv_backward_data_filter_bias(const float[::1] x, tuple x_shape, const float[::1] dy, tuple dy_shape,
+                                   const float[::1] w, tuple w_shape, float[::1] dx, float[::1] dw, float[::1] db,
+                                   tuple stride, tuple padding, tuple dilation, int64_t groups, size_t memory_limit,
+                                   str backend, int device):
+    """Runs on flat float32 views of the caller's arrays (no copies). Returns (plan, stats)."""
+    cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
+                                                           groups)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.conv_backward_data_filter_bias(problem, &x[0], &dy[0], &w[0], &dx[0], &dw[0], &db[0], options, &plan,
+                                           &stats)
+    return _ran(plan, stats)

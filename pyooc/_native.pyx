@@ -120,6 +120,16 @@ cdef class Plan:
         return self.c_obj.get().bytes_d2h
 
     @property
+    def kept_bytes(self):
+        """Fused functions: device bytes of outputs kept on the device for the whole run (dw, db)."""
+        return self.c_obj.get().kept_bytes
+
+    @property
+    def carry_bytes(self):
+        """Fused backward: device bytes of the dx rows carried from one spatial tile to the next."""
+        return self.c_obj.get().carry_bytes
+
+    @property
     def predicted_seconds(self):
         return self.c_obj.get().predicted_seconds
 
@@ -154,16 +164,24 @@ cdef class Plan:
         last chunk; matmul: m, n (the c tile), k (the K range reduced), load_a, load_b, first, last;
         batch norm: n, c, spatial (an x tile; every pass walks the same list); conv_backward_data: n, c, k, dx (the rows written back), dx_computed, dy (the
         device's rows), dy_read (the rows loaded: those contributing to dx), load_dy, load_w;
-        conv_backward_filter: n, k, c, dy, x, load_x, load_dy; conv_backward_bias: n, k, dy, load_dy."""
+        conv_backward_filter: n, k, c, dy, x, load_x, load_dy; conv_backward_bias: n, k, dy, load_dy;
+        conv_backward_data_filter_bias: n, c, dy (the dy tile, loaded once), x (the x slab, also the dx
+        rows computed), dx (the rows written back), load_dy, load_x, load_w. The fused forward:
+        conv_forward's."""
         cdef ooc.Plan* p = self.c_obj.get()
         cdef int sd = p.problem.spatial_dims
         cdef ooc.Operation op = p.problem.op
         cdef ooc.Chunk* ch
+        cdef bint fused_backward = p.fused == b"conv_backward_data_filter_bias"
         result = []
         for i in range(p.chunks.size()):
             ch = &p.chunks[i]
             n, k, c = (ch.n.begin, ch.n.end), (ch.k.begin, ch.k.end), (ch.c.begin, ch.c.end)
-            if op == ooc.Operation.matmul:  # rows of c, columns of c, the K range reduced
+            if fused_backward:  # dy: the tile loaded (once); x: the x slab and dx rows computed; dx: written back
+                result.append({"n": n, "c": c, "dy": _ranges(ch.out, sd), "x": _ranges(ch.input, sd),
+                               "dx": _ranges(ch.target, sd), "load_dy": ch.load_y, "load_x": ch.load_x,
+                               "load_w": ch.load_w})
+            elif op == ooc.Operation.matmul:  # rows of c, columns of c, the K range reduced
                 result.append({"m": n, "n": k, "k": c, "load_a": ch.load_x, "load_b": ch.load_w,
                                "first": ch.first_c, "last": ch.last_c})
             elif (op == ooc.Operation.batchnorm_forward_training or op == ooc.Operation.batchnorm_forward_inference

@@ -117,6 +117,8 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         MachineModel machine
         vector[Chunk] chunks
         string fused
+        int out_buffers
+        size_t out_slot_bytes, kept_bytes, carry_bytes
         size_t num_chunks()
         string describe()
 
@@ -239,6 +241,11 @@ cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:
     void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
                                       const float* w, const float* z, const float* bias, float* y,
                                       const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem,
+                                             const Options& options) except +translate_exception
+    void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
+                                        float* dx, float* dw, float* db, const Options& options, Plan* used,
+                                        RunStats* stats) except +translate_exception
 
 
 cdef extern from "ooc/ooc.hpp" namespace "ooc::testing" nogil:

@@ -88,3 +88,58 @@ def plan_conv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, a
     return _native.plan_conv_bias_activation_forward(
         x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
         o["alpha2"] if z else 0.0, bool(bias), o["memory_limit"], o["backend"], o["device"], bool(pinned))
+
+
+def _backward_outputs(out, x, dy, w):
+    """(dx, dw, db): new arrays, or the caller's out=(dx, dw, db) checked (no overlap with the inputs
+    or each other)."""
+    shapes = (x.shape, w.shape, (w.shape[0],))
+    if out is None:
+        return tuple(np.empty(s, dtype=np.float32) for s in shapes)
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
+        raise TypeError(f"out must be a tuple (dx, dw, db), got {type(out).__name__}")
+    inputs = {"x": x, "dy": dy, "w": w}
+    checked = []
+    for name, array, shape in zip(("dx", "dw", "db"), out, shapes):
+        checked.append(as_output(array, shape, inputs))
+        inputs[name] = array
+    return tuple(checked)
+
+
+def conv_backward_data_filter_bias(x, dy, w, *, stride=1, padding=0, dilation=1, groups=1, out=None,
+                                   memory_limit=None, backend="auto", device=0):
+    """(dx, dw, db), the three gradients of conv_forward(x, w, bias) for dy, from one out-of-core
+    pass over dy.
+
+    Replaces the composition
+        dx = conv_backward_data(dy, w, x.shape, stride=, padding=, dilation=, groups=)
+        dw = conv_backward_filter(x, dy, w.shape, stride=, padding=, dilation=, groups=)
+        db = conv_backward_bias(dy)
+    whose x, dy, w, stride, padding, dilation, groups and memory_limit it takes as they are: each dy
+    tile crosses the link once and serves all three (the unfused sequence moves dy three times).
+    dw and db stay on the device until the last tile; along a split spatial dimension the dx rows
+    two tiles share are carried on the device (see native/src/plan/fused_planner.hpp). The results
+    are new arrays, or out=(dx, dw, db)."""
+    x, dy, w = as_input(x, "x"), as_input(dy, "dy"), as_input(w, "w")
+    o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
+    _native.check_conv_backward_data_filter_bias(x.shape, dy.shape, w.shape, *geometry)
+    dx, dw, db = _backward_outputs(out, x, dy, w)
+    plan, stats = _native.conv_backward_data_filter_bias(
+        x.reshape(-1), x.shape, dy.reshape(-1), dy.shape, w.reshape(-1), w.shape, dx.reshape(-1), dw.reshape(-1),
+        db.reshape(-1), *geometry, o["memory_limit"], o["backend"], o["device"])
+    _record_stats(plan, stats)
+    return dx, dw, db
+
+
+def plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
+                                        dtype="float32", memory_limit=None, backend="auto", device=0, pinned=False):
+    """The Plan conv_backward_data_filter_bias would run, without running it: bytes_h2d counts dy
+    once, bytes_d2h dx, dw and db once; kept_bytes and carry_bytes the device memory dw, db and the
+    carried dx rows take. pinned: plan for pinned arrays (as plan_conv_forward)."""
+    shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
+    _check_dtype(dtype)
+    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    return _native.plan_conv_backward_data_filter_bias(*shapes, o["stride"], o["padding"], o["dilation"],
+                                                       o["groups"], o["memory_limit"], o["backend"], o["device"],
+                                                       bool(pinned))

@@ -4,10 +4,13 @@ unfused references, the same result composed from pyooc's unfused operations, an
 A fused function must equal both: the float64 reference (its numerics) and the composition of the
 unfused pyooc ops it replaces (its contract), while moving fewer bytes than that composition."""
 
+import math
+
 import numpy as np
 
 import pyooc
-from conftest import expected_traffic, output_shape, reference_conv, rel_err
+from backward_helpers import reference_backward_data, reference_backward_filter
+from conftest import expected_traffic, needed_budget, output_shape, reference_conv, rel_err, scan_budget
 from layers_helpers import COEF, ref_activation
 
 TOL = 1e-5
@@ -107,5 +110,134 @@ def run_bias_activation_checked(x, w, b, z, activation, *, alpha1=1.0, alpha2=0.
     return y, plan
 
 
-__all__ = ["ACTIVATIONS", "TOL", "activation_err", "coef_of", "composed_bias_activation", "random_forward",
-           "reference_bias_activation", "rel_err", "run_bias_activation_checked"]
+# --------------------------------------------------------------------------------------------
+# conv_backward_data_filter_bias
+
+
+def plan_fused_backward(x_shape, w_shape, *, memory_limit=None, backend="host", **geometry):
+    dy_shape = output_shape(x_shape, w_shape, **geometry)
+    return pyooc.plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, memory_limit=memory_limit,
+                                                     backend=backend, **geometry)
+
+
+def smallest_fused_backward_budget(x_shape, w_shape, backend="host", **geometry):
+    return needed_budget(lambda limit: plan_fused_backward(x_shape, w_shape, memory_limit=limit, backend=backend,
+                                                           **geometry))
+
+
+def fused_split_set(plan):
+    return frozenset(d for d, pieces in plan.splits.items() if pieces > 1)
+
+
+def fused_uneven(plan):
+    """Split dimensions with a ragged last tile (spatial: of dy)."""
+    y = plan.y_shape
+    names = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}[len(y) - 2]
+    ext = {"n": y[0], "c": plan.x_shape[1], **dict(zip(names, y[2:]))}
+    return frozenset(d for d in fused_split_set(plan) if ext[d] % plan.tiles[d] != 0)
+
+
+def find_fused_backward_budget(x_shape, w_shape, want, *, uneven=False, backend="host", growth=1.04, **geometry):
+    """(memory_limit, plan): the first budget from the smallest up whose plan splits exactly `want`
+    (and, with uneven, one of them with a ragged last tile)."""
+    want = frozenset(want)
+    start = smallest_fused_backward_budget(x_shape, w_shape, backend=backend, **geometry)
+    return scan_budget(
+        lambda limit: plan_fused_backward(x_shape, w_shape, memory_limit=limit, backend=backend, **geometry),
+        start, 20 * start, lambda plan: fused_split_set(plan) == want and (not uneven or fused_uneven(plan)),
+        f"the fused backward planner split exactly {sorted(want)}{' with an uneven edge' if uneven else ''} for "
+        f"x{list(x_shape)} w{list(w_shape)} {geometry}", growth)
+
+
+def check_fused_backward_chunks(plan):
+    """dy tiles cover dy exactly once, each loaded by the first chunk that uses it (then serving
+    every c-tile in a row); the written-back dx rows cover dx exactly once."""
+    x_shape, y_shape = plan.x_shape, plan.y_shape
+    dy_loads = np.zeros((y_shape[0],) + tuple(y_shape[2:]), dtype=np.int32)
+    dx_writes = np.zeros(x_shape, dtype=np.int32)
+    current, next_c = None, None
+    for ch in plan.chunks:
+        if ch["load_dy"]:
+            assert next_c in (None, x_shape[1]), "a dy tile did not serve every c-tile"
+            current, next_c = (ch["n"], ch["dy"]), 0
+            dy_loads[(slice(*ch["n"]),) + tuple(slice(*r) for r in ch["dy"])] += 1
+        assert (ch["n"], ch["dy"]) == current, "a chunk uses a dy tile it did not load"
+        assert ch["c"][0] == next_c
+        next_c = ch["c"][1]
+        dx_writes[(slice(*ch["n"]), slice(*ch["c"])) + tuple(slice(*r) for r in ch["dx"])] += 1
+    assert next_c == x_shape[1]
+    assert (dy_loads == 1).all(), "dy must cross the link exactly once"
+    assert (dx_writes == 1).all(), "every dx element is written back exactly once"
+
+
+def expected_fused_backward_traffic(plan, *, direct):
+    """(bytes_h2d, bytes_d2h) from the chunk list: dy tiles, x slabs (direct: the part inside x),
+    w tiles; dx, dw and db once."""
+    x_shape, w_shape, y_shape = plan.x_shape, plan.w_shape, plan.y_shape
+    size = lambda r: max(r[1] - r[0], 0)  # noqa: E731
+    inside = lambda r, n: max(min(r[1], n) - max(r[0], 0), 0)  # noqa: E731
+    h2d = 0
+    for ch in plan.chunks:
+        n, c = size(ch["n"]), size(ch["c"])
+        if ch["load_dy"]:
+            h2d += 4 * n * y_shape[1] * math.prod(size(r) for r in ch["dy"])
+        if ch["load_x"]:
+            h2d += 4 * n * c * math.prod(inside(r, x_shape[2 + d]) if direct else size(r) for d, r in enumerate(ch["x"]))
+        if ch["load_w"]:
+            h2d += 4 * w_shape[0] * c * math.prod(w_shape[2:])
+    return h2d, 4 * (math.prod(x_shape) + math.prod(w_shape) + w_shape[0])
+
+
+def composed_backward(x, w, dy, memory_limit=None, backend="host", **geometry):
+    """The unfused sequence: conv_backward_data, _filter, _bias. Returns (dx, dw, db, bytes moved)."""
+    moved = 0
+    results = []
+    for call in (lambda: pyooc.conv_backward_data(dy, w, x.shape, memory_limit=memory_limit, backend=backend,
+                                                  **geometry),
+                 lambda: pyooc.conv_backward_filter(x, dy, w.shape, memory_limit=memory_limit, backend=backend,
+                                                    **geometry),
+                 lambda: pyooc.conv_backward_bias(dy, memory_limit=memory_limit, backend=backend)):
+        results.append(call())
+        stats = pyooc.last_stats()
+        moved += stats["bytes_h2d"] + stats["bytes_d2h"]
+    return (*results, moved)
+
+
+def bias_grad_err(got, dy):
+    """db's error against the sum of |dy| (backward_helpers: one long sum per channel)."""
+    axes = (0,) + tuple(range(2, dy.ndim))
+    ref = dy.astype(np.float64).sum(axis=axes)
+    scale = np.abs(dy.astype(np.float64)).sum(axis=axes)
+    return float(np.linalg.norm(np.asarray(got, dtype=np.float64) - ref) / max(np.linalg.norm(scale), 1e-300))
+
+
+def run_fused_backward_checked(x, w, dy, *, memory_limit=None, backend="host", direct=False, out=None, tol=TOL,
+                               **geometry):
+    """conv_backward_data_filter_bias into NaN-poisoned outputs, checked against the three float64
+    references, inputs unwritten, every output written, last_stats against the plan and its chunk
+    list (dy loaded once), budget held. Returns ((dx, dw, db), plan)."""
+    before = [a.copy() for a in (x, w, dy)]
+    if out is None:
+        out = tuple(np.full(s, np.nan, dtype=np.float32) for s in (x.shape, w.shape, (w.shape[0],)))
+    dx, dw, db = pyooc.conv_backward_data_filter_bias(x, dy, w, out=out, memory_limit=memory_limit, backend=backend,
+                                                      **geometry)
+    assert all(a is b for a, b in zip((dx, dw, db), out))
+    for name, a in (("dx", dx), ("dw", dw), ("db", db)):
+        assert not np.isnan(a).any(), f"{name}: {int(np.isnan(a).sum())} of {a.size} outputs were never written"
+    err_dx = rel_err(dx, reference_backward_data(dy, w, x.shape, **geometry))
+    err_dw = rel_err(dw, reference_backward_filter(x, dy, w.shape, **geometry))
+    err_db = bias_grad_err(db, dy)
+    assert max(err_dx, err_dw, err_db) < tol, f"relative errors dx {err_dx:.3e} dw {err_dw:.3e} db {err_db:.3e}"
+    for a, a0 in zip((x, w, dy), before):
+        assert np.array_equal(a, a0), "conv_backward_data_filter_bias wrote to an input"
+    stats = pyooc.last_stats()
+    plan = stats["plan"]
+    assert plan.operation == "conv_backward_data_filter_bias" and plan.fused and plan.backend == backend
+    check_fused_backward_chunks(plan)
+    h2d, d2h = expected_fused_backward_traffic(plan, direct=bool(direct))
+    assert (stats["bytes_h2d"], stats["bytes_d2h"]) == (h2d, d2h), "traffic disagrees with the chunk list"
+    if not direct:
+        assert (stats["bytes_h2d"], stats["bytes_d2h"]) == (plan.bytes_h2d, plan.bytes_d2h)
+    assert stats["chunks"] == plan.num_chunks
+    assert stats["device_bytes_reserved"] == plan.peak_device_bytes <= plan.memory_limit
+    return (dx, dw, db), plan

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 import pyooc
-from fused_helpers import (ACTIVATIONS, activation_err, composed_bias_activation, random_forward,
-                           reference_bias_activation, run_bias_activation_checked)
+from backward_helpers import random_backward
+from conftest import rel_err
+from fused_helpers import (ACTIVATIONS, activation_err, composed_backward, composed_bias_activation, random_forward,
+                           reference_bias_activation, run_bias_activation_checked, run_fused_backward_checked)
 
 pytestmark = pytest.mark.gpu
 TOL = 2e-5
@@ -42,3 +44,28 @@ def test_bias_activation_cuda_pinned_3d(rng, in_place):
     _, plan = run_bias_activation_checked(x, w, b, z, "relu", alpha2=1.0, memory_limit="1MiB", backend="cuda",
                                           direct=True, in_place=in_place, tol=TOL, **geometry)
     assert plan.num_chunks > 1
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+@pytest.mark.parametrize("x_shape, w_shape, geometry", [
+    pytest.param((4, 16, 64, 40), (24, 16, 3, 3), dict(padding=1), id="2d"),
+    pytest.param((2, 8, 40, 18, 16), (12, 8, 3, 3, 3), dict(padding=1, stride=(1, 2, 1)), id="3d"),
+    pytest.param((3, 8, 90, 30), (8, 8, 1, 3), dict(stride=(3, 1), padding=(0, 1)), id="2d-stride-beyond-kernel"),
+])
+def test_backward_data_filter_bias_cuda(rng, x_shape, w_shape, geometry, limit):
+    x, w, dy = random_backward(rng, x_shape, w_shape, **geometry)
+    (dx, dw, db), plan = run_fused_backward_checked(x, w, dy, memory_limit=limit, backend="cuda", tol=TOL,
+                                                    **geometry)
+    if limit is not None:
+        assert plan.num_chunks > 1
+    cdx, cdw, _, _ = composed_backward(x, w, dy, memory_limit=limit, backend="cuda", **geometry)
+    assert rel_err(dx, cdx) < 2 * TOL and rel_err(dw, cdw) < 2 * TOL
+
+
+def test_backward_data_filter_bias_cuda_pinned_spatial_split(rng):
+    """A budget that splits space: dx rows carried on the device between tiles, pinned DMA."""
+    x_shape, w_shape, geometry = (1, 8, 120, 24, 20), (8, 8, 3, 3, 3), dict(padding=1)
+    x, w, dy = (pinned_copy(a) for a in random_backward(rng, x_shape, w_shape, **geometry))
+    (_, _, _), plan = run_fused_backward_checked(x, w, dy, memory_limit="4MiB", backend="cuda", direct=True,
+                                                 tol=TOL, **geometry)
+    assert plan.carry_bytes > 0 and plan.num_chunks > 2

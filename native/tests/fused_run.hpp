@@ -111,4 +111,218 @@ inline RunResult run_fused_forward_and_check(const ConvSpec& spec, const ooc::Fu
   return r;
 }
 
+// --------------------------------------------------------------------------------------------
+// conv_backward_data_filter_bias
+
+// The smallest budget any fused backward plan for `p` needs on `backend`.
+inline size_t fused_backward_needed_bytes(const ooc::ConvProblem& p, ooc::BackendKind backend) {
+  return needed_bytes_of(ooc::plan_conv_backward_data_filter_bias, p, backend);
+}
+
+// A budget at which the fused backward's plan satisfies `want`: from the smallest peak upward by
+// 4% steps up to ~20x; 0 when none does.
+inline size_t fused_backward_budget(const ooc::ConvProblem& p, ooc::BackendKind backend,
+                                    const std::function<bool(const ooc::Plan&)>& want) {
+  ooc::Options o;
+  o.backend = backend;
+  const size_t needed = fused_backward_needed_bytes(p, backend);
+  for (double f = 1.0; f < 20.0; f *= 1.04) {
+    o.memory_limit = static_cast<size_t>(static_cast<double>(needed) * f);
+    if (want(ooc::plan_conv_backward_data_filter_bias(p, o))) return o.memory_limit;
+  }
+  return 0;
+}
+
+// Everything a fused backward plan must satisfy: the loop order for n-tile { for dy tile { for
+// c-tile } } with K whole, each dy tile loaded once by the first chunk that uses it and the dy tiles
+// covering dy exactly once, the target rows covering dx exactly once, cuDNN's shapes consistent, at
+// most one spatial dimension split, the budget held and the traffic what the chunks move.
+inline void check_fused_backward_plan(const ooc::Plan& plan) {
+  const ooc::ConvProblem& p = plan.problem;
+  ASSERT_EQ(plan.fused, "conv_backward_data_filter_bias");
+  ASSERT_EQ(p.op, ooc::Operation::backward_data);
+  ASSERT_FALSE(plan.chunks.empty());
+  EXPECT_EQ(static_cast<int64_t>(plan.chunks.size()),
+            plan.splits_n * plan.splits_c * plan.splits_out[0] * plan.splits_out[1] * plan.splits_out[2]);
+  EXPECT_EQ(plan.splits_k, 1);
+  EXPECT_LE((plan.splits_out[0] > 1) + (plan.splits_out[1] > 1) + (plan.splits_out[2] > 1), 1);
+  EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);
+  EXPECT_EQ(plan.peak_device_bytes, plan.y_buffers * plan.y_slot_bytes + plan.x_buffers * plan.x_slot_bytes +
+                                        plan.w_buffers * plan.w_slot_bytes + plan.out_buffers * plan.out_slot_bytes +
+                                        plan.kept_bytes + plan.carry_bytes + plan.workspace_bytes);
+  std::vector<int> dy_loaded(static_cast<size_t>(p.y_elements()), 0), dx_written(static_cast<size_t>(p.x_elements()), 0);
+  size_t dy_bytes = 0, x_bytes = 0, w_bytes = 0;
+  const ooc::Chunk* group = nullptr;  // the chunk that loaded the dy tile in use
+  std::vector<int64_t> next_c;        // per dy tile: c-tiles must follow each other from 0 to C
+  for (const ooc::Chunk& ch : plan.chunks) {
+    EXPECT_EQ(ch.k, (ooc::Range{0, p.k}));
+    EXPECT_TRUE(ch.first_c && ch.last_c);
+    if (ch.load_y) {
+      group = &ch;
+      EXPECT_EQ(ch.c.begin, 0) << describe_chunk(ch);
+      dy_bytes += static_cast<size_t>(ch.n.size() * p.k * product3(ch.out)) * 4;
+      for (int64_t n = ch.n.begin; n < ch.n.end; ++n)
+        for (int64_t k = 0; k < p.k; ++k)
+          for (int64_t o0 = ch.out[0].begin; o0 < ch.out[0].end; ++o0)
+            for (int64_t o1 = ch.out[1].begin; o1 < ch.out[1].end; ++o1)
+              for (int64_t o2 = ch.out[2].begin; o2 < ch.out[2].end; ++o2)
+                ++dy_loaded[static_cast<size_t>((((n * p.k + k) * p.out[0] + o0) * p.out[1] + o1) * p.out[2] + o2)];
+    } else {
+      ASSERT_NE(group, nullptr);
+      EXPECT_TRUE(ch.n == group->n && ch.out == group->out) << "a chunk uses a dy tile it did not load";
+      EXPECT_EQ(ch.c.begin, next_c.back()) << describe_chunk(ch);
+    }
+    if (ch.load_y) next_c.push_back(0);
+    next_c.back() = ch.c.end;
+    if (ch.load_x) x_bytes += static_cast<size_t>(ch.n.size() * ch.c.size() * product3(ch.in)) * 4;
+    if (ch.load_w) w_bytes += static_cast<size_t>(p.k * ch.c.size() * p.kernel[0] * p.kernel[1] * p.kernel[2]) * 4;
+    for (int d = 0; d < ooc::kMaxSpatial; ++d) {
+      EXPECT_EQ(ch.out_read[d], ch.out[d]);
+      if (ch.target[d].size() > 0) {  // (tiles reaching only rows past dx write nothing back)
+        EXPECT_LE(ch.in[d].begin, ch.target[d].begin) << describe_chunk(ch);
+        EXPECT_GE(ch.in[d].end, ch.target[d].end) << describe_chunk(ch);
+      }
+      EXPECT_EQ(cudnn_output_rows(ch.in[d].size(), p.kernel[d], p.stride[d], ch.compute_padding[d], p.dilation[d]),
+                ch.out[d].size())
+          << "cuDNN's dx and dy rows disagree along " << d << ": " << describe_chunk(ch);
+      if (plan.splits_out[d] > 1) {
+        EXPECT_EQ(ch.compute_padding[d], 0);
+        EXPECT_EQ(ch.in[d].begin, ch.out[d].begin * p.stride[d] - p.padding[d]) << "dx starts where dy reaches";
+      } else {
+        EXPECT_EQ(ch.in[d], (ooc::Range{0, p.in[d]}));
+        EXPECT_EQ(ch.compute_padding[d], p.padding[d]);
+      }
+    }
+    for (int64_t n = ch.n.begin; n < ch.n.end; ++n)
+      for (int64_t c = ch.c.begin; c < ch.c.end; ++c)
+        for (int64_t i0 = ch.target[0].begin; i0 < ch.target[0].end; ++i0)
+          for (int64_t i1 = ch.target[1].begin; i1 < ch.target[1].end; ++i1)
+            for (int64_t i2 = ch.target[2].begin; i2 < ch.target[2].end; ++i2)
+              ++dx_written[static_cast<size_t>((((n * p.c + c) * p.in[0] + i0) * p.in[1] + i1) * p.in[2] + i2)];
+  }
+  for (int64_t c : next_c) EXPECT_EQ(c, p.c) << "a dy tile does not serve every c-tile";
+  EXPECT_EQ(std::count(dy_loaded.begin(), dy_loaded.end(), 1), static_cast<int64_t>(dy_loaded.size()))
+      << "dy must cross the link exactly once";
+  EXPECT_EQ(std::count(dx_written.begin(), dx_written.end(), 1), static_cast<int64_t>(dx_written.size()))
+      << "every dx element is written back exactly once";
+  EXPECT_EQ(dy_bytes, static_cast<size_t>(p.y_elements()) * 4);
+  EXPECT_EQ(plan.bytes_h2d, dy_bytes + x_bytes + w_bytes);
+  EXPECT_EQ(plan.bytes_d2h, static_cast<size_t>(p.x_elements() + p.w_elements() + p.k) * 4);
+}
+
+// H2D bytes of a run whose caller memory is DMA'd directly: only what lies inside the tensors.
+inline size_t fused_backward_direct_h2d_bytes(const ooc::Plan& plan) {
+  const ooc::ConvProblem& p = plan.problem;
+  size_t bytes = 0;
+  for (const ooc::Chunk& ch : plan.chunks) {
+    int64_t x = ch.n.size() * ch.c.size();
+    for (int d = 0; d < ooc::kMaxSpatial; ++d)
+      x *= std::max<int64_t>(0, std::min(ch.in[d].end, p.in[d]) - std::max<int64_t>(ch.in[d].begin, 0));
+    if (ch.load_x) bytes += static_cast<size_t>(x) * 4;
+    if (ch.load_y) bytes += static_cast<size_t>(ch.n.size() * p.k * product3(ch.out)) * 4;
+    if (ch.load_w) bytes += static_cast<size_t>(p.k * ch.c.size() * p.kernel[0] * p.kernel[1] * p.kernel[2]) * 4;
+  }
+  return bytes;
+}
+
+struct FusedBackwardResult {
+  ooc::Plan plan;
+  ooc::RunStats stats;
+};
+
+// (dx, dw, db) for spec's geometry (spec.op must be backward_data, beta 0) under memory_limit,
+// checked against the three float64 references.
+inline FusedBackwardResult run_fused_backward_and_check(const BackwardSpec& spec, size_t memory_limit,
+                                                        ooc::BackendKind backend, unsigned seed,
+                                                        CallerMemory memory = CallerMemory::pageable,
+                                                        double tolerance = 1e-5) {
+  const ooc::ConvProblem p = spec.problem();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (OOC_TEST_SEED to replay), " + p.describe() + ", memory_limit " +
+               std::to_string(memory_limit));
+  std::mt19937 rng(seed);
+  // Positive means: a dw or db element is one long sum, which zero-mean inputs may cancel.
+  const auto x = random_vector(static_cast<size_t>(p.x_elements()), rng, 0.25);
+  const auto w = random_vector(static_cast<size_t>(p.w_elements()), rng, 0.25);
+  const auto dy = random_vector(static_cast<size_t>(p.y_elements()), rng, 0.25);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> dx0(static_cast<size_t>(p.x_elements()), nan), dw0(static_cast<size_t>(p.w_elements()), nan),
+      db0(static_cast<size_t>(p.k), nan);
+  CallerCopy xc(x, memory), wc(w, memory), dyc(dy, memory), dxc(dx0, memory), dwc(dw0, memory), dbc(db0, memory);
+  ooc::Options options;
+  options.memory_limit = memory_limit;
+  options.backend = backend;
+  FusedBackwardResult r;
+  try {
+    ooc::conv_backward_data_filter_bias(p, xc.data(), dyc.data(), wc.data(), dxc.data(), dwc.data(), dbc.data(),
+                                        options, &r.plan, &r.stats);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "conv_backward_data_filter_bias threw: " << e.what();
+    return r;
+  }
+  const std::vector<float> none;
+  const std::pair<const char*, Comparison> results[] = {
+      {"dx", compare(dxc.contents(), reference_backward_data(p, dy, w, none))},
+      {"dw", compare(dwc.contents(), reference_backward_filter(p, x, dy, none))},
+      {"db", compare(dbc.contents(), reference_backward_bias(p, dy, none))}};
+  for (const auto& [name, c] : results) {
+    EXPECT_EQ(c.non_finite, 0) << name << ": elements not written (NaN), first at " << c.first_bad << "\n"
+                               << r.plan.describe();
+    EXPECT_LT(c.relative_error, tolerance) << name << "\n" << r.plan.describe();
+  }
+  EXPECT_EQ(xc.contents(), x) << "x was modified";
+  EXPECT_EQ(wc.contents(), w) << "w was modified";
+  EXPECT_EQ(dyc.contents(), dy) << "dy was modified";
+  if (memory_limit) {
+    EXPECT_EQ(r.plan.memory_limit, memory_limit);
+  }
+  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
+  EXPECT_EQ(r.stats.bytes_h2d,
+            memory == CallerMemory::pageable ? r.plan.bytes_h2d : fused_backward_direct_h2d_bytes(r.plan));
+  EXPECT_EQ(r.stats.bytes_d2h, r.plan.bytes_d2h);
+  EXPECT_EQ(r.stats.chunks, static_cast<int64_t>(r.plan.num_chunks()));
+  check_fused_backward_plan(r.plan);
+  return r;
+}
+
+struct FusedBackwardCase {
+  const char* name;
+  BackwardSpec spec;
+  std::function<bool(const ooc::Plan&)> expect;  // the split the budget must cause (nullptr: the default budget)
+};
+inline void PrintTo(const FusedBackwardCase& c, std::ostream* os) { *os << c.name; }
+
+// Each split kind of the fused backward, alone and combined, with uneven edges and the geometries
+// whose dx rows are hard to carry: strides beyond the kernel span, padding wider than the kernel,
+// dilation, tiles smaller than the halo.
+inline std::vector<FusedBackwardCase> fused_backward_cases() {
+  using P = const ooc::Plan&;
+  const auto D = ooc::Operation::backward_data;
+  auto splits = [](int64_t n, int64_t c, int spatial) {
+    return [n, c, spatial](P p) {
+      for (int d = 0; d < ooc::kMaxSpatial; ++d)
+        if ((p.splits_out[d] > 1) != (d == spatial)) return false;
+      return (p.splits_n > 1) == (n > 0) && (p.splits_c > 1) == (c > 0);
+    };
+  };
+  return {
+      {"whole_default_budget", backward_spec(D, {2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}), nullptr},
+      {"n", backward_spec(D, {7, 2, 40}, {3, 2, 3}, {1}, {1}), splits(1, 0, -1)},
+      {"c", backward_spec(D, {1, 9, 40}, {3, 9, 3}, {1}, {1}), splits(0, 1, -1)},
+      {"n_c", backward_spec(D, {5, 7, 8}, {3, 7, 8}), splits(1, 1, -1)},
+      {"d0_padding", backward_spec(D, {1, 2, 101}, {2, 2, 3}, {1}, {1}), splits(0, 0, 0)},
+      {"d0_stride_dilation", backward_spec(D, {1, 1, 211}, {2, 1, 5}, {2}, {3}, {3}), splits(0, 0, 0)},
+      {"d0_stride_beyond_kernel", backward_spec(D, {1, 2, 203}, {2, 2, 1}, {3}), splits(0, 0, 0)},
+      {"d0_stride5_dilated_span3", backward_spec(D, {1, 1, 203}, {2, 1, 2}, {5}, {1}, {2}), splits(0, 0, 0)},
+      {"d0_padding_wider_than_kernel", backward_spec(D, {1, 2, 60}, {3, 2, 1}, {1}, {3}), splits(0, 0, 0)},
+      {"d1_2d", backward_spec(D, {1, 2, 5, 151}, {3, 2, 3, 3}, {1, 2}, {1, 1}), splits(0, 0, 1)},
+      {"d2_3d", backward_spec(D, {1, 1, 3, 4, 150}, {2, 1, 3, 3, 3}, {1}, {0, 1, 2}, {1, 1, 2}), splits(0, 0, 2)},
+      {"d0_3d_with_n_c", backward_spec(D, {3, 5, 40, 6, 5}, {4, 5, 3, 3, 3}, {1}, {1}), splits(1, 1, 0)},
+      {"h_with_c_2d", backward_spec(D, {1, 8, 60, 9}, {3, 8, 5, 3}, {1}, {2, 1}, {1}), splits(0, 1, 0)},
+      {"tightest_2d", backward_spec(D, {3, 6, 20, 17}, {5, 6, 3, 3}, {2, 1}, {1}, {1, 2}),
+       [](P p) { return p.peak_device_bytes * 100 < p.memory_limit * 101; }},
+      {"tightest_3d", backward_spec(D, {2, 3, 9, 8, 7}, {4, 3, 3, 2, 3}, {1}, {1, 0, 2}, {2, 1, 1}),
+       [](P p) { return p.peak_device_bytes * 100 < p.memory_limit * 101; }},
+  };
+}
+
 }  // namespace ooc_test

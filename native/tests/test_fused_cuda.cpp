@@ -43,6 +43,40 @@ TEST_P(FusedForwardCuda, MatchesTheComposition) {
                                         ooc_test::CallerMemory::pinned, 2e-5);
 }
 
+class FusedBackwardCuda : public ::testing::TestWithParam<ooc_test::FusedBackwardCase> {
+ protected:
+  void SetUp() override {
+    if (ooc::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// The host cases' geometries; the cuda backend reserves workspace and models costs its own way, so
+// the budget asks for the case's split where one gives it, else for any split.
+TEST_P(FusedBackwardCuda, MatchesTheThreeGradients) {
+  const ooc_test::FusedBackwardCase& fc = GetParam();
+  const ooc::ConvProblem p = fc.spec.problem();
+  size_t budget = 0;
+  if (fc.expect) {
+    budget = ooc_test::fused_backward_budget(p, BackendKind::cuda, fc.expect);
+    if (!budget)
+      budget = ooc_test::fused_backward_budget(p, BackendKind::cuda, [](const ooc::Plan& plan) {
+        return plan.num_chunks() > 1;
+      });
+    ASSERT_GT(budget, 0u);
+  }
+  const unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)) + 7);
+  for (const auto memory : {ooc_test::CallerMemory::pageable, ooc_test::CallerMemory::pinned}) {
+    const auto r = ooc_test::run_fused_backward_and_check(fc.spec, budget, BackendKind::cuda, seed, memory, 2e-5);
+    EXPECT_EQ(r.plan.backend, "cuda");
+    if (budget) {
+      EXPECT_GT(r.plan.num_chunks(), 1u) << r.plan.describe();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FusedBackwardCuda, ::testing::ValuesIn(ooc_test::fused_backward_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 INSTANTIATE_TEST_SUITE_P(PipelineCases, FusedForwardCuda, ::testing::ValuesIn(ooc_test::pipeline_cases()),
                          [](const auto& info) { return std::string(info.param.name); });
 

@@ -34,4 +34,14 @@ void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivat
                                   const float* w, const float* z, const float* bias, float* y, const Options& options,
                                   Plan* used = nullptr, RunStats* stats = nullptr);
 
+// (dx, dw, db) = (conv_backward_data(dy, w), conv_backward_filter(x, dy), conv_backward_bias(dy)),
+// each scaled by problem.alpha, from one pass over dy: dy crosses the link once instead of three
+// times (plan/fused_planner.hpp says how the dy tile serves all three). `problem` is
+// ConvProblem::backward_data (dy_shape, w_shape, x_shape, geometry) with beta == 0: the gradients
+// are fresh (invalid_argument otherwise). dx like x, dw like w, db [k]; none may alias an input.
+Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem, const Options& options);
+void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
+                                    float* dx, float* dw, float* db, const Options& options, Plan* used = nullptr,
+                                    RunStats* stats = nullptr);
+
 }  // namespace ooc

@@ -8,6 +8,7 @@
 #include "api/backend_access.hpp"
 #include "exec/fused_pipeline.hpp"
 #include "exec/thread_pool.hpp"
+#include "plan/fused_planner.hpp"
 #include "plan/planner.hpp"
 
 namespace ooc {
@@ -25,6 +26,28 @@ PlannerConfig fused_config(Backend& backend, PlannerConfig config, bool assume_p
   return config;
 }
 
+// A plan_* twin: the plan for pageable tensors (pinned ones with options.assume_pinned).
+template <typename Planner>
+Plan plan_only(const Options& options, Planner planner) {
+  Plan plan;
+  with_backend(options, [&](Backend& backend, const PlannerConfig& config) {
+    plan = planner(fused_config(backend, config, options.assume_pinned, {}));
+  });
+  return plan;
+}
+
+// Plans for the call's tensors and runs the plan: run(plan, backend) returns what it measured.
+template <typename Planner, typename Run>
+void plan_and_run(const Options& options, std::initializer_list<const void*> tensors, Planner planner, Run run,
+                  Plan* used, RunStats* stats) {
+  with_backend(options, [&](Backend& backend, const PlannerConfig& config) {
+    Plan plan = planner(fused_config(backend, config, false, tensors));
+    RunStats s = run(plan, backend);
+    if (stats) *stats = s;
+    if (used) *used = std::move(plan);
+  });
+}
+
 void require_forward(const ConvProblem& p, const char* function) {
   if (p.op != Operation::forward)
     throw invalid_argument(std::string(function) + ": the problem describes " + operation_name(p.op) +
@@ -35,6 +58,15 @@ Plan plan_bias_activation(const ConvProblem& p, const PlannerConfig& config) {
   Plan plan = plan_conv_forward_for(p, config);
   plan.fused = "conv_bias_activation_forward";
   return plan;
+}
+
+void require_backward(const ConvProblem& p, const char* function) {
+  if (p.op != Operation::backward_data)
+    throw invalid_argument(std::string(function) + ": the problem describes " + operation_name(p.op) +
+                           " (make it with ConvProblem::backward_data)");
+  if (p.beta != 0.0)
+    throw invalid_argument(std::string(function) + ": beta must be 0 (the gradients are computed fresh), got " +
+                           std::to_string(p.beta));
 }
 
 }  // namespace
@@ -56,11 +88,7 @@ FusedActivation fused_activation_from_name(const std::string& name, double coef)
 
 Plan plan_conv_bias_activation_forward(const ConvProblem& problem, const Options& options) {
   require_forward(problem, "plan_conv_bias_activation_forward");
-  Plan plan;
-  with_backend(options, [&](Backend& backend, const PlannerConfig& config) {
-    plan = plan_bias_activation(problem, fused_config(backend, config, options.assume_pinned, {}));
-  });
-  return plan;
+  return plan_only(options, [&](const PlannerConfig& c) { return plan_bias_activation(problem, c); });
 }
 
 void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
@@ -69,14 +97,32 @@ void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivat
   require_forward(problem, "conv_bias_activation_forward");
   if (!x || !w || !y || (problem.has_bias && !bias) || (problem.beta != 0.0 && !z))
     throw invalid_argument("conv_bias_activation_forward: null data pointer");
-  with_backend(options, [&](Backend& backend, const PlannerConfig& config) {
-    const float* z_read = problem.beta != 0.0 ? z : nullptr;
-    Plan plan = plan_bias_activation(problem, fused_config(backend, config, false, {x, w, z_read, bias, y}));
-    RunStats s =
-        run_conv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y, ThreadPool::shared());
-    if (stats) *stats = s;
-    if (used) *used = std::move(plan);
-  });
+  const float* z_read = problem.beta != 0.0 ? z : nullptr;
+  plan_and_run(
+      options, {x, w, z_read, bias, y}, [&](const PlannerConfig& c) { return plan_bias_activation(problem, c); },
+      [&](const Plan& plan, Backend& backend) {
+        return run_conv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y, ThreadPool::shared());
+      },
+      used, stats);
+}
+
+Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem, const Options& options) {
+  require_backward(problem, "plan_conv_backward_data_filter_bias");
+  return plan_only(options, [&](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(problem, c); });
+}
+
+void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
+                                    float* dx, float* dw, float* db, const Options& options, Plan* used,
+                                    RunStats* stats) {
+  require_backward(problem, "conv_backward_data_filter_bias");
+  if (!x || !dy || !w || !dx || !dw || !db) throw invalid_argument("conv_backward_data_filter_bias: null data pointer");
+  plan_and_run(
+      options, {x, dy, w, dx, dw, db},
+      [&](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(problem, c); },
+      [&](const Plan& plan, Backend& backend) {
+        return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db, ThreadPool::shared());
+      },
+      used, stats);
 }
 
 }  // namespace ooc

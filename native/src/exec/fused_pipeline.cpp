@@ -1,7 +1,12 @@
 #include "exec/fused_pipeline.hpp"
 
+#include <stdexcept>
+#include <vector>
+
 #include "exec/chunk_pipeline.hpp"
 #include "exec/conv_pipeline.hpp"
+#include "exec/conv_regions.hpp"
+#include "plan/fused_planner.hpp"
 
 namespace ooc {
 
@@ -38,6 +43,91 @@ RunStats run_conv_bias_activation_forward(const Plan& plan, Backend& backend, co
       backend.activation_forward(tile, activation.mode, activation.coef, ys, ys);
     };
   }
+  return run_chunks(plan, backend, pool, spec);
+}
+
+RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, const float* x, const float* dy,
+                                            const float* w, float* dx, float* dw, float* db, ThreadPool& pool) {
+  using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
+  const ConvProblem& p = plan.problem;
+  const FusedBackwardLayout layout = fused_backward_layout(plan);
+  if (layout.kept_bytes != plan.kept_bytes || layout.carry_bytes != plan.carry_bytes)
+    throw std::logic_error("fused backward: the plan's kept and carried memory disagree with its layout");
+  const size_t es = dtype_size(p.dtype);
+  const TensorView dyv = view_of(p, Family::y, dy), xv = view_of(p, Family::x, x), wv = view_of(p, Family::w, w),
+                   dxv = view_of(p, Family::x, dx);
+  OperationSpec spec;
+  // a: the dy tile, loaded once and used by every c-tile; b: the x slab; third: w's c-tile.
+  spec.a = {dy, plan.y_buffers, plan.y_slot_bytes};
+  spec.a_region = [dyv, &p](const Chunk& ch) { return region_of(dyv, Family::y, ch, p); };
+  spec.a_loads = [](const Chunk& ch) { return ch.load_y; };
+  spec.b = {x, plan.x_buffers, plan.x_slot_bytes};
+  spec.b_region = [xv, &p](const Chunk& ch) { return region_of(xv, Family::x, ch, p); };
+  spec.b_loads = [](const Chunk& ch) { return ch.load_x; };
+  spec.third = {w, plan.w_buffers, plan.w_slot_bytes};
+  spec.third_region = [wv, &p](const Chunk& ch) { return region_of(wv, Family::w, ch, p); };
+  spec.third_loads = [](const Chunk& ch) { return ch.load_w; };
+  // dx is computed over the tile's whole reach and written back over its target rows only.
+  spec.out = {dx, plan.out_buffers, plan.out_slot_bytes};
+  spec.out_region = [dxv, &p](const Chunk& ch) { return through_window(region_of(dxv, Family::x, ch, p), ch.target); };
+  spec.beta = 0.0;
+  spec.workspace_bytes = plan.workspace_bytes;
+  // dw (one dense block per c-tile) and db stay on the device and leave once, at the end.
+  const std::array<Range, kMaxSpatial> taps{Range{0, p.kernel[0]}, Range{0, p.kernel[1]}, Range{0, p.kernel[2]}};
+  for (size_t j = 0; j < layout.dw_offset.size(); ++j) {
+    const Range c{static_cast<int64_t>(j) * plan.tiling.c, std::min((static_cast<int64_t>(j) + 1) * plan.tiling.c, p.c)};
+    spec.kept.push_back({Region{view_of(p, Family::w, dw), box_of(Range{0, p.k}, c, taps)}, layout.dw_offset[j]});
+  }
+  spec.kept.push_back({Region{view_of(p, Family::bias, db), box_of(Range{0, p.k}, Range{0, 1}, {Range{0, 1},
+                                                                                                Range{0, 1},
+                                                                                                Range{0, 1}})},
+                       layout.db_offset});
+  spec.kept_bytes = plan.kept_bytes;
+  spec.scratch_bytes = plan.carry_bytes;
+
+  // Per c-tile: the dx rows (along the split dimension) its carry block holds for the next tile.
+  std::vector<Range> carried(layout.dw_offset.size());
+  const int d = layout.split_dim;
+  spec.compute_fused = [&](const Chunk& ch, const ChunkBuffers& b) {
+    const ChunkConv shape = chunk_shape(ch, p);
+    const size_t j = static_cast<size_t>(ch.c.begin / plan.tiling.c);
+    const Extent slot_extent{ch.n.size(), ch.c.size(), ch.in[0].size(), ch.in[1].size(), ch.in[2].size()};
+    const TensorView slot = TensorView::contiguous(b.out, slot_extent, kMaxRank, es);
+    char* carry = static_cast<char*>(b.scratch) + (layout.carry_bytes ? layout.carry_offset[j] : 0);
+    // The slot's rows `rows` (absolute dx rows along the split dimension), all of the other dims.
+    auto rows_box = [&](Range rows) {
+      Box box{{0, 0, 0, 0, 0}, slot_extent};
+      box.lo[2 + d] = rows.begin - ch.in[d].begin;
+      box.hi[2 + d] = rows.end - ch.in[d].begin;
+      return box;
+    };
+    // dx: the carried rows of the previous tile first (the rest zero), then this tile's part added.
+    double dx_beta = 0.0;
+    if (d >= 0 && carried[j].size() > 0) {
+      if (carried[j].begin < ch.in[d].begin || carried[j].end > ch.in[d].end)
+        throw std::logic_error("fused backward: carried dx rows outside the next tile's computed rows");
+      backend.zero_on_device(b.out, static_cast<size_t>(Box{{0, 0, 0, 0, 0}, slot_extent}.elements(kMaxRank)) * es);
+      for (const StridedCopy& c : strided_box_copies(slot, rows_box(carried[j]), carry, false).copies)
+        backend.copy_on_device(c);
+      dx_beta = 1.0;
+    }
+    backend.conv_backward_data(shape, b.a, b.third, b.out, p.alpha, dx_beta, b.workspace, plan.workspace_bytes);
+    if (d >= 0) {
+      const Range outgoing{ch.target[d].end, std::min(ch.in[d].end, p.in[d])};
+      carried[j] = outgoing.size() > 0 ? outgoing : Range{};
+      if (outgoing.size() > 0)
+        for (const StridedCopy& c : strided_box_copies(slot, rows_box(outgoing), carry, true).copies)
+          backend.copy_on_device(c);
+    }
+    // dw and db: this dy tile's part, the first dy tile overwriting what the device holds.
+    bool first_tile = ch.n.begin == 0;
+    for (int e = 0; e < kMaxSpatial; ++e) first_tile = first_tile && ch.out[e].begin == 0;
+    const double kept_beta = first_tile ? 0.0 : 1.0;
+    backend.conv_backward_filter(shape, b.b, b.a, reinterpret_cast<float*>(b.kept + layout.dw_offset[j]), p.alpha,
+                                 kept_beta, b.workspace, plan.workspace_bytes);
+    if (ch.c.begin == 0)
+      backend.conv_backward_bias(shape, b.a, reinterpret_cast<float*>(b.kept + layout.db_offset), p.alpha, kept_beta);
+  };
   return run_chunks(plan, backend, pool, spec);
 }
 

@@ -11,5 +11,7 @@ namespace ooc {
 RunStats run_conv_bias_activation_forward(const Plan& plan, Backend& backend, const FusedActivation& activation,
                                           const float* x, const float* w, const float* z, const float* bias, float* y,
                                           ThreadPool& pool);
+RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, const float* x, const float* dy,
+                                            const float* w, float* dx, float* dw, float* db, ThreadPool& pool);
 
 }  // namespace ooc

@@ -62,6 +62,23 @@ constexpr size_t kMaxChunks = size_t{1} << 22;
   throw out_of_budget(msg.str(), smallest_peak);
 }
 
+// A plan with what every planner sets alike: the problem, the configuration's backend, machine
+// and budget, and the chosen candidate's workspace, peak, traffic and predicted time.
+inline Plan plan_with_totals(const ConvProblem& p, const PlannerConfig& config, size_t workspace, size_t peak,
+                             double bytes_h2d, double bytes_d2h, double seconds) {
+  Plan plan;
+  plan.problem = p;
+  plan.backend = config.backend;
+  plan.machine = config.machine;
+  plan.memory_limit = config.memory_limit;
+  plan.workspace_bytes = workspace;
+  plan.peak_device_bytes = peak;
+  plan.bytes_h2d = static_cast<size_t>(bytes_h2d);
+  plan.bytes_d2h = static_cast<size_t>(bytes_d2h);
+  plan.predicted_seconds = seconds;
+  return plan;
+}
+
 // Algorithms may use workspace, but every one also has a zero-workspace fallback: when the
 // allowance leaves no room for any plan, plan again without it.
 template <typename PlanFn>
