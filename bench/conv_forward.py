@@ -349,8 +349,7 @@ def record_queue_profile(pyooc, result, variant, call, backend):
 def run_case(name, spec, ctx):
     pyooc, torch, args = ctx["pyooc"], ctx["torch"], ctx["args"]
     description, x_shape, w_shape, padding, cap = spec
-    sp = len(x_shape) - 2
-    geom = C.ConvGeometry(tuple(x_shape), tuple(w_shape), (1,) * sp, (padding,) * sp, (1,) * sp)
+    geom = C.ConvGeometry.padded(x_shape, w_shape, padding)
     ws = geom.working_set_bytes
     limit = memory_limit_for(ws, cap)
     backend = ctx["backend"]
