@@ -78,3 +78,38 @@ def conv_backward_data_filter_bias(const float[::1] x, tuple x_shape, const floa
         ooc.conv_backward_data_filter_bias(problem, &x[0], &dy[0], &w[0], &dx[0], &dw[0], &db[0], options, &plan,
                                            &stats)
     return _ran(plan, stats)
+
+
+def plan_activation_conv_backward_data_filter_bias(tuple x_shape, tuple dy_shape, tuple w_shape, str activation,
+                                                   double coef, bint with_pre, tuple stride, tuple padding,
+                                                   tuple dilation, int64_t groups, size_t memory_limit, str backend,
+                                                   int device, bint pinned=False):
+    cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
+                                                           groups)
+    cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_activation_conv_backward_data_filter_bias(problem, act, with_pre, options)
+    return Plan.wrap(plan)
+
+
+def activation_conv_backward_data_filter_bias(const float[::1] x, tuple x_shape, const float[::1] dy,
+                                              tuple dy_shape, const float[::1] w, tuple w_shape, y, pre,
+                                              float[::1] dx, float[::1] dw, float[::1] db, str activation,
+                                              double coef, tuple stride, tuple padding, tuple dilation,
+                                              int64_t groups, size_t memory_limit, str backend, int device):
+    """Runs on flat float32 views (no copies; y and pre may be None). Returns (plan, stats)."""
+    cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
+                                                           groups)
+    cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef float* y_ptr = _ptr(y)
+    cdef float* pre_ptr = _ptr(pre)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.activation_conv_backward_data_filter_bias(problem, act, &x[0], &dy[0], &w[0], y_ptr, pre_ptr, &dx[0],
+                                                      &dw[0], &db[0], options, &plan, &stats)
+    return _ran(plan, stats)

@@ -120,6 +120,12 @@ cdef class Plan:
         return self.c_obj.get().bytes_d2h
 
     @property
+    def y_inputs(self):
+        """y-shaped tensors each dy tile loads: 1 (dy), 2 or 3 with an activation's backward folded in
+        (dy, y and maybe the activation's input)."""
+        return self.c_obj.get().y_inputs
+
+    @property
     def kept_bytes(self):
         """Fused functions: device bytes of outputs kept on the device for the whole run (dw, db)."""
         return self.c_obj.get().kept_bytes
@@ -172,7 +178,8 @@ cdef class Plan:
         cdef int sd = p.problem.spatial_dims
         cdef ooc.Operation op = p.problem.op
         cdef ooc.Chunk* ch
-        cdef bint fused_backward = p.fused == b"conv_backward_data_filter_bias"
+        cdef bint fused_backward = (p.fused == b"conv_backward_data_filter_bias" or
+                                    p.fused == b"activation_conv_backward_data_filter_bias")
         result = []
         for i in range(p.chunks.size()):
             ch = &p.chunks[i]

@@ -117,7 +117,7 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         MachineModel machine
         vector[Chunk] chunks
         string fused
-        int out_buffers
+        int y_inputs, out_buffers
         size_t out_slot_bytes, kept_bytes, carry_bytes
         size_t num_chunks()
         string describe()
@@ -246,6 +246,14 @@ cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:
     void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
                                         float* dx, float* dw, float* db, const Options& options, Plan* used,
                                         RunStats* stats) except +translate_exception
+    Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
+                                                        const FusedActivation& activation, bool with_pre,
+                                                        const Options& options) except +translate_exception
+    void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
+                                                   const float* x, const float* dy, const float* w, const float* y,
+                                                   const float* pre, float* dx, float* dw, float* db,
+                                                   const Options& options, Plan* used,
+                                                   RunStats* stats) except +translate_exception
 
 
 cdef extern from "ooc/ooc.hpp" namespace "ooc::testing" nogil:

@@ -90,7 +90,7 @@ def plan_conv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, a
         o["alpha2"] if z else 0.0, bool(bias), o["memory_limit"], o["backend"], o["device"], bool(pinned))
 
 
-def _backward_outputs(out, x, dy, w):
+def _backward_outputs(out, x, dy, w, more_inputs=None):
     """(dx, dw, db): new arrays, or the caller's out=(dx, dw, db) checked (no overlap with the inputs
     or each other)."""
     shapes = (x.shape, w.shape, (w.shape[0],))
@@ -98,7 +98,7 @@ def _backward_outputs(out, x, dy, w):
         return tuple(np.empty(s, dtype=np.float32) for s in shapes)
     if not isinstance(out, (tuple, list)) or len(out) != 3:
         raise TypeError(f"out must be a tuple (dx, dw, db), got {type(out).__name__}")
-    inputs = {"x": x, "dy": dy, "w": w}
+    inputs = {"x": x, "dy": dy, "w": w, **(more_inputs or {})}
     checked = []
     for name, array, shape in zip(("dx", "dw", "db"), out, shapes):
         checked.append(as_output(array, shape, inputs))
@@ -143,3 +143,55 @@ def plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, stride=1,
     return _native.plan_conv_backward_data_filter_bias(*shapes, o["stride"], o["padding"], o["dilation"],
                                                        o["groups"], o["memory_limit"], o["backend"], o["device"],
                                                        bool(pinned))
+
+
+def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu", coef=None, pre=None, stride=1,
+                                              padding=0, dilation=1, groups=1, out=None, memory_limit=None,
+                                              backend="auto", device=0):
+    """(dx, dw, db) of a convolution followed by an activation, y = act(pre) with pre = conv(x, w) +
+    bias (conv_bias_activation_forward's y), from one out-of-core pass over dy.
+
+    Replaces the composition
+        dz = activation_backward(y, dy, pre, activation, coef=coef)
+        dx, dw, db = conv_backward_data_filter_bias(x, dz, w, stride=, padding=, dilation=, groups=)
+    (itself conv_backward_data, _filter and _bias of dz), whose arguments it takes as they are: dz
+    is formed on the GPU from each dy tile and never crosses the link, so dy, y (and pre) cross once
+    and dz not at all, against dy, y, pre in and dz out and in three times. pre, the activation's
+    input, is needed for "clipped_relu", "elu" and "swish"; "relu", "sigmoid" and "tanh" take their
+    gradient from y alone (pre=None moves one tensor less). "identity": dz = dy (y unused). The
+    results are new arrays, or out=(dx, dw, db)."""
+    x, dy, w = as_input(x, "x"), as_input(dy, "dy"), as_input(w, "w")
+    coef = _activation_coef(activation, coef)
+    o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
+    _native.check_conv_backward_data_filter_bias(x.shape, dy.shape, w.shape, *geometry)
+    inputs = {"y": as_input(y, "y"), "pre": None if pre is None else as_input(pre, "pre")}
+    for name, a in inputs.items():
+        if a is not None and a.shape != dy.shape:
+            raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(dy.shape)} (the shape of dy)")
+    if pre is None and activation in ("clipped_relu", "elu", "swish"):
+        raise ValueError(f"pre (the activation's input) is needed for the gradient of {activation}: y alone "
+                         "does not give it")
+    dx, dw, db = _backward_outputs(out, x, dy, w, inputs)
+    y, pre = inputs["y"], inputs["pre"]
+    plan, stats = _native.activation_conv_backward_data_filter_bias(
+        x.reshape(-1), x.shape, dy.reshape(-1), dy.shape, w.reshape(-1), w.shape, y.reshape(-1),
+        None if pre is None else pre.reshape(-1), dx.reshape(-1), dw.reshape(-1), db.reshape(-1), activation, coef,
+        *geometry, o["memory_limit"], o["backend"], o["device"])
+    _record_stats(plan, stats)
+    return dx, dw, db
+
+
+def plan_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, activation="relu", coef=None,
+                                                   pre=False, stride=1, padding=0, dilation=1, groups=1,
+                                                   dtype="float32", memory_limit=None, backend="auto", device=0,
+                                                   pinned=False):
+    """The Plan activation_conv_backward_data_filter_bias would run (pre: whether the call gets the
+    activation's input), without running it: bytes_h2d counts dy, y (and pre) once each."""
+    shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
+    _check_dtype(dtype)
+    coef = _activation_coef(activation, coef)
+    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    return _native.plan_activation_conv_backward_data_filter_bias(
+        *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"],
+        o["memory_limit"], o["backend"], o["device"], bool(pinned))

@@ -11,7 +11,7 @@ import numpy as np
 import pyooc
 from backward_helpers import reference_backward_data, reference_backward_filter
 from conftest import expected_traffic, needed_budget, output_shape, reference_conv, rel_err, scan_budget
-from layers_helpers import COEF, ref_activation
+from layers_helpers import COEF, ref_activation, ref_activation_grad
 
 TOL = 1e-5
 ACTIVATIONS = ["identity", "relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish"]
@@ -179,8 +179,8 @@ def expected_fused_backward_traffic(plan, *, direct):
     h2d = 0
     for ch in plan.chunks:
         n, c = size(ch["n"]), size(ch["c"])
-        if ch["load_dy"]:
-            h2d += 4 * n * y_shape[1] * math.prod(size(r) for r in ch["dy"])
+        if ch["load_dy"]:  # dy, and y (and pre) beside it where an activation's backward is folded in
+            h2d += 4 * plan.y_inputs * n * y_shape[1] * math.prod(size(r) for r in ch["dy"])
         if ch["load_x"]:
             h2d += 4 * n * c * math.prod(inside(r, x_shape[2 + d]) if direct else size(r) for d, r in enumerate(ch["x"]))
         if ch["load_w"]:
@@ -212,27 +212,41 @@ def bias_grad_err(got, dy):
 
 
 def run_fused_backward_checked(x, w, dy, *, memory_limit=None, backend="host", direct=False, out=None, tol=TOL,
-                               **geometry):
-    """conv_backward_data_filter_bias into NaN-poisoned outputs, checked against the three float64
-    references, inputs unwritten, every output written, last_stats against the plan and its chunk
-    list (dy loaded once), budget held. Returns ((dx, dw, db), plan)."""
-    before = [a.copy() for a in (x, w, dy)]
+                               activation=None, pre=None, pass_pre=True, **geometry):
+    """conv_backward_data_filter_bias into NaN-poisoned outputs (or, with `activation`,
+    activation_conv_backward_data_filter_bias for y = act(pre), given y and, if pass_pre, pre),
+    checked: the three float64 references (of dz = act'(pre) * dy), inputs unwritten, every output
+    written, last_stats against the plan and its chunk list (dy loaded once), budget held. Returns
+    ((dx, dw, db), plan)."""
     if out is None:
         out = tuple(np.full(s, np.nan, dtype=np.float32) for s in (x.shape, w.shape, (w.shape[0],)))
-    dx, dw, db = pyooc.conv_backward_data_filter_bias(x, dy, w, out=out, memory_limit=memory_limit, backend=backend,
-                                                      **geometry)
+    name, dz, inputs = "conv_backward_data_filter_bias", dy, [x, w, dy]
+    if activation is None:
+        before = [a.copy() for a in inputs]
+        dx, dw, db = pyooc.conv_backward_data_filter_bias(x, dy, w, out=out, memory_limit=memory_limit,
+                                                          backend=backend, **geometry)
+    else:
+        name = "activation_" + name
+        y = activated(pre, activation).astype(np.float32)
+        inputs += [y, pre]
+        before = [a.copy() for a in inputs]
+        dx, dw, db = pyooc.activation_conv_backward_data_filter_bias(
+            x, dy, w, y, activation=activation, coef=coef_of(activation), pre=pre if pass_pre else None, out=out,
+            memory_limit=memory_limit, backend=backend, **geometry)
+        if activation != "identity":
+            dz = ref_activation_grad(pre, dy, activation, coef_of(activation))
     assert all(a is b for a, b in zip((dx, dw, db), out))
-    for name, a in (("dx", dx), ("dw", dw), ("db", db)):
-        assert not np.isnan(a).any(), f"{name}: {int(np.isnan(a).sum())} of {a.size} outputs were never written"
-    err_dx = rel_err(dx, reference_backward_data(dy, w, x.shape, **geometry))
-    err_dw = rel_err(dw, reference_backward_filter(x, dy, w.shape, **geometry))
-    err_db = bias_grad_err(db, dy)
+    for grad, a in (("dx", dx), ("dw", dw), ("db", db)):
+        assert not np.isnan(a).any(), f"{grad}: {int(np.isnan(a).sum())} of {a.size} outputs were never written"
+    err_dx = rel_err(dx, reference_backward_data(dz, w, x.shape, **geometry))
+    err_dw = rel_err(dw, reference_backward_filter(x, dz, w.shape, **geometry))
+    err_db = bias_grad_err(db, dz)
     assert max(err_dx, err_dw, err_db) < tol, f"relative errors dx {err_dx:.3e} dw {err_dw:.3e} db {err_db:.3e}"
-    for a, a0 in zip((x, w, dy), before):
-        assert np.array_equal(a, a0), "conv_backward_data_filter_bias wrote to an input"
+    for a, a0 in zip(inputs, before):
+        assert np.array_equal(a, a0), f"{name} wrote to an input"
     stats = pyooc.last_stats()
     plan = stats["plan"]
-    assert plan.operation == "conv_backward_data_filter_bias" and plan.fused and plan.backend == backend
+    assert plan.operation == name and plan.fused and plan.backend == backend
     check_fused_backward_chunks(plan)
     h2d, d2h = expected_fused_backward_traffic(plan, direct=bool(direct))
     assert (stats["bytes_h2d"], stats["bytes_d2h"]) == (h2d, d2h), "traffic disagrees with the chunk list"

@@ -69,3 +69,17 @@ def test_backward_data_filter_bias_cuda_pinned_spatial_split(rng):
     (_, _, _), plan = run_fused_backward_checked(x, w, dy, memory_limit="4MiB", backend="cuda", direct=True,
                                                  tol=TOL, **geometry)
     assert plan.carry_bytes > 0 and plan.num_chunks > 2
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+@pytest.mark.parametrize("activation, pass_pre", [("relu", False), ("tanh", False), ("sigmoid", True),
+                                                  ("clipped_relu", True), ("elu", True), ("swish", True)])
+def test_activation_backward_data_filter_bias_cuda(rng, activation, pass_pre, limit):
+    """cuDNN's activation backward in place on the dy tile, then the three gradients."""
+    x_shape, w_shape, geometry = (4, 16, 64, 40), (24, 16, 3, 3), dict(padding=1)
+    x, w, dy = random_backward(rng, x_shape, w_shape, **geometry)
+    pre = rng.standard_normal(dy.shape, dtype=np.float32)
+    _, plan = run_fused_backward_checked(x, w, dy, memory_limit=limit, backend="cuda", tol=TOL,
+                                         activation=activation, pre=pre, pass_pre=pass_pre, **geometry)
+    if limit is not None:
+        assert plan.num_chunks > 1

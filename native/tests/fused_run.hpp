@@ -139,7 +139,9 @@ inline size_t fused_backward_budget(const ooc::ConvProblem& p, ooc::BackendKind 
 // most one spatial dimension split, the budget held and the traffic what the chunks move.
 inline void check_fused_backward_plan(const ooc::Plan& plan) {
   const ooc::ConvProblem& p = plan.problem;
-  ASSERT_EQ(plan.fused, "conv_backward_data_filter_bias");
+  ASSERT_TRUE(plan.fused == "conv_backward_data_filter_bias" ||
+              plan.fused == "activation_conv_backward_data_filter_bias")
+      << plan.fused;
   ASSERT_EQ(p.op, ooc::Operation::backward_data);
   ASSERT_FALSE(plan.chunks.empty());
   EXPECT_EQ(static_cast<int64_t>(plan.chunks.size()),
@@ -147,7 +149,7 @@ inline void check_fused_backward_plan(const ooc::Plan& plan) {
   EXPECT_EQ(plan.splits_k, 1);
   EXPECT_LE((plan.splits_out[0] > 1) + (plan.splits_out[1] > 1) + (plan.splits_out[2] > 1), 1);
   EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);
-  EXPECT_EQ(plan.peak_device_bytes, plan.y_buffers * plan.y_slot_bytes + plan.x_buffers * plan.x_slot_bytes +
+  EXPECT_EQ(plan.peak_device_bytes, plan.y_inputs * plan.y_buffers * plan.y_slot_bytes + plan.x_buffers * plan.x_slot_bytes +
                                         plan.w_buffers * plan.w_slot_bytes + plan.out_buffers * plan.out_slot_bytes +
                                         plan.kept_bytes + plan.carry_bytes + plan.workspace_bytes);
   std::vector<int> dy_loaded(static_cast<size_t>(p.y_elements()), 0), dx_written(static_cast<size_t>(p.x_elements()), 0);
@@ -206,7 +208,7 @@ inline void check_fused_backward_plan(const ooc::Plan& plan) {
   EXPECT_EQ(std::count(dx_written.begin(), dx_written.end(), 1), static_cast<int64_t>(dx_written.size()))
       << "every dx element is written back exactly once";
   EXPECT_EQ(dy_bytes, static_cast<size_t>(p.y_elements()) * 4);
-  EXPECT_EQ(plan.bytes_h2d, dy_bytes + x_bytes + w_bytes);
+  EXPECT_EQ(plan.bytes_h2d, plan.y_inputs * dy_bytes + x_bytes + w_bytes);
   EXPECT_EQ(plan.bytes_d2h, static_cast<size_t>(p.x_elements() + p.w_elements() + p.k) * 4);
 }
 
@@ -219,7 +221,7 @@ inline size_t fused_backward_direct_h2d_bytes(const ooc::Plan& plan) {
     for (int d = 0; d < ooc::kMaxSpatial; ++d)
       x *= std::max<int64_t>(0, std::min(ch.in[d].end, p.in[d]) - std::max<int64_t>(ch.in[d].begin, 0));
     if (ch.load_x) bytes += static_cast<size_t>(x) * 4;
-    if (ch.load_y) bytes += static_cast<size_t>(ch.n.size() * p.k * product3(ch.out)) * 4;
+    if (ch.load_y) bytes += static_cast<size_t>(plan.y_inputs * ch.n.size() * p.k * product3(ch.out)) * 4;
     if (ch.load_w) bytes += static_cast<size_t>(p.k * ch.c.size() * p.kernel[0] * p.kernel[1] * p.kernel[2]) * 4;
   }
   return bytes;
@@ -230,12 +232,33 @@ struct FusedBackwardResult {
   ooc::RunStats stats;
 };
 
+// dy * f'(pre) in float64 for y = f(pre), as the host backend's reference loops define it.
+inline double reference_activation_grad(const ooc::FusedActivation& a, double pre, double y, double dy) {
+  const auto sigmoid = [](double t) { return 1.0 / (1.0 + std::exp(-t)); };
+  switch (a.mode) {
+    case ooc::ActivationMode::relu: return pre > 0 ? dy : 0.0;
+    case ooc::ActivationMode::sigmoid: return dy * y * (1.0 - y);
+    case ooc::ActivationMode::tanh: return dy * (1.0 - y * y);
+    case ooc::ActivationMode::clipped_relu: return pre > 0 && pre < a.coef ? dy : 0.0;
+    case ooc::ActivationMode::elu: return pre > 0 ? dy : dy * a.coef * std::exp(pre);
+    case ooc::ActivationMode::swish: {
+      const double s = sigmoid(a.coef * pre);
+      return dy * (s + a.coef * pre * s * (1.0 - s));
+    }
+  }
+  return dy;
+}
+
 // (dx, dw, db) for spec's geometry (spec.op must be backward_data, beta 0) under memory_limit,
-// checked against the three float64 references.
+// checked against the three float64 references. With `activation`: the activation's backward
+// folded in (y = act(pre) for a random pre; pre passed only when with_pre), the references taken
+// of dz = dy * act'(pre).
 inline FusedBackwardResult run_fused_backward_and_check(const BackwardSpec& spec, size_t memory_limit,
                                                         ooc::BackendKind backend, unsigned seed,
                                                         CallerMemory memory = CallerMemory::pageable,
-                                                        double tolerance = 1e-5) {
+                                                        double tolerance = 1e-5,
+                                                        const ooc::FusedActivation* activation = nullptr,
+                                                        bool with_pre = true) {
   const ooc::ConvProblem p = spec.problem();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (OOC_TEST_SEED to replay), " + p.describe() + ", memory_limit " +
                std::to_string(memory_limit));
@@ -247,23 +270,39 @@ inline FusedBackwardResult run_fused_backward_and_check(const BackwardSpec& spec
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> dx0(static_cast<size_t>(p.x_elements()), nan), dw0(static_cast<size_t>(p.w_elements()), nan),
       db0(static_cast<size_t>(p.k), nan);
-  CallerCopy xc(x, memory), wc(w, memory), dyc(dy, memory), dxc(dx0, memory), dwc(dw0, memory), dbc(db0, memory);
+  // The activation's input and output, and the gradient dz the three references see.
+  const auto pre = random_vector(static_cast<size_t>(p.y_elements()), rng);
+  std::vector<float> y(pre.size()), dz = dy;
+  if (activation) {
+    for (size_t i = 0; i < pre.size(); ++i) {
+      y[i] = static_cast<float>(reference_activation(*activation, pre[i]));
+      dz[i] = static_cast<float>(activation->identity ? dy[i] : reference_activation_grad(*activation, pre[i], y[i],
+                                                                                            dy[i]));
+    }
+  }
+  CallerCopy xc(x, memory), wc(w, memory), dyc(dy, memory), dxc(dx0, memory), dwc(dw0, memory), dbc(db0, memory),
+      yc(y, memory), prec(pre, memory);
   ooc::Options options;
   options.memory_limit = memory_limit;
   options.backend = backend;
   FusedBackwardResult r;
   try {
-    ooc::conv_backward_data_filter_bias(p, xc.data(), dyc.data(), wc.data(), dxc.data(), dwc.data(), dbc.data(),
-                                        options, &r.plan, &r.stats);
+    if (activation)
+      ooc::activation_conv_backward_data_filter_bias(p, *activation, xc.data(), dyc.data(), wc.data(), yc.data(),
+                                                     with_pre ? prec.data() : nullptr, dxc.data(), dwc.data(),
+                                                     dbc.data(), options, &r.plan, &r.stats);
+    else
+      ooc::conv_backward_data_filter_bias(p, xc.data(), dyc.data(), wc.data(), dxc.data(), dwc.data(), dbc.data(),
+                                          options, &r.plan, &r.stats);
   } catch (const std::exception& e) {
     ADD_FAILURE() << "conv_backward_data_filter_bias threw: " << e.what();
     return r;
   }
   const std::vector<float> none;
   const std::pair<const char*, Comparison> results[] = {
-      {"dx", compare(dxc.contents(), reference_backward_data(p, dy, w, none))},
-      {"dw", compare(dwc.contents(), reference_backward_filter(p, x, dy, none))},
-      {"db", compare(dbc.contents(), reference_backward_bias(p, dy, none))}};
+      {"dx", compare(dxc.contents(), reference_backward_data(p, dz, w, none))},
+      {"dw", compare(dwc.contents(), reference_backward_filter(p, x, dz, none))},
+      {"db", compare(dbc.contents(), reference_backward_bias(p, dz, none))}};
   for (const auto& [name, c] : results) {
     EXPECT_EQ(c.non_finite, 0) << name << ": elements not written (NaN), first at " << c.first_bad << "\n"
                                << r.plan.describe();
@@ -272,12 +311,16 @@ inline FusedBackwardResult run_fused_backward_and_check(const BackwardSpec& spec
   EXPECT_EQ(xc.contents(), x) << "x was modified";
   EXPECT_EQ(wc.contents(), w) << "w was modified";
   EXPECT_EQ(dyc.contents(), dy) << "dy was modified";
+  EXPECT_EQ(yc.contents(), y) << "y was modified";
+  EXPECT_EQ(prec.contents(), pre) << "pre was modified";
   if (memory_limit) {
     EXPECT_EQ(r.plan.memory_limit, memory_limit);
   }
   EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
   EXPECT_EQ(r.stats.bytes_h2d,
             memory == CallerMemory::pageable ? r.plan.bytes_h2d : fused_backward_direct_h2d_bytes(r.plan));
+  const int y_inputs = !activation || activation->identity ? 1 : with_pre ? 3 : 2;
+  EXPECT_EQ(r.plan.y_inputs, y_inputs) << "dy, y and pre each cross the link once";
   EXPECT_EQ(r.stats.bytes_d2h, r.plan.bytes_d2h);
   EXPECT_EQ(r.stats.chunks, static_cast<int64_t>(r.plan.num_chunks()));
   check_fused_backward_plan(r.plan);

@@ -99,3 +99,75 @@ TEST(FusedBackward, ArgumentErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// activation_conv_backward_data_filter_bias: every activation, with and without the activation's
+// input where y alone gives the gradient, on the fused backward's split kinds.
+class ActivationFusedBackwardHost : public ::testing::TestWithParam<ooc_test::FusedBackwardCase> {};
+
+TEST_P(ActivationFusedBackwardHost, EveryActivationMatchesTheComposition) {
+  const FusedBackwardCase& fc = GetParam();
+  const ooc::ConvProblem p = fc.spec.problem();
+  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)) + 1000);
+  for (const auto& [name, activation] : ooc_test::fused_activations()) {
+    const bool y_suffices = activation.identity || activation.mode == ooc::ActivationMode::relu ||
+                            activation.mode == ooc::ActivationMode::sigmoid || activation.mode == ooc::ActivationMode::tanh;
+    for (bool with_pre : {true, false}) {
+      if (!with_pre && !y_suffices) continue;
+      SCOPED_TRACE(name + (with_pre ? " with pre" : " from y alone"));
+      // The budget for this plan's own y-shaped inputs (more of them leave less room for the split).
+      const auto expect = fc.expect;
+      ooc::Options o = ooc_layers_test::host(0);
+      size_t budget = 0;
+      if (expect) {
+        const size_t needed = ooc_test::needed_bytes_of(
+            [&](const ooc::ConvProblem& q, const ooc::Options& opt) {
+              return ooc::plan_activation_conv_backward_data_filter_bias(q, activation, with_pre, opt);
+            },
+            p, BackendKind::host);
+        for (double f = 1.0; f < 20.0 && !budget; f *= 1.04) {
+          o.memory_limit = static_cast<size_t>(static_cast<double>(needed) * f);
+          if (expect(ooc::plan_activation_conv_backward_data_filter_bias(p, activation, with_pre, o)))
+            budget = o.memory_limit;
+        }
+        ASSERT_GT(budget, 0u) << "no budget gives the split " << fc.name << " wants";
+      }
+      const bool direct = ++seed % 2 == 0;
+      HostDirectAccess access(direct);
+      const auto r = ooc_test::run_fused_backward_and_check(
+          fc.spec, budget, BackendKind::host, seed,
+          direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable, 1e-5, &activation,
+          with_pre);
+      EXPECT_EQ(r.plan.fused, "activation_conv_backward_data_filter_bias");
+    }
+  }
+}
+
+// A few of the split kinds: every activation runs on each.
+std::vector<FusedBackwardCase> activation_cases() {
+  std::vector<FusedBackwardCase> all = ooc_test::fused_backward_cases(), some;
+  for (const FusedBackwardCase& c : all)
+    for (const char* name : {"whole_default_budget", "n_c", "d0_stride_dilation", "d1_2d", "d0_3d_with_n_c"})
+      if (std::string(c.name) == name) some.push_back(c);
+  return some;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ActivationFusedBackwardHost, ::testing::ValuesIn(activation_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(ActivationFusedBackward, ClippedReluEluAndSwishNeedTheActivationsInput) {
+  const ooc::ConvProblem p =
+      ooc_test::backward_spec(ooc::Operation::backward_data, {1, 2, 8}, {3, 2, 3}).problem();
+  for (const char* name : {"clipped_relu", "elu", "swish"}) {
+    try {
+      ooc::plan_activation_conv_backward_data_filter_bias(p, ooc::fused_activation_from_name(name, 1.0), false,
+                                                          ooc_layers_test::host(0));
+      ADD_FAILURE() << name << " was planned without pre";
+    } catch (const ooc::invalid_argument& e) {
+      EXPECT_TRUE(ooc_test::names_argument(e.what(), "pre")) << e.what();
+    }
+  }
+}
+
+}  // namespace

@@ -74,6 +74,26 @@ TEST_P(FusedBackwardCuda, MatchesTheThreeGradients) {
   }
 }
 
+// The activation's backward folded in: cuDNN's ActivationBackward in place on the dy tile.
+TEST_P(FusedBackwardCuda, ActivationFoldedIn) {
+  const ooc_test::FusedBackwardCase& fc = GetParam();
+  const ooc::ConvProblem p = fc.spec.problem();
+  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)) + 17);
+  for (const auto& [name, activation] : ooc_test::fused_activations()) {
+    SCOPED_TRACE(name);
+    const size_t budget =
+        fc.expect ? static_cast<size_t>(1.3 * static_cast<double>(ooc_test::needed_bytes_of(
+                                                   [&](const ooc::ConvProblem& q, const ooc::Options& o) {
+                                                     return ooc::plan_activation_conv_backward_data_filter_bias(
+                                                         q, activation, true, o);
+                                                   },
+                                                   p, BackendKind::cuda)))
+                  : 0;
+    const auto memory = ++seed % 2 ? ooc_test::CallerMemory::pinned : ooc_test::CallerMemory::pageable;
+    ooc_test::run_fused_backward_and_check(fc.spec, budget, BackendKind::cuda, seed, memory, 2e-5, &activation, true);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, FusedBackwardCuda, ::testing::ValuesIn(ooc_test::fused_backward_cases()),
                          [](const auto& info) { return std::string(info.param.name); });
 

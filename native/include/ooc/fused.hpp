@@ -44,4 +44,18 @@ void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, 
                                     float* dx, float* dw, float* db, const Options& options, Plan* used = nullptr,
                                     RunStats* stats = nullptr);
 
+// The same with the activation's backward folded in: for y = act(pre) (pre = conv(x, w) + bias,
+// as conv_bias_activation_forward computes it), dz = activation_backward(y, dy, pre) is formed on
+// the device from each dy tile and never leaves it; (dx, dw, db) are the gradients of dz (the
+// composition activation_backward -> conv_backward_data, _filter, _bias). y and dy are y-shaped;
+// pre may be null for relu, sigmoid and tanh, whose gradients y alone gives (invalid_argument for
+// clipped_relu, elu and swish without it). Identity folds nothing in: y and pre unused.
+// with_pre: plan for a call given pre (one more y-shaped tensor per dy tile).
+Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
+                                                    bool with_pre, const Options& options);
+void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
+                                               const float* x, const float* dy, const float* w, const float* y,
+                                               const float* pre, float* dx, float* dw, float* db,
+                                               const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+
 }  // namespace ooc

@@ -101,6 +101,7 @@ struct Plan {
   // family (dx beside x), outputs kept on the device for the whole run (dw, db), and partial
   // results carried from one chunk to a later one (the dx rows two spatial tiles share).
   std::string fused;
+  int y_inputs = 1;  // y-shaped tensors streamed through y's slots, y_buffers each (dy; y; the activation's input)
   int out_buffers = 0;
   size_t out_slot_bytes = 0, kept_bytes = 0, carry_bytes = 0;
 

@@ -69,6 +69,28 @@ void require_backward(const ConvProblem& p, const char* function) {
                            std::to_string(p.beta));
 }
 
+// How many y-shaped tensors a fused activation backward streams per dy tile: dy, y and, where the
+// gradient needs it, the activation's input.
+int activation_y_inputs(const FusedActivation& a, bool with_pre) {
+  if (a.identity) return 1;
+  // relu's mask is y > 0 as well; sigmoid's and tanh's gradients are functions of y. clipped_relu's
+  // mask is not y < ceiling: at the ceiling y is the ceiling rounded to float, which may be below it.
+  const bool from_y = a.mode == ActivationMode::relu || a.mode == ActivationMode::sigmoid ||
+                      a.mode == ActivationMode::tanh;
+  if (!from_y && !with_pre) {
+    const char* names[] = {"relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish"};
+    throw invalid_argument(std::string("pre (the activation's input) is needed for the gradient of ") +
+                           names[static_cast<int>(a.mode)] + ": y alone does not give it");
+  }
+  return with_pre ? 3 : 2;
+}
+
+Plan plan_activation_backward(const ConvProblem& p, const FusedActivation& a, bool with_pre,
+                              const PlannerConfig& config) {
+  return plan_conv_backward_data_filter_bias_for(p, config, activation_y_inputs(a, with_pre),
+                                                 "activation_conv_backward_data_filter_bias");
+}
+
 }  // namespace
 
 FusedActivation fused_activation_from_name(const std::string& name, double coef) {
@@ -121,6 +143,34 @@ void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, 
       [&](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(problem, c); },
       [&](const Plan& plan, Backend& backend) {
         return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db, ThreadPool::shared());
+      },
+      used, stats);
+}
+
+Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
+                                                    bool with_pre, const Options& options) {
+  require_backward(problem, "plan_activation_conv_backward_data_filter_bias");
+  return plan_only(options,
+                   [&](const PlannerConfig& c) { return plan_activation_backward(problem, activation, with_pre, c); });
+}
+
+void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
+                                               const float* x, const float* dy, const float* w, const float* y,
+                                               const float* pre, float* dx, float* dw, float* db,
+                                               const Options& options, Plan* used, RunStats* stats) {
+  require_backward(problem, "activation_conv_backward_data_filter_bias");
+  if (!x || !dy || !w || !dx || !dw || !db || (!activation.identity && !y))
+    throw invalid_argument("activation_conv_backward_data_filter_bias: null data pointer");
+  const bool with_pre = pre && !activation.identity;
+  plan_and_run(
+      options, {x, dy, w, activation.identity ? nullptr : y, with_pre ? pre : nullptr, dx, dw, db},
+      [&](const PlannerConfig& c) { return plan_activation_backward(problem, activation, with_pre, c); },
+      [&](const Plan& plan, Backend& backend) {
+        if (activation.identity)
+          return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db, ThreadPool::shared());
+        return run_activation_conv_backward_data_filter_bias(plan, backend, activation, x, dy, w, y,
+                                                             with_pre ? pre : nullptr, dx, dw, db,
+                                                             ThreadPool::shared());
       },
       used, stats);
 }

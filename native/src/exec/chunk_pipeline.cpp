@@ -129,6 +129,9 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   SlotRing br = make_ring(spec.b);
   SlotRing outr = make_ring(spec.out);
   SlotRing thirdr = make_ring(spec.third);
+  std::vector<SlotRing> extra_rings;
+  for (const auto& e : spec.extra) extra_rings.push_back(make_ring(e.tensor));
+  if (!spec.extra.empty() && !spec.compute_fused) throw std::logic_error("pipeline: extra inputs need compute_fused");
   void* resident_dev = arena.take(spec.resident_bytes);
   void* workspace = arena.take(spec.workspace_bytes);
   char* kept_dev = static_cast<char*>(arena.take(spec.kept_bytes));
@@ -142,18 +145,20 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
 
   // Input staging: a ring of buffers, each free again once its H2D copy has run.
   const int in_stages = 3;
-  const size_t in_stage_bytes =
-      std::max({spec.a.slot_bytes, spec.b.slot_bytes, spec.third.slot_bytes, spec.resident_bytes,
-                load_out ? spec.out.slot_bytes : size_t{0}});
+  size_t in_stage_bytes = std::max({spec.a.slot_bytes, spec.b.slot_bytes, spec.third.slot_bytes,
+                                    spec.resident_bytes, load_out ? spec.out.slot_bytes : size_t{0}});
+  for (const auto& e : spec.extra) in_stage_bytes = std::max(in_stage_bytes, e.tensor.slot_bytes);
   // Pinned (or registered) caller memory is DMA'd directly; only pageable tensors need staging.
   auto direct = [&](const StreamedTensor& t) { return backend.host_is_device_accessible(t.data); };
   const bool a_direct = direct(spec.a), b_direct = has_b && direct(spec.b), out_direct = direct(spec.out);
   const bool init_direct = backend.host_is_device_accessible(init_data);
   const bool resident_direct = has_resident && backend.host_is_device_accessible(spec.resident.view.data);
   const bool third_direct = has_third && direct(spec.third);
+  std::vector<bool> extra_direct;
+  for (const auto& e : spec.extra) extra_direct.push_back(direct(e.tensor));
   const bool inputs_direct =
       a_direct && (!has_b || b_direct) && (!has_third || third_direct) && (!has_resident || resident_direct) &&
-      (!load_out || init_direct);
+      (!load_out || init_direct) && std::all_of(extra_direct.begin(), extra_direct.end(), [](bool d) { return d; });
   std::vector<void*> stage_in;
   if (!inputs_direct)
     for (int i = 0; i < in_stages; ++i) stage_in.push_back(res.staging(in_stage_bytes));
@@ -244,6 +249,12 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
       const int s = thirdr.advance();
       load(spec.third_region(ch), third_direct, thirdr.slots[s], thirdr.free[s], thirdr.ready[s]);
     }
+    for (size_t i = 0; i < spec.extra.size(); ++i) {
+      if (!spec.extra[i].loads(ch)) continue;
+      SlotRing& r = extra_rings[i];
+      const int s = r.advance();
+      load(spec.extra[i].region(ch), extra_direct[i], r.slots[s], r.free[s], r.ready[s]);
+    }
     if (ch.first_c) {
       const int s = outr.advance();
       // Its staging buffer may still hold an earlier chunk's output on its way out.
@@ -261,6 +272,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     if (ch.first_c && load_out) backend.wait(Queue::compute, outr.ready[os]);
     if (has_resident) backend.wait(Queue::compute, resident_ready);
     if (has_third) backend.wait(Queue::compute, thirdr.ready[thirdr.current]);
+    for (const SlotRing& r : extra_rings) backend.wait(Queue::compute, r.ready[r.current]);
     if (spec.compute_fused) {
       ChunkBuffers buffers;
       buffers.a = ar.current_data();
@@ -268,6 +280,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
       buffers.third = thirdr.current_data();
       buffers.resident = static_cast<const float*>(resident_dev);
       buffers.out = static_cast<float*>(outr.slots[os]);
+      for (const SlotRing& r : extra_rings) buffers.extra.push_back(r.current_data());
       buffers.kept = kept_dev;
       buffers.scratch = scratch;
       buffers.workspace = workspace;
@@ -283,6 +296,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     backend.record(ar.free[ar.current], Queue::compute);
     if (has_b) backend.record(br.free[br.current], Queue::compute);
     if (has_third) backend.record(thirdr.free[thirdr.current], Queue::compute);
+    for (const SlotRing& r : extra_rings) backend.record(r.free[r.current], Queue::compute);
     ++stats.chunks;
     if (ch.last_c) {
       backend.record(out_computed[os], Queue::compute);

@@ -35,6 +35,7 @@ struct StreamedTensor {
 struct ChunkBuffers {
   const float *a = nullptr, *b = nullptr, *third = nullptr, *resident = nullptr;
   float* out = nullptr;
+  std::vector<const float*> extra;  // OperationSpec::extra's current slots, in order
   char* kept = nullptr;  // OperationSpec::kept's memory
   void* scratch = nullptr;
   void* workspace = nullptr;
@@ -69,6 +70,13 @@ struct OperationSpec {
 
   // Fused operations (exec/fused_pipeline.cpp) keep more on the device than one streamed output.
   std::function<bool(const Chunk&)> third_loads;  // unset: third loads on every chunk
+  // More inputs, streamed like a and b (compute_fused only).
+  struct ExtraInput {
+    StreamedTensor tensor;
+    std::function<Region(const Chunk&)> region;
+    std::function<bool(const Chunk&)> loads;
+  };
+  std::vector<ExtraInput> extra;
   // Outputs that stay on the device for the whole run, accumulated by the chunks and written back
   // once after the last one: each a dense box of the `kept` memory, `offset` bytes into it.
   struct Kept {

@@ -1,5 +1,6 @@
 #include "exec/fused_pipeline.hpp"
 
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -46,8 +47,11 @@ RunStats run_conv_bias_activation_forward(const Plan& plan, Backend& backend, co
   return run_chunks(plan, backend, pool, spec);
 }
 
-RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, const float* x, const float* dy,
-                                            const float* w, float* dx, float* dw, float* db, ThreadPool& pool) {
+namespace {
+
+// The spec of the fused backward: dx, dw and db from each dy tile (fused_planner.hpp).
+OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, const float* dy, const float* w,
+                            float* dx, float* dw, float* db) {
   using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
   const ConvProblem& p = plan.problem;
   const FusedBackwardLayout layout = fused_backward_layout(plan);
@@ -86,9 +90,10 @@ RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, 
   spec.scratch_bytes = plan.carry_bytes;
 
   // Per c-tile: the dx rows (along the split dimension) its carry block holds for the next tile.
-  std::vector<Range> carried(layout.dw_offset.size());
+  auto carried_rows = std::make_shared<std::vector<Range>>(layout.dw_offset.size());
   const int d = layout.split_dim;
-  spec.compute_fused = [&](const Chunk& ch, const ChunkBuffers& b) {
+  spec.compute_fused = [&plan, &p, &backend, layout, carried_rows, d, es](const Chunk& ch, const ChunkBuffers& b) {
+    std::vector<Range>& carried = *carried_rows;
     const ChunkConv shape = chunk_shape(ch, p);
     const size_t j = static_cast<size_t>(ch.c.begin / plan.tiling.c);
     const Extent slot_extent{ch.n.size(), ch.c.size(), ch.in[0].size(), ch.in[1].size(), ch.in[2].size()};
@@ -127,6 +132,51 @@ RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, 
                                  kept_beta, b.workspace, plan.workspace_bytes);
     if (ch.c.begin == 0)
       backend.conv_backward_bias(shape, b.a, reinterpret_cast<float*>(b.kept + layout.db_offset), p.alpha, kept_beta);
+  };
+  return spec;
+}
+
+}  // namespace
+
+RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, const float* x, const float* dy,
+                                            const float* w, float* dx, float* dw, float* db, ThreadPool& pool) {
+  return run_chunks(plan, backend, pool, backward_spec(plan, backend, x, dy, w, dx, dw, db));
+}
+
+RunStats run_activation_conv_backward_data_filter_bias(const Plan& plan, Backend& backend,
+                                                       const FusedActivation& activation, const float* x,
+                                                       const float* dy, const float* w, const float* y,
+                                                       const float* pre, float* dx, float* dw, float* db,
+                                                       ThreadPool& pool) {
+  using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
+  const ConvProblem& p = plan.problem;
+  if (plan.y_inputs != (pre ? 3 : 2))
+    throw std::logic_error("fused backward: the plan streams another number of y-shaped tensors");
+  OperationSpec spec = backward_spec(plan, backend, x, dy, w, dx, dw, db);
+  // y (and the activation's input) beside each dy tile, loaded with it.
+  for (const float* t : {y, pre}) {
+    if (!t) continue;
+    const TensorView v = view_of(p, Family::y, t);
+    spec.extra.push_back({{t, plan.y_buffers, plan.y_slot_bytes},
+                          [v, &p](const Chunk& ch) { return region_of(v, Family::y, ch, p); },
+                          [](const Chunk& ch) { return ch.load_y; }});
+  }
+  // The dy tile becomes dz = f'(pre) * dy where it lies, on the device, once per tile (its first
+  // chunk); every c-tile then reads dz. relu, sigmoid and tanh need only y (relu's mask is the same
+  // on y as on its input).
+  spec.compute_fused = [gradients = spec.compute_fused, &backend, &p, activation](const Chunk& ch,
+                                                                                   const ChunkBuffers& b) {
+    if (ch.load_y) {
+      ChunkConv tile;
+      tile.spatial_dims = p.spatial_dims;
+      tile.n = ch.n.size();
+      tile.c = tile.k = p.k;
+      for (int e = 0; e < kMaxSpatial; ++e) tile.in[e] = tile.out[e] = ch.out[e].size();
+      float* dz = const_cast<float*>(b.a);  // the slot is the pipeline's device memory, loaded once
+      backend.activation_backward(tile, activation.mode, activation.coef, b.extra[0], b.a,
+                                  b.extra.size() > 1 ? b.extra[1] : b.extra[0], dz);
+    }
+    gradients(ch, b);
   };
   return run_chunks(plan, backend, pool, spec);
 }

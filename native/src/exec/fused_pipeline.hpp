@@ -13,5 +13,11 @@ RunStats run_conv_bias_activation_forward(const Plan& plan, Backend& backend, co
                                           ThreadPool& pool);
 RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, const float* x, const float* dy,
                                             const float* w, float* dx, float* dw, float* db, ThreadPool& pool);
+// pre: the activation's input, or null where y alone gives its gradient.
+RunStats run_activation_conv_backward_data_filter_bias(const Plan& plan, Backend& backend,
+                                                       const FusedActivation& activation, const float* x,
+                                                       const float* dy, const float* w, const float* y,
+                                                       const float* pre, float* dx, float* dw, float* db,
+                                                       ThreadPool& pool);
 
 }  // namespace ooc

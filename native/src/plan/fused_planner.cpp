@@ -128,7 +128,7 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const std::array<const Di
   return chunks;
 }
 
-Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
+Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int y_inputs, const std::string& fused) {
   const double es = static_cast<double>(dtype_size(p.dtype));
   const int64_t kernel = p.kernel[0] * p.kernel[1] * p.kernel[2];
   const size_t budget = config.memory_limit;
@@ -169,8 +169,9 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
         c.layout = layout_of(p, tn, tc, c.split_dim, c.split ? c.split->carry_max : 0);
         const int64_t dy_loads = c.tiles_n * tiles_s, total = static_cast<int64_t>(chunks);
         c.w_loads = c.tiles_c == 1 ? 1 : total;
-        // dy once; x once per chunk (halo rows included); w once, or once per chunk when C is split.
-        c.bytes_h2d = static_cast<double>(p.y_elements()) * es + static_cast<double>(p.n * p.c * x_moved) * es +
+        // dy (and y, ...) once; x once per chunk (halo rows included); w once, or once per chunk when C
+        // is split.
+        c.bytes_h2d = static_cast<double>(y_inputs * p.y_elements()) * es + static_cast<double>(p.n * p.c * x_moved) * es +
                       static_cast<double>(p.w_elements()) * es * static_cast<double>(c.w_loads == 1 ? 1 : dy_loads);
         c.bytes_d2h = static_cast<double>(p.x_elements() + p.w_elements() + p.k) * es;
         TrafficEstimate t;
@@ -186,14 +187,14 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
                      {contiguous_run({tn, p.k, dims[0]->dy_max, dims[1]->dy_max, dims[2]->dy_max}, dy_extent),
                       contiguous_run({tn, tc, dims[0]->x_max, dims[1]->x_max, dims[2]->x_max}, x_extent),
                       contiguous_run({p.k, tc, p.kernel[0], p.kernel[1], p.kernel[2]}, w_extent)}));
-        t.first_load_bytes = static_cast<double>(c.dy_slot + c.x_slot + c.w_slot);
+        t.first_load_bytes = static_cast<double>(y_inputs * c.dy_slot + c.x_slot + c.w_slot);
         t.last_store_bytes = static_cast<double>(c.x_slot + c.layout.kept_bytes);
         for (int buffers : {3, 2, 1}) {
           c.buffers = buffers;
           c.dy_slots = static_cast<int>(std::min<int64_t>(buffers, dy_loads));
           c.x_slots = c.dx_slots = static_cast<int>(std::min<int64_t>(buffers, total));
           c.w_slots = static_cast<int>(std::min<int64_t>(buffers, c.w_loads));
-          c.peak = c.dy_slots * c.dy_slot + c.x_slots * c.x_slot + c.dx_slots * c.x_slot + c.w_slots * c.w_slot +
+          c.peak = y_inputs * c.dy_slots * c.dy_slot + c.x_slots * c.x_slot + c.dx_slots * c.x_slot + c.w_slots * c.w_slot +
                    c.layout.kept_bytes + c.layout.carry_bytes + config.workspace_bytes;
           smallest_peak = std::min(smallest_peak, c.peak);
           if (c.peak > budget) continue;
@@ -224,7 +225,8 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
 
   Plan plan = plan_with_totals(p, config, config.workspace_bytes, best.peak, best.bytes_h2d, best.bytes_d2h,
                                best.seconds);
-  plan.fused = "conv_backward_data_filter_bias";
+  plan.fused = fused;
+  plan.y_inputs = y_inputs;
   plan.tiling = Tiling{best.tn, p.k, best.tc, {best_dims[0]->tile, best_dims[1]->tile, best_dims[2]->tile}};
   plan.splits_n = best.tiles_n;
   plan.splits_c = best.tiles_c;
@@ -249,9 +251,11 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
 
 }  // namespace
 
-Plan plan_conv_backward_data_filter_bias_for(const ConvProblem& p, const PlannerConfig& config) {
+Plan plan_conv_backward_data_filter_bias_for(const ConvProblem& p, const PlannerConfig& config, int y_inputs,
+                                             const std::string& fused) {
   if (p.op != Operation::backward_data) throw std::logic_error("fused backward planner: not a backward-data problem");
-  return with_workspace_fallback(config, [&](const PlannerConfig& c) { return plan_with_workspace(p, c); });
+  return with_workspace_fallback(config,
+                                 [&](const PlannerConfig& c) { return plan_with_workspace(p, c, y_inputs, fused); });
 }
 
 FusedBackwardLayout fused_backward_layout(const Plan& plan) {

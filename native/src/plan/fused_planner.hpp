@@ -16,6 +16,7 @@
 // from them (beta = 1). Carries are per c-tile; a new n-tile starts with none.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "plan/planner.hpp"
@@ -23,7 +24,11 @@
 namespace ooc {
 
 // problem: a backward-data problem (ConvProblem::backward_data); throws out_of_budget when nothing fits.
-Plan plan_conv_backward_data_filter_bias_for(const ConvProblem& problem, const PlannerConfig& config);
+// y_inputs: the y-shaped tensors each dy tile loads (1: dy; 2 or 3 when an activation's backward is
+// folded in: dy, y and maybe the activation's input); `fused` names the function.
+Plan plan_conv_backward_data_filter_bias_for(const ConvProblem& problem, const PlannerConfig& config,
+                                             int y_inputs = 1,
+                                             const std::string& fused = "conv_backward_data_filter_bias");
 
 // Where the kept outputs and the carries live: dw's block of c-tile j (dense [K, c-tile j,
 // kernel...]) at dw_offset[j] and db at db_offset, bytes into the kept memory; c-tile j's carry

@@ -97,7 +97,7 @@ std::string Plan::describe() const {
   } else {
     slot(x_buffers, x_slot_bytes, names.x);
     slot(w_buffers, w_slot_bytes, names.w);
-    slot(y_buffers, y_slot_bytes, names.y);
+    slot(y_inputs * y_buffers, y_slot_bytes, y_inputs > 1 ? "dy, y, ..." : names.y);
     slot(bias_buffers, bias_buffers ? bias_bytes / bias_buffers : 0, names.bias);
   }
   if (out_buffers) slot(out_buffers, out_slot_bytes, names.output);
