@@ -113,3 +113,51 @@ def activation_conv_backward_data_filter_bias(const float[::1] x, tuple x_shape,
         ooc.activation_conv_backward_data_filter_bias(problem, act, &x[0], &dy[0], &w[0], y_ptr, pre_ptr, &dx[0],
                                                       &dw[0], &db[0], options, &plan, &stats)
     return _ran(plan, stats)
+
+
+cdef ooc.ConvProblem _pooling_of(ooc.ConvProblem& conv, tuple kernel, tuple stride, tuple padding) except *:
+    return ooc.pool_problem(conv.y_shape(), list(kernel), list(stride), list(padding))
+
+
+def pooled_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups,
+                 tuple pool_kernel, tuple pool_stride, tuple pool_padding):
+    """The pooled output's shape (ValueError naming the argument for a bad geometry)."""
+    cdef ooc.ConvProblem conv = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, 1.0, 0.0, False)
+    return tuple(_pooling_of(conv, pool_kernel, pool_stride, pool_padding).y_shape())
+
+
+def plan_conv_bias_activation_pooling_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
+                                              tuple dilation, int64_t groups, double alpha1, double alpha2,
+                                              bint has_bias, tuple pool_kernel, tuple pool_stride, tuple pool_padding,
+                                              size_t memory_limit, str backend, int device, bint pinned=False):
+    cdef ooc.ConvProblem conv = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
+                                              has_bias)
+    cdef ooc.ConvProblem pool = _pooling_of(conv, pool_kernel, pool_stride, pool_padding)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_conv_bias_activation_pooling_forward(conv, pool, options)
+    return Plan.wrap(plan)
+
+
+def conv_bias_activation_pooling_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, z,
+                                         bias, float[::1] out, str activation, double coef, tuple stride,
+                                         tuple padding, tuple dilation, int64_t groups, double alpha1, double alpha2,
+                                         tuple pool_kernel, tuple pool_stride, tuple pool_padding, str pool_mode,
+                                         size_t memory_limit, str backend, int device):
+    """Runs on flat float32 views (no copies; z and bias may be None). Returns (plan, stats)."""
+    cdef float* z_ptr = _ptr(z)
+    cdef float* bias_ptr = _ptr(bias)
+    cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
+    cdef ooc.PoolMode mode = ooc.pool_mode_from_name(pool_mode.encode())
+    cdef ooc.ConvProblem conv = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
+                                              bias is not None)
+    cdef ooc.ConvProblem pool = _pooling_of(conv, pool_kernel, pool_stride, pool_padding)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.conv_bias_activation_pooling_forward(conv, act, pool, mode, &x[0], &w[0], z_ptr, bias_ptr, &out[0],
+                                                 options, &plan, &stats)
+    return _ran(plan, stats)

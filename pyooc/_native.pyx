@@ -131,9 +131,10 @@ cdef class Plan:
         return self.c_obj.get().kept_bytes
 
     @property
-    def carry_bytes(self):
-        """Fused backward: device bytes of the dx rows carried from one spatial tile to the next."""
-        return self.c_obj.get().carry_bytes
+    def scratch_bytes(self):
+        """Fused functions: device scratch bytes (the fused backward: the dx rows carried from one
+        spatial tile to the next; the fused pooling forward: a pooled tile)."""
+        return self.c_obj.get().scratch_bytes
 
     @property
     def predicted_seconds(self):
@@ -172,19 +173,27 @@ cdef class Plan:
         device's rows), dy_read (the rows loaded: those contributing to dx), load_dy, load_w;
         conv_backward_filter: n, k, c, dy, x, load_x, load_dy; conv_backward_bias: n, k, dy, load_dy;
         conv_backward_data_filter_bias: n, c, dy (the dy tile, loaded once), x (the x slab, also the dx
-        rows computed), dx (the rows written back), load_dy, load_x, load_w. The fused forward:
-        conv_forward's."""
+        rows computed), dx (the rows written back), load_dy, load_x, load_w;
+        conv_bias_activation_pooling_forward: n, k, c, y (the y rows computed), x (the x rows read),
+        pooled (the pooled rows written back), pooled_computed, load_x, load_w, first_c, last_c.
+        conv_bias_activation_forward: conv_forward's."""
         cdef ooc.Plan* p = self.c_obj.get()
         cdef int sd = p.problem.spatial_dims
         cdef ooc.Operation op = p.problem.op
         cdef ooc.Chunk* ch
         cdef bint fused_backward = (p.fused == b"conv_backward_data_filter_bias" or
                                     p.fused == b"activation_conv_backward_data_filter_bias")
+        cdef bint fused_pooling = p.fused == b"conv_bias_activation_pooling_forward"
         result = []
         for i in range(p.chunks.size()):
             ch = &p.chunks[i]
             n, k, c = (ch.n.begin, ch.n.end), (ch.k.begin, ch.k.end), (ch.c.begin, ch.c.end)
-            if fused_backward:  # dy: the tile loaded (once); x: the x slab and dx rows computed; dx: written back
+            if fused_pooling:  # y: rows computed; x: rows read; pooled: rows written back (pooled_computed: pooled)
+                result.append({"n": n, "k": k, "c": c, "y": _ranges(ch.out, sd), "x": _ranges(ch.input, sd),
+                               "pooled": _ranges(ch.target, sd), "pooled_computed": _ranges(ch.out_read, sd),
+                               "load_x": ch.load_x, "load_w": ch.load_w, "first_c": ch.first_c,
+                               "last_c": ch.last_c})
+            elif fused_backward:  # dy: the tile loaded (once); x: the x slab and dx rows computed; dx: written back
                 result.append({"n": n, "c": c, "dy": _ranges(ch.out, sd), "x": _ranges(ch.input, sd),
                                "dx": _ranges(ch.target, sd), "load_dy": ch.load_y, "load_x": ch.load_x,
                                "load_w": ch.load_w})

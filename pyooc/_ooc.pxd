@@ -118,7 +118,7 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         vector[Chunk] chunks
         string fused
         int y_inputs, out_buffers
-        size_t out_slot_bytes, kept_bytes, carry_bytes
+        size_t out_slot_bytes, kept_bytes, scratch_bytes
         size_t num_chunks()
         string describe()
 
@@ -241,6 +241,13 @@ cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:
     void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
                                       const float* w, const float* z, const float* bias, float* y,
                                       const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const ConvProblem& pool,
+                                                   const Options& options) except +translate_exception
+    void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedActivation& activation,
+                                              const ConvProblem& pool, PoolMode mode, const float* x,
+                                              const float* w, const float* z, const float* bias, float* out,
+                                              const Options& options, Plan* used,
+                                              RunStats* stats) except +translate_exception
     Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem,
                                              const Options& options) except +translate_exception
     void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,

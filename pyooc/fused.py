@@ -6,12 +6,13 @@ writes once, not once per operation. Each has a plan_* twin whose Plan reports t
 
 import numpy as np
 
-from pyooc._arrays import as_input, as_output, as_shape
+from pyooc._arrays import as_input, as_output, as_shape, spatial_tuple
 from pyooc._loader import load_native
 from pyooc.conv import _check_dtype, _common, _conv_inputs, _record_stats, _spatial_dims
 from pyooc.layers import _coef, _str
 
 _native = load_native()
+_NEEDS_Z = "alpha2 != 0 needs z (y = act(alpha1 * conv(x, w) + alpha2 * z + bias))"
 
 
 def _activation_coef(activation, coef):
@@ -19,6 +20,31 @@ def _activation_coef(activation, coef):
     activation_forward's modes (clipped_relu needs its ceiling, elu and swish default to 1)."""
     _native.fused_activation(_str(activation, "activation"), 0.0)  # ValueError listing the names
     return 0.0 if activation == "identity" else _coef(activation, coef)
+
+
+def _z_input(z, y_shape, alpha2):
+    """z as a zero-copy view of y's shape, or None; alpha2 != 0 needs one."""
+    if z is None:
+        if alpha2 != 0.0:
+            raise ValueError(_NEEDS_Z)
+        return None
+    z = as_input(z, "z")
+    if z.shape != tuple(y_shape):
+        raise ValueError(f"z has shape {list(z.shape)}, expected {list(y_shape)} (the shape of y)")
+    return z
+
+
+def _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1, alpha2, memory_limit,
+                       backend, device):
+    """A fused forward's plan twin's arguments checked: (x_shape, w_shape, options); z: whether the
+    call gets a z (alpha2 != 0 needs one)."""
+    x_shape = as_shape(x_shape, "x_shape")
+    w_shape = as_shape(w_shape, "w_shape")
+    _check_dtype(dtype)
+    o = _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
+    if not z and o["alpha2"] != 0.0:
+        raise ValueError(_NEEDS_Z)
+    return x_shape, w_shape, o
 
 
 def _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device):
@@ -50,12 +76,7 @@ def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=Non
     coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
-    if z is not None:
-        z = as_input(z, "z")
-        if z.shape != tuple(y_shape):
-            raise ValueError(f"z has shape {list(z.shape)}, expected {list(y_shape)} (the shape of y)")
-    elif o["alpha2"] != 0.0:
-        raise ValueError("alpha2 != 0 needs z (y = act(alpha1 * conv(x, w) + alpha2 * z + bias))")
+    z = _z_input(z, y_shape, o["alpha2"])
     if out is None:
         out = np.empty(y_shape, dtype=np.float32)
     else:
@@ -79,15 +100,69 @@ def plan_conv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, a
     """The Plan conv_bias_activation_forward would run, without running it: the forward planner's,
     with z read in place of y where alpha2 != 0 (z: whether a z is given). bytes_h2d / bytes_d2h
     are what the call moves. pinned: plan for pinned arrays (as plan_conv_forward)."""
-    x_shape = as_shape(x_shape, "x_shape")
-    w_shape = as_shape(w_shape, "w_shape")
-    _check_dtype(dtype)
-    o = _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
-    if not z and o["alpha2"] != 0.0:
-        raise ValueError("alpha2 != 0 needs z (y = act(alpha1 * conv(x, w) + alpha2 * z + bias))")
+    x_shape, w_shape, o = _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1,
+                                             alpha2, memory_limit, backend, device)
     return _native.plan_conv_bias_activation_forward(
         x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
         o["alpha2"] if z else 0.0, bool(bias), o["memory_limit"], o["backend"], o["device"], bool(pinned))
+
+
+def _pool_geometry(spatial, kernel, stride, padding, mode):
+    """The pooling's kernel, stride (default: the kernel, as torch) and padding as tuples, mode checked."""
+    _native.pool_mode(_str(mode, "pool_mode"))
+    kernel = spatial_tuple(kernel, spatial, "pool_kernel")
+    stride = kernel if stride is None else spatial_tuple(stride, spatial, "pool_stride")
+    return kernel, stride, spatial_tuple(padding, spatial, "pool_padding")
+
+
+def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_stride=None, pool_padding=0,
+                                         pool_mode="max", activation="relu", coef=None, z=None, alpha1=1.0,
+                                         alpha2=0.0, stride=1, padding=0, dilation=1, groups=1, out=None,
+                                         memory_limit=None, backend="auto", device=0):
+    """pool(act(alpha1 * conv(x, w) + alpha2 * z + bias)) in one out-of-core pass.
+
+    Replaces the composition
+        y = conv_bias_activation_forward(x, w, bias, activation=, coef=, z=, alpha1=, alpha2=, stride=,
+                                         padding=, dilation=, groups=)
+        out = pool_forward(y, pool_kernel, stride=pool_stride, padding=pool_padding, mode=pool_mode)
+    (itself conv_forward, add_tensor and activation_forward, then pooling) whose arguments it takes
+    as they are (pool_* are pool_forward's kernel, stride, padding and mode): y never crosses the
+    link, only x, w, z and the pooled result do. The chunks tile the pooled output; each computes
+    the y rows its pooling windows need (so no window straddles two chunks: rows two tiles' windows
+    share are computed twice, never moved). The result is a new array, or `out`."""
+    x, w, bias = _conv_inputs(x, w, bias)
+    coef = _activation_coef(activation, coef)
+    o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
+    geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
+    pool = _pool_geometry(_spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
+    out_shape = _native.pooled_shape(x.shape, w.shape, *geometry, *pool)
+    y_shape = _native.conv_output_shape(x.shape, w.shape, *geometry)
+    z = _z_input(z, y_shape, o["alpha2"])
+    if out is None:
+        out = np.empty(out_shape, dtype=np.float32)
+    else:
+        as_output(out, out_shape, {"x": x, "w": w, "bias": bias, "z": z})
+    read_z = z is not None and o["alpha2"] != 0.0
+    plan, stats = _native.conv_bias_activation_pooling_forward(
+        x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
+        None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, *geometry, o["alpha1"],
+        o["alpha2"] if read_z else 0.0, *pool, pool_mode, o["memory_limit"], o["backend"], o["device"])
+    _record_stats(plan, stats)
+    return out
+
+
+def plan_conv_bias_activation_pooling_forward(x_shape, w_shape, *, pool_kernel, pool_stride=None, pool_padding=0,
+                                              bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1, padding=0,
+                                              dilation=1, groups=1, dtype="float32", memory_limit=None,
+                                              backend="auto", device=0, pinned=False):
+    """The Plan conv_bias_activation_pooling_forward would run, without running it: its splits tile
+    the pooled output ("h", "w", ... are the pooled dims); bytes_d2h is the pooled result once."""
+    x_shape, w_shape, o = _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1,
+                                             alpha2, memory_limit, backend, device)
+    pool = _pool_geometry(_spatial_dims(w_shape), pool_kernel, pool_stride, pool_padding, "max")
+    return _native.plan_conv_bias_activation_pooling_forward(
+        x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
+        o["alpha2"] if z else 0.0, bool(bias), *pool, o["memory_limit"], o["backend"], o["device"], bool(pinned))
 
 
 def _backward_outputs(out, x, dy, w, more_inputs=None):
@@ -135,7 +210,7 @@ def conv_backward_data_filter_bias(x, dy, w, *, stride=1, padding=0, dilation=1,
 def plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
                                         dtype="float32", memory_limit=None, backend="auto", device=0, pinned=False):
     """The Plan conv_backward_data_filter_bias would run, without running it: bytes_h2d counts dy
-    once, bytes_d2h dx, dw and db once; kept_bytes and carry_bytes the device memory dw, db and the
+    once, bytes_d2h dx, dw and db once; kept_bytes and scratch_bytes the device memory dw, db and the
     carried dx rows take. pinned: plan for pinned arrays (as plan_conv_forward)."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
     _check_dtype(dtype)

@@ -255,3 +255,59 @@ def run_fused_backward_checked(x, w, dy, *, memory_limit=None, backend="host", d
     assert stats["chunks"] == plan.num_chunks
     assert stats["device_bytes_reserved"] == plan.peak_device_bytes <= plan.memory_limit
     return (dx, dw, db), plan
+
+
+# --------------------------------------------------------------------------------------------
+# conv_bias_activation_pooling_forward
+
+
+def check_pooling_chunks(plan, pool_kernel, pool_stride, pool_padding):
+    """The pooled tiles cover the pooled output once (on their reduction's last chunk); each chunk's
+    y rows hold every window of its pooled rows (clipped to y: no window straddles two chunks); the
+    c-tiles of a tile cover C once, in a row."""
+    x_shape, y_shape = plan.x_shape, plan.y_shape
+    spatial = len(y_shape) - 2
+    chunks = plan.chunks
+    pooled_shape = tuple(ch for ch in _pooled_extents(chunks, spatial))
+    written = np.zeros((y_shape[0], y_shape[1]) + pooled_shape, dtype=np.int32)
+    c_done = None
+    for ch in chunks:
+        assert ch["c"][0] == (0 if ch["first_c"] else c_done), "c-tiles out of order"
+        c_done = ch["c"][1]
+        if ch["last_c"]:
+            assert c_done == x_shape[1]
+            written[(slice(*ch["n"]), slice(*ch["k"])) + tuple(slice(*r) for r in ch["pooled"])] += 1
+        for d in range(spatial):
+            (q0, q1), (c0, c1), (y0, y1) = ch["pooled"][d], ch["pooled_computed"][d], ch["y"][d]
+            assert c0 <= q0 and q1 <= c1, "the written-back pooled rows are computed"
+            for q in range(q0, q1):  # each window of a written-back row lies in the chunk's y rows
+                lo = max(q * pool_stride[d] - pool_padding[d], 0)
+                hi = min(q * pool_stride[d] - pool_padding[d] + pool_kernel[d], y_shape[2 + d])
+                assert y0 <= lo and hi <= y1, f"pooled row {q} straddles the chunk's y rows [{y0}, {y1})"
+    assert (written == 1).all(), "every pooled element is written back exactly once"
+
+
+def _pooled_extents(chunks, spatial):
+    return [max(ch["pooled"][d][1] for ch in chunks) for d in range(spatial)]
+
+
+def expected_pooling_traffic(plan, *, direct, bias, beta):
+    """(bytes_h2d, bytes_d2h) from the chunk list: x rows (direct: inside x), w tiles, z's y rows on a
+    reduction's first chunk, bias once; the pooled output once."""
+    x_shape, w_shape = plan.x_shape, plan.w_shape
+    size = lambda r: max(r[1] - r[0], 0)  # noqa: E731
+    inside = lambda r, n: max(min(r[1], n) - max(r[0], 0), 0)  # noqa: E731
+    h2d = 4 * w_shape[0] if bias else 0
+    d2h = 0
+    for ch in plan.chunks:
+        n, k, c = size(ch["n"]), size(ch["k"]), size(ch["c"])
+        if ch["load_x"]:
+            h2d += 4 * n * c * math.prod(inside(r, x_shape[2 + d]) if direct else size(r)
+                                         for d, r in enumerate(ch["x"]))
+        if ch["load_w"]:
+            h2d += 4 * k * c * math.prod(w_shape[2:])
+        if ch["first_c"] and beta != 0.0:
+            h2d += 4 * n * k * math.prod(size(r) for r in ch["y"])
+        if ch["last_c"]:
+            d2h += 4 * n * k * math.prod(size(r) for r in ch["pooled"])
+    return h2d, d2h

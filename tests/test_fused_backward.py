@@ -65,7 +65,7 @@ def test_every_split_kind(rng, x_shape, w_shape, geometry, want, direct):
     for d, name in enumerate("dhw"[3 - spatial:]):
         if name in want:  # dx rows are carried exactly when neighbouring tiles' reaches overlap
             span = (w_shape[2 + d] - 1) * expand(geometry.get("dilation", 1), spatial)[d] + 1
-            assert (plan.carry_bytes > 0) == (span > expand(geometry.get("stride", 1), spatial)[d])
+            assert (plan.scratch_bytes > 0) == (span > expand(geometry.get("stride", 1), spatial)[d])
 
 
 def test_smallest_budget_runs(rng):

@@ -68,7 +68,7 @@ def test_backward_data_filter_bias_cuda_pinned_spatial_split(rng):
     x, w, dy = (pinned_copy(a) for a in random_backward(rng, x_shape, w_shape, **geometry))
     (_, _, _), plan = run_fused_backward_checked(x, w, dy, memory_limit="4MiB", backend="cuda", direct=True,
                                                  tol=TOL, **geometry)
-    assert plan.carry_bytes > 0 and plan.num_chunks > 2
+    assert plan.scratch_bytes > 0 and plan.num_chunks > 2
 
 
 @pytest.mark.parametrize("limit", LIMITS)
@@ -83,3 +83,21 @@ def test_activation_backward_data_filter_bias_cuda(rng, activation, pass_pre, li
                                          activation=activation, pre=pre, pass_pre=pass_pre, **geometry)
     if limit is not None:
         assert plan.num_chunks > 1
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+@pytest.mark.parametrize("mode", ["max", "avg", "avg_exclude_pad"])
+def test_bias_activation_pooling_cuda(rng, mode, limit):
+    """cuDNN's pooling of each finished y tile into the scratch, copied back for the write-back."""
+    from test_layers_pool import ref_pool
+    x_shape, w_shape, geometry = (4, 16, 64, 40), (24, 16, 3, 3), dict(padding=1)
+    pool = dict(pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1))
+    x, w, b, z = random_forward(rng, x_shape, w_shape, **geometry)
+    out = pyooc.conv_bias_activation_pooling_forward(x, w, b, z=z, alpha2=0.5, pool_mode=mode, memory_limit=limit,
+                                                     backend="cuda", **pool, **geometry)
+    plan = pyooc.last_stats()["plan"]
+    if limit is not None:
+        assert plan.num_chunks > 1
+    y, pre = reference_bias_activation(x, w, b, z, "relu", 1.0, 0.5, **geometry)
+    ref = ref_pool(y, pool["pool_kernel"], pool["pool_stride"], pool["pool_padding"], mode)
+    assert rel_err(out, ref) < TOL

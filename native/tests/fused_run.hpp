@@ -151,7 +151,7 @@ inline void check_fused_backward_plan(const ooc::Plan& plan) {
   EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);
   EXPECT_EQ(plan.peak_device_bytes, plan.y_inputs * plan.y_buffers * plan.y_slot_bytes + plan.x_buffers * plan.x_slot_bytes +
                                         plan.w_buffers * plan.w_slot_bytes + plan.out_buffers * plan.out_slot_bytes +
-                                        plan.kept_bytes + plan.carry_bytes + plan.workspace_bytes);
+                                        plan.kept_bytes + plan.scratch_bytes + plan.workspace_bytes);
   std::vector<int> dy_loaded(static_cast<size_t>(p.y_elements()), 0), dx_written(static_cast<size_t>(p.x_elements()), 0);
   size_t dy_bytes = 0, x_bytes = 0, w_bytes = 0;
   const ooc::Chunk* group = nullptr;  // the chunk that loaded the dy tile in use
@@ -366,6 +366,116 @@ inline std::vector<FusedBackwardCase> fused_backward_cases() {
       {"tightest_3d", backward_spec(D, {2, 3, 9, 8, 7}, {4, 3, 3, 2, 3}, {1}, {1, 0, 2}, {2, 1, 1}),
        [](P p) { return p.peak_device_bytes * 100 < p.memory_limit * 101; }},
   };
+}
+
+// --------------------------------------------------------------------------------------------
+// conv_bias_activation_pooling_forward
+
+// Pooling of a [n, c, spatial...] tensor in float64 (cuDNN's semantics: max over the window's part
+// inside the tensor, avg dividing by the whole window or, excluding padding, by that part).
+inline std::vector<double> reference_pool(const ooc::ConvProblem& pool, ooc::PoolMode mode, const std::vector<double>& y) {
+  std::vector<double> out(static_cast<size_t>(pool.y_elements()));
+  const int64_t planes = pool.n * pool.c;
+  size_t i = 0;
+  for (int64_t plane = 0; plane < planes; ++plane)
+    for (int64_t q0 = 0; q0 < pool.out[0]; ++q0)
+      for (int64_t q1 = 0; q1 < pool.out[1]; ++q1)
+        for (int64_t q2 = 0; q2 < pool.out[2]; ++q2) {
+          const int64_t q[3] = {q0, q1, q2};
+          int64_t lo[3], hi[3];
+          for (int d = 0; d < 3; ++d) {
+            lo[d] = std::max<int64_t>(0, q[d] * pool.stride[d] - pool.padding[d]);
+            hi[d] = std::min(pool.in[d], q[d] * pool.stride[d] - pool.padding[d] + pool.kernel[d]);
+          }
+          double acc = mode == ooc::PoolMode::max ? -INFINITY : 0.0;
+          int64_t count = 0;
+          for (int64_t a = lo[0]; a < hi[0]; ++a)
+            for (int64_t b = lo[1]; b < hi[1]; ++b)
+              for (int64_t e = lo[2]; e < hi[2]; ++e) {
+                const double v = y[static_cast<size_t>(((plane * pool.in[0] + a) * pool.in[1] + b) * pool.in[2] + e)];
+                acc = mode == ooc::PoolMode::max ? std::max(acc, v) : acc + v;
+                ++count;
+              }
+          if (mode == ooc::PoolMode::avg) acc /= static_cast<double>(pool.kernel[0] * pool.kernel[1] * pool.kernel[2]);
+          if (mode == ooc::PoolMode::avg_exclude_pad) acc /= static_cast<double>(count);
+          out[i++] = acc;
+        }
+  return out;
+}
+
+// Every pooled element is written back once, by a reduction's last chunk, each from y rows that
+// hold all of its window (no window straddles two chunks); the budget held.
+inline void check_pooling_plan(const ooc::Plan& plan, const ooc::ConvProblem& pool) {
+  ASSERT_EQ(plan.fused, "conv_bias_activation_pooling_forward");
+  EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);
+  std::vector<int> written(static_cast<size_t>(pool.y_elements()), 0);
+  for (const ooc::Chunk& ch : plan.chunks) {
+    for (int d = 0; d < ooc::kMaxSpatial; ++d) {
+      EXPECT_LE(ch.out_read[d].begin, ch.target[d].begin);
+      EXPECT_GE(ch.out_read[d].end, ch.target[d].end);
+      for (int64_t q = ch.target[d].begin; q < ch.target[d].end; ++q) {
+        const int64_t lo = std::max<int64_t>(0, q * pool.stride[d] - pool.padding[d]);
+        const int64_t hi = std::min(pool.in[d], q * pool.stride[d] - pool.padding[d] + pool.kernel[d]);
+        EXPECT_TRUE(ch.out[d].begin <= lo && hi <= ch.out[d].end) << "pooled row " << q << " straddles chunks";
+      }
+    }
+    if (!ch.last_c) continue;
+    for (int64_t n = ch.n.begin; n < ch.n.end; ++n)
+      for (int64_t k = ch.k.begin; k < ch.k.end; ++k)
+        for (int64_t q0 = ch.target[0].begin; q0 < ch.target[0].end; ++q0)
+          for (int64_t q1 = ch.target[1].begin; q1 < ch.target[1].end; ++q1)
+            for (int64_t q2 = ch.target[2].begin; q2 < ch.target[2].end; ++q2)
+              ++written[static_cast<size_t>((((n * pool.c + k) * pool.out[0] + q0) * pool.out[1] + q1) * pool.out[2] +
+                                            q2)];
+  }
+  EXPECT_EQ(std::count(written.begin(), written.end(), 1), static_cast<int64_t>(written.size()));
+  EXPECT_EQ(plan.bytes_d2h, static_cast<size_t>(pool.y_elements()) * 4);
+}
+
+// pool(act(alpha * conv + beta * z + bias)) for spec, checked; returns what ran.
+inline RunResult run_fused_pooling_and_check(const ConvSpec& spec, const ooc::FusedActivation& activation,
+                                             const ooc::ConvProblem& pool, ooc::PoolMode mode, size_t memory_limit,
+                                             ooc::BackendKind backend, unsigned seed,
+                                             CallerMemory memory = CallerMemory::pageable, double tolerance = 1e-5) {
+  const ooc::ConvProblem p = spec.problem();
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", " + p.describe() + ", memory_limit " + std::to_string(memory_limit));
+  std::mt19937 rng(seed);
+  const auto x = random_vector(static_cast<size_t>(p.x_elements()), rng, spec.input_mean);
+  const auto w = random_vector(static_cast<size_t>(p.w_elements()), rng, spec.input_mean);
+  const auto bias = random_vector(static_cast<size_t>(p.k), rng);
+  const auto z = random_vector(static_cast<size_t>(p.y_elements()), rng);
+  CallerCopy xc(x, memory), wc(w, memory), bc(bias, memory), zc(z, memory),
+      outc(std::vector<float>(static_cast<size_t>(pool.y_elements()), std::nanf("")), memory);
+  ooc::Options options;
+  options.memory_limit = memory_limit;
+  options.backend = backend;
+  RunResult r;
+  try {
+    ooc::conv_bias_activation_pooling_forward(p, activation, pool, mode, xc.data(), wc.data(), zc.data(),
+                                              spec.bias ? bc.data() : nullptr, outc.data(), options, &r.plan,
+                                              &r.stats);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "conv_bias_activation_pooling_forward threw: " << e.what();
+    return r;
+  }
+  std::vector<double> y = reference_conv(p, x, w, spec.bias ? &bias : nullptr, &z);
+  const std::vector<double> pre = reference_pool(pool, mode, y);
+  for (double& v : y) v = reference_activation(activation, v);
+  const std::vector<double> ref = reference_pool(pool, mode, y);
+  const Comparison c = compare(outc.contents(), ref);
+  EXPECT_EQ(c.non_finite, 0) << r.plan.describe();
+  EXPECT_LT(activation_error(c, ref, pre), tolerance) << r.plan.describe();
+  EXPECT_EQ(xc.contents(), x);
+  EXPECT_EQ(zc.contents(), z);
+  EXPECT_EQ(r.stats.bytes_d2h, r.plan.bytes_d2h);
+  if (memory == CallerMemory::pageable) {
+    EXPECT_EQ(r.stats.bytes_h2d, r.plan.bytes_h2d);
+  } else {
+    EXPECT_LE(r.stats.bytes_h2d, r.plan.bytes_h2d);
+  }
+  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
+  check_pooling_plan(r.plan, pool);
+  return r;
 }
 
 }  // namespace ooc_test

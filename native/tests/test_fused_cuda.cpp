@@ -97,6 +97,30 @@ TEST_P(FusedBackwardCuda, ActivationFoldedIn) {
 INSTANTIATE_TEST_SUITE_P(Cases, FusedBackwardCuda, ::testing::ValuesIn(ooc_test::fused_backward_cases()),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// conv_bias_activation_pooling_forward: cuDNN's pooling of each finished y tile, from pageable and
+// pinned memory.
+TEST_P(FusedForwardCuda, PoolingMatchesTheComposition) {
+  const PipelineCase& pc = GetParam();
+  const ooc::ConvProblem conv = pc.spec.problem();
+  ooc::ConvProblem pool;
+  try {
+    pool = ooc::pool_problem(conv.y_shape(), {3}, {2}, {1});
+  } catch (const ooc::invalid_argument&) {
+    GTEST_SKIP() << "y is too small for a 3-wide window";
+  }
+  const size_t needed = ooc_test::needed_bytes_of(
+      [&](const ooc::ConvProblem& c, const ooc::Options& o) {
+        return ooc::plan_conv_bias_activation_pooling_forward(c, pool, o);
+      },
+      conv, BackendKind::cuda);
+  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(pc.name)) + 400);
+  const auto relu = ooc::fused_activation_from_name("relu", 0);
+  for (const ooc::PoolMode mode : {ooc::PoolMode::max, ooc::PoolMode::avg_exclude_pad})
+    for (const auto memory : {ooc_test::CallerMemory::pageable, ooc_test::CallerMemory::pinned})
+      ooc_test::run_fused_pooling_and_check(pc.spec, relu, pool, mode, needed * 13 / 10, BackendKind::cuda, ++seed,
+                                            memory, 2e-5);
+}
+
 INSTANTIATE_TEST_SUITE_P(PipelineCases, FusedForwardCuda, ::testing::ValuesIn(ooc_test::pipeline_cases()),
                          [](const auto& info) { return std::string(info.param.name); });
 

@@ -95,3 +95,55 @@ TEST(FusedForward, ArgumentErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// conv_bias_activation_pooling_forward: the pipeline cases' convolutions pooled (overlapping,
+// tiled and gapped windows, every mode), under budgets from the smallest up.
+struct PoolingCase {
+  const char* name;
+  ooc_test::Shape kernel, stride, padding;
+};
+
+class FusedPoolingHost : public ::testing::TestWithParam<ooc_test::PipelineCase> {};
+
+TEST_P(FusedPoolingHost, MatchesTheComposition) {
+  const ooc_test::PipelineCase& pc = GetParam();
+  const ooc::ConvProblem conv = pc.spec.problem();
+  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(pc.name)) + 300);
+  const PoolingCase pools[] = {{"overlap", {3}, {2}, {1}}, {"tiles", {2}, {2}, {0}}, {"gapped", {1}, {3}, {0}}};
+  for (const PoolingCase& pool_case : pools) {
+    ooc::ConvProblem pool;
+    try {
+      pool = ooc::pool_problem(conv.y_shape(), pool_case.kernel, pool_case.stride, pool_case.padding);
+    } catch (const ooc::invalid_argument&) {
+      continue;  // y too small for this window
+    }
+    const auto plan_fn = [&](const ooc::ConvProblem& c, const ooc::Options& o) {
+      return ooc::plan_conv_bias_activation_pooling_forward(c, pool, o);
+    };
+    const size_t needed = ooc_test::needed_bytes_of(plan_fn, conv, BackendKind::host);
+    for (double factor : {1.0, 1.7, 4.0}) {
+      for (const ooc::PoolMode mode : {ooc::PoolMode::max, ooc::PoolMode::avg, ooc::PoolMode::avg_exclude_pad}) {
+        SCOPED_TRACE(std::string(pool_case.name) + " x" + std::to_string(factor) + " mode " +
+                     std::to_string(static_cast<int>(mode)));
+        const auto act = ooc_test::fused_activations()[(seed % 7)];
+        ooc_test::run_fused_pooling_and_check(pc.spec, act.second, pool, mode,
+                                              static_cast<size_t>(static_cast<double>(needed) * factor),
+                                              BackendKind::host, ++seed);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PipelineCases, FusedPoolingHost, ::testing::ValuesIn(ooc_test::pipeline_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(FusedPooling, PoolMustPoolTheConvolutionsOutput) {
+  const ooc::ConvProblem conv = ooc::ConvProblem::forward({1, 2, 8, 8}, {3, 2, 3, 3}, {1}, {0}, {1}, 1, 1, 0, false);
+  const ooc::ConvProblem other = ooc::pool_problem({1, 3, 7, 7}, {2}, {2}, {0});
+  EXPECT_THROW(ooc::plan_conv_bias_activation_pooling_forward(conv, other, ooc_layers_test::host(0)),
+               ooc::invalid_argument);
+}
+
+}  // namespace

@@ -34,6 +34,19 @@ void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivat
                                   const float* w, const float* z, const float* bias, float* y, const Options& options,
                                   Plan* used = nullptr, RunStats* stats = nullptr);
 
+// out = pool(act(alpha1 * conv(x, w) + alpha2 * z + bias)): conv_bias_activation_forward followed by
+// pool_forward, in one pass over the chunks; y never leaves the device. `pool` is
+// pool_problem(conv.y_shape(), kernel, stride, padding) (invalid_argument when its x is not conv's
+// y); out has its y's shape. The output tiles are tiles of out, each computing the y rows its
+// windows need (fused_planner.hpp): no window straddles two chunks. z as for
+// conv_bias_activation_forward (y-shaped).
+Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const ConvProblem& pool,
+                                               const Options& options);
+void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedActivation& activation,
+                                          const ConvProblem& pool, PoolMode mode, const float* x, const float* w,
+                                          const float* z, const float* bias, float* out, const Options& options,
+                                          Plan* used = nullptr, RunStats* stats = nullptr);
+
 // (dx, dw, db) = (conv_backward_data(dy, w), conv_backward_filter(x, dy), conv_backward_bias(dy)),
 // each scaled by problem.alpha, from one pass over dy: dy crosses the link once instead of three
 // times (plan/fused_planner.hpp says how the dy tile serves all three). `problem` is

@@ -128,6 +128,44 @@ void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivat
       used, stats);
 }
 
+namespace {
+
+void require_pooling_of(const ConvProblem& conv, const ConvProblem& pool, const char* function) {
+  require_forward(conv, function);
+  if (pool.op != Operation::pool_forward)
+    throw invalid_argument(std::string(function) + ": pool describes " + operation_name(pool.op) +
+                           " (make it with pool_problem)");
+  if (pool.x_shape() != conv.y_shape())
+    throw invalid_argument(std::string(function) + ": pool pools a tensor of another shape than the convolution's y");
+}
+
+}  // namespace
+
+Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const ConvProblem& pool,
+                                               const Options& options) {
+  require_pooling_of(conv, pool, "plan_conv_bias_activation_pooling_forward");
+  return plan_only(options,
+                   [&](const PlannerConfig& c) { return plan_conv_bias_activation_pooling_forward_for(conv, pool, c); });
+}
+
+void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedActivation& activation,
+                                          const ConvProblem& pool, PoolMode mode, const float* x, const float* w,
+                                          const float* z, const float* bias, float* out, const Options& options,
+                                          Plan* used, RunStats* stats) {
+  require_pooling_of(conv, pool, "conv_bias_activation_pooling_forward");
+  if (!x || !w || !out || (conv.has_bias && !bias) || (conv.beta != 0.0 && !z))
+    throw invalid_argument("conv_bias_activation_pooling_forward: null data pointer");
+  const float* z_read = conv.beta != 0.0 ? z : nullptr;
+  plan_and_run(
+      options, {x, w, z_read, bias, out},
+      [&](const PlannerConfig& c) { return plan_conv_bias_activation_pooling_forward_for(conv, pool, c); },
+      [&](const Plan& plan, Backend& backend) {
+        return run_conv_bias_activation_pooling_forward(plan, backend, activation, pool, mode, x, w, z, bias, out,
+                                                        ThreadPool::shared());
+      },
+      used, stats);
+}
+
 Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem, const Options& options) {
   require_backward(problem, "plan_conv_backward_data_filter_bias");
   return plan_only(options, [&](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(problem, c); });

@@ -11,9 +11,12 @@
 
 namespace ooc {
 
-RunStats run_conv_bias_activation_forward(const Plan& plan, Backend& backend, const FusedActivation& activation,
-                                          const float* x, const float* w, const float* z, const float* bias, float* y,
-                                          ThreadPool& pool) {
+namespace {
+
+// conv_forward's spec, y tiles started from z where alpha2 != 0 and activated in place once their
+// reduction is done: the forward part of the fused forwards.
+OperationSpec bias_activation_spec(const Plan& plan, Backend& backend, const FusedActivation& activation,
+                                   const float* x, const float* w, const float* z, const float* bias, float* y) {
   const ConvProblem& p = plan.problem;
   // conv_forward's spec already scales by alpha (alpha1), blends beta (alpha2) into the first chunk
   // of each reduction and adds bias on the last; z only replaces y as the tile it starts from.
@@ -28,23 +31,73 @@ RunStats run_conv_bias_activation_forward(const Plan& plan, Backend& backend, co
       return r;
     };
   }
-  if (!activation.identity) {
-    // The finished tile (after the reduction's last chunk added bias) is activated in place, on
-    // the device, before it is written back.
-    spec.compute = [conv = spec.compute, &backend, &p, activation](const Chunk& ch, const float* xs, const float* ws,
-                                                                   const float* bias_dev, float* ys, double beta,
-                                                                   void* workspace) {
-      conv(ch, xs, ws, bias_dev, ys, beta, workspace);
-      if (!ch.last_c) return;
-      ChunkConv tile;
-      tile.spatial_dims = p.spatial_dims;
-      tile.n = ch.n.size();
-      tile.c = tile.k = ch.k.size();
-      for (int d = 0; d < kMaxSpatial; ++d) tile.in[d] = tile.out[d] = ch.out[d].size();
-      backend.activation_forward(tile, activation.mode, activation.coef, ys, ys);
-    };
-  }
-  return run_chunks(plan, backend, pool, spec);
+  // The finished tile (after the reduction's last chunk added bias) is activated in place, on the
+  // device, before it is written back (or pooled).
+  if (activation.identity) return spec;
+  spec.compute = [conv = spec.compute, &backend, &p, activation](const Chunk& ch, const float* xs, const float* ws,
+                                                                 const float* bias_dev, float* ys, double beta,
+                                                                 void* workspace) {
+    conv(ch, xs, ws, bias_dev, ys, beta, workspace);
+    if (!ch.last_c) return;
+    ChunkConv tile;
+    tile.spatial_dims = p.spatial_dims;
+    tile.n = ch.n.size();
+    tile.c = tile.k = ch.k.size();
+    for (int d = 0; d < kMaxSpatial; ++d) tile.in[d] = tile.out[d] = ch.out[d].size();
+    backend.activation_forward(tile, activation.mode, activation.coef, ys, ys);
+  };
+  return spec;
+}
+
+}  // namespace
+
+RunStats run_conv_bias_activation_forward(const Plan& plan, Backend& backend, const FusedActivation& activation,
+                                          const float* x, const float* w, const float* z, const float* bias, float* y,
+                                          ThreadPool& pool) {
+  return run_chunks(plan, backend, pool, bias_activation_spec(plan, backend, activation, x, w, z, bias, y));
+}
+
+RunStats run_conv_bias_activation_pooling_forward(const Plan& plan, Backend& backend,
+                                                  const FusedActivation& activation, const ConvProblem& pool,
+                                                  PoolMode mode, const float* x, const float* w, const float* z,
+                                                  const float* bias, float* out, ThreadPool& pool_threads) {
+  using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
+  const ConvProblem& p = plan.problem;
+  // The y tiles (ch.out) accumulate in the output slots as conv_forward's do; out (pooled) is
+  // written back from them: the pooled rows computed (out_read) through a window over the tile.
+  OperationSpec spec = bias_activation_spec(plan, backend, activation, x, w, z, bias, out);
+  const TensorView qv = TensorView::contiguous(out, {pool.n, pool.c, pool.out[0], pool.out[1], pool.out[2]},
+                                               kMaxRank, dtype_size(p.dtype));
+  spec.out_region = [qv](const Chunk& ch) { return through_window(Region{qv, box_of(ch.n, ch.k, ch.out_read)}, ch.target); };
+  spec.scratch_bytes = plan.scratch_bytes;
+  // Once a y tile is finished (and activated), pool it into the scratch and copy the pooled tile to
+  // the start of the slot, where the write-back reads it.
+  spec.compute_fused = [conv = spec.compute, &backend, &p, &pool, mode](const Chunk& ch, const ChunkBuffers& b) {
+    conv(ch, b.a, b.b, b.resident, b.out, b.beta, b.workspace);
+    if (!ch.last_c) return;
+    ChunkConv window;
+    window.spatial_dims = p.spatial_dims;
+    window.n = ch.n.size();
+    window.c = window.k = ch.k.size();
+    int64_t pooled = window.n * window.c;
+    for (int d = 0; d < kMaxSpatial; ++d) {
+      window.in[d] = ch.out[d].size();
+      window.out[d] = ch.out_read[d].size();
+      window.kernel[d] = pool.kernel[d];
+      window.stride[d] = pool.stride[d];
+      window.padding[d] = pool.padding[d];
+      pooled *= window.out[d];
+    }
+    float* scratch = static_cast<float*>(b.scratch);
+    backend.pool_forward(window, mode, b.out, scratch);
+    StridedCopy copy;
+    copy.src = reinterpret_cast<const char*>(scratch);
+    copy.dst = reinterpret_cast<char*>(b.out);
+    copy.width_bytes = copy.src_pitch = copy.dst_pitch = static_cast<size_t>(pooled) * dtype_size(p.dtype);
+    copy.src_slice = copy.dst_slice = copy.width_bytes;
+    backend.copy_on_device(copy);
+  };
+  return run_chunks(plan, backend, pool_threads, spec);
 }
 
 namespace {
@@ -55,7 +108,7 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, 
   using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
   const ConvProblem& p = plan.problem;
   const FusedBackwardLayout layout = fused_backward_layout(plan);
-  if (layout.kept_bytes != plan.kept_bytes || layout.carry_bytes != plan.carry_bytes)
+  if (layout.kept_bytes != plan.kept_bytes || layout.scratch_bytes != plan.scratch_bytes)
     throw std::logic_error("fused backward: the plan's kept and carried memory disagree with its layout");
   const size_t es = dtype_size(p.dtype);
   const TensorView dyv = view_of(p, Family::y, dy), xv = view_of(p, Family::x, x), wv = view_of(p, Family::w, w),
@@ -87,7 +140,7 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, 
                                                                                                 Range{0, 1}})},
                        layout.db_offset});
   spec.kept_bytes = plan.kept_bytes;
-  spec.scratch_bytes = plan.carry_bytes;
+  spec.scratch_bytes = plan.scratch_bytes;
 
   // Per c-tile: the dx rows (along the split dimension) its carry block holds for the next tile.
   auto carried_rows = std::make_shared<std::vector<Range>>(layout.dw_offset.size());
@@ -98,7 +151,7 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, 
     const size_t j = static_cast<size_t>(ch.c.begin / plan.tiling.c);
     const Extent slot_extent{ch.n.size(), ch.c.size(), ch.in[0].size(), ch.in[1].size(), ch.in[2].size()};
     const TensorView slot = TensorView::contiguous(b.out, slot_extent, kMaxRank, es);
-    char* carry = static_cast<char*>(b.scratch) + (layout.carry_bytes ? layout.carry_offset[j] : 0);
+    char* carry = static_cast<char*>(b.scratch) + (layout.scratch_bytes ? layout.carry_offset[j] : 0);
     // The slot's rows `rows` (absolute dx rows along the split dimension), all of the other dims.
     auto rows_box = [&](Range rows) {
       Box box{{0, 0, 0, 0, 0}, slot_extent};

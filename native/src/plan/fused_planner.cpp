@@ -82,8 +82,8 @@ FusedBackwardLayout layout_of(const ConvProblem& p, int64_t tn, int64_t tc, int 
     const int64_t c_tile = std::min(tc, p.c - c);
     l.dw_offset.push_back(l.kept_bytes);
     l.kept_bytes += slot_bytes(p.k * c_tile * kernel, es);
-    l.carry_offset.push_back(l.carry_bytes);
-    if (carry_rows > 0) l.carry_bytes += slot_bytes(tn * c_tile * carry_rows * other, es);
+    l.carry_offset.push_back(l.scratch_bytes);
+    if (carry_rows > 0) l.scratch_bytes += slot_bytes(tn * c_tile * carry_rows * other, es);
   }
   l.db_offset = l.kept_bytes;
   l.kept_bytes += slot_bytes(p.k, es);
@@ -143,10 +143,9 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
   const std::array<int64_t, 5> x_extent{p.n, p.c, p.in[0], p.in[1], p.in[2]};
   const std::array<int64_t, 5> w_extent{p.k, p.c, p.kernel[0], p.kernel[1], p.kernel[2]};
 
-  Candidate best, c;
+  BestCandidate<Candidate> search{budget};
+  Candidate c;
   std::array<const DimTiles*, kMaxSpatial> best_dims{};
-  bool found = false;
-  size_t smallest_peak = std::numeric_limits<size_t>::max();
   auto consider = [&](const std::array<const DimTiles*, kMaxSpatial>& dims) {
     const int64_t tiles_s = c.split ? c.split->tiles : 1;
     int64_t dy_rows = 1, x_rows = 1, x_moved = 1;
@@ -194,17 +193,9 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
           c.dy_slots = static_cast<int>(std::min<int64_t>(buffers, dy_loads));
           c.x_slots = c.dx_slots = static_cast<int>(std::min<int64_t>(buffers, total));
           c.w_slots = static_cast<int>(std::min<int64_t>(buffers, c.w_loads));
-          c.peak = y_inputs * c.dy_slots * c.dy_slot + c.x_slots * c.x_slot + c.dx_slots * c.x_slot + c.w_slots * c.w_slot +
-                   c.layout.kept_bytes + c.layout.carry_bytes + config.workspace_bytes;
-          smallest_peak = std::min(smallest_peak, c.peak);
-          if (c.peak > budget) continue;
-          t.buffers = buffers;
-          c.seconds = predict_seconds(t, config.machine);
-          if (!found || c.seconds < best.seconds * (1 - 1e-9)) {
-            best = c;
-            best_dims = dims;
-            found = true;
-          }
+          c.peak = y_inputs * c.dy_slots * c.dy_slot + c.x_slots * c.x_slot + c.dx_slots * c.x_slot +
+                   c.w_slots * c.w_slot + c.layout.kept_bytes + c.layout.scratch_bytes + config.workspace_bytes;
+          if (search.offer(c, t, buffers, config.machine)) best_dims = dims;
         }
       }
   };
@@ -221,7 +212,8 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
       c.split_dim = d;
       consider(split_dims);
     }
-  if (!found) throw_out_of_budget(p, budget, smallest_peak, config.workspace_bytes != 0);
+  if (!search.found) throw_out_of_budget(p, budget, search.smallest_peak, config.workspace_bytes != 0);
+  const Candidate& best = search.best;
 
   Plan plan = plan_with_totals(p, config, config.workspace_bytes, best.peak, best.bytes_h2d, best.bytes_d2h,
                                best.seconds);
@@ -244,7 +236,7 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
   plan.out_buffers = best.dx_slots;
   plan.out_slot_bytes = best.x_slot;
   plan.kept_bytes = best.layout.kept_bytes;
-  plan.carry_bytes = best.layout.carry_bytes;
+  plan.scratch_bytes = best.layout.scratch_bytes;
   plan.chunks = expand_chunks(p, best_dims, best);
   return plan;
 }

@@ -30,13 +30,24 @@ Plan plan_conv_backward_data_filter_bias_for(const ConvProblem& problem, const P
                                              int y_inputs = 1,
                                              const std::string& fused = "conv_backward_data_filter_bias");
 
+// The planner of conv_bias_activation_pooling_forward (plan/fused_pool_planner.cpp): the forward
+// planner's loop nest (for n/spatial tile { for k-tile { for c-tile } }, the reduction innermost)
+// over tiles of the pooled output. A pooled tile's windows need whole y rows (layer_planner.hpp's
+// pool_rows: aligned to the pooling stride, cuDNN's padding kept at the true borders); the chunk
+// computes all of them from the x rows they read (the conv halo), so no window straddles two
+// chunks: y rows two tiles' windows share are computed twice, never moved. Chunk fields: out: the y
+// rows computed; in: the x rows read; out_read: the pooled rows computed; target: those written
+// back. conv: a forward problem (alpha1, alpha2, bias); pool: pool_problem(conv's y shape, ...).
+Plan plan_conv_bias_activation_pooling_forward_for(const ConvProblem& conv, const ConvProblem& pool,
+                                                   const PlannerConfig& config);
+
 // Where the kept outputs and the carries live: dw's block of c-tile j (dense [K, c-tile j,
 // kernel...]) at dw_offset[j] and db at db_offset, bytes into the kept memory; c-tile j's carry
 // (dense [n-tile, c-tile j, carried rows, other spatial dims]) at carry_offset[j] into the scratch.
 struct FusedBackwardLayout {
   int split_dim = -1;  // the spatial dimension split into tiles, -1: none
   std::vector<size_t> dw_offset, carry_offset;
-  size_t db_offset = 0, kept_bytes = 0, carry_bytes = 0;
+  size_t db_offset = 0, kept_bytes = 0, scratch_bytes = 0;
 };
 FusedBackwardLayout fused_backward_layout(const Plan& plan);
 

@@ -102,7 +102,7 @@ std::string Plan::describe() const {
   }
   if (out_buffers) slot(out_buffers, out_slot_bytes, names.output);
   if (kept_bytes) slot(1, kept_bytes, "outputs kept on the device");
-  if (carry_bytes) slot(1, carry_bytes, "rows carried between tiles");
+  if (scratch_bytes) slot(1, scratch_bytes, "scratch");
   s << sep << format_bytes(static_cast<double>(workspace_bytes)) << " (workspace)\n"
     << "  traffic: " << format_bytes(static_cast<double>(bytes_h2d)) << " H2D, "
     << format_bytes(static_cast<double>(bytes_d2h)) << " D2H; predicted " << predicted_seconds << " s";

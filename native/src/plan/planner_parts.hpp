@@ -11,6 +11,7 @@
 
 #include "ooc/errors.hpp"
 #include "ooc/problem.hpp"
+#include "plan/cost_model.hpp"
 #include "plan/planner.hpp"
 #include "plan/shape_format.hpp"
 
@@ -78,6 +79,28 @@ inline Plan plan_with_totals(const ConvProblem& p, const PlannerConfig& config, 
   plan.predicted_seconds = seconds;
   return plan;
 }
+
+// A search's best candidate so far (C: a candidate with `peak` and `seconds`): offer() notes the
+// smallest peak seen and keeps a candidate that fits `budget` and is predicted faster (ties keep
+// the earlier one). Returns whether it was kept.
+template <typename C>
+struct BestCandidate {
+  size_t budget = 0;
+  C best{};
+  bool found = false;
+  size_t smallest_peak = std::numeric_limits<size_t>::max();
+
+  bool offer(C& c, TrafficEstimate t, int buffers, const MachineModel& machine) {
+    smallest_peak = std::min(smallest_peak, c.peak);
+    if (c.peak > budget) return false;
+    t.buffers = buffers;
+    c.seconds = predict_seconds(t, machine);
+    if (found && !(c.seconds < best.seconds * (1 - 1e-9))) return false;
+    best = c;
+    found = true;
+    return true;
+  }
+};
 
 // Algorithms may use workspace, but every one also has a zero-workspace fallback: when the
 // allowance leaves no room for any plan, plan again without it.
