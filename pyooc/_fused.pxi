@@ -161,3 +161,49 @@ def conv_bias_activation_pooling_forward(const float[::1] x, tuple x_shape, cons
         ooc.conv_bias_activation_pooling_forward(conv, act, pool, mode, &x[0], &w[0], z_ptr, bias_ptr, &out[0],
                                                  options, &plan, &stats)
     return _ran(plan, stats)
+
+
+cdef ooc.ConvProblem _deconv(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple output_padding,
+                             tuple dilation, int64_t groups, double alpha1, double alpha2, bint has_bias) except *:
+    return ooc.deconv_problem(list(x_shape), list(w_shape), list(stride), list(padding), list(output_padding),
+                              list(dilation), groups, alpha1, alpha2, has_bias)
+
+
+def deconv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple output_padding,
+                        tuple dilation, int64_t groups):
+    """y's shape (ValueError naming the argument for a bad geometry)."""
+    return tuple(_deconv(x_shape, w_shape, stride, padding, output_padding, dilation, groups, 1.0, 0.0,
+                         False).x_shape())
+
+
+def plan_deconv_bias_activation_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
+                                        tuple output_padding, tuple dilation, int64_t groups, double alpha1,
+                                        double alpha2, bint has_bias, size_t memory_limit, str backend, int device,
+                                        bint pinned=False):
+    cdef ooc.ConvProblem problem = _deconv(x_shape, w_shape, stride, padding, output_padding, dilation, groups,
+                                           alpha1, alpha2, has_bias)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_deconv_bias_activation_forward(problem, options)
+    return Plan.wrap(plan)
+
+
+def deconv_bias_activation_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, z, bias,
+                                   float[::1] y, str activation, double coef, tuple stride, tuple padding,
+                                   tuple output_padding, tuple dilation, int64_t groups, double alpha1,
+                                   double alpha2, size_t memory_limit, str backend, int device):
+    """Runs on flat float32 views (no copies; z and bias may be None). Returns (plan, stats)."""
+    cdef float* z_ptr = _ptr(z)
+    cdef float* bias_ptr = _ptr(bias)
+    cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
+    cdef ooc.ConvProblem problem = _deconv(x_shape, w_shape, stride, padding, output_padding, dilation, groups,
+                                           alpha1, alpha2, bias is not None)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.deconv_bias_activation_forward(problem, act, &x[0], &w[0], z_ptr, bias_ptr, &y[0], options, &plan,
+                                           &stats)
+    return _ran(plan, stats)

@@ -241,6 +241,16 @@ cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:
     void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
                                       const float* w, const float* z, const float* bias, float* y,
                                       const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    ConvProblem deconv_problem(const vector[int64_t]& x_shape, const vector[int64_t]& w_shape,
+                               const vector[int64_t]& stride, const vector[int64_t]& padding,
+                               const vector[int64_t]& output_padding, const vector[int64_t]& dilation, int64_t groups,
+                               double alpha1, double alpha2, bool has_bias) except +translate_exception
+    Plan plan_deconv_bias_activation_forward(const ConvProblem& deconv,
+                                             const Options& options) except +translate_exception
+    void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation,
+                                        const float* x, const float* w, const float* z, const float* bias, float* y,
+                                        const Options& options, Plan* used,
+                                        RunStats* stats) except +translate_exception
     Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const ConvProblem& pool,
                                                    const Options& options) except +translate_exception
     void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedActivation& activation,

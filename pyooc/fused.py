@@ -34,6 +34,18 @@ def _z_input(z, y_shape, alpha2):
     return z
 
 
+def _forward_output(out, y_shape, x, w, bias, z, alpha2):
+    """(out, whether z is read): a new y, or the caller's out checked (it may be z: in place)."""
+    if out is None:
+        out = np.empty(y_shape, dtype=np.float32)
+    else:
+        inputs = {"x": x, "w": w, "bias": bias}
+        if z is not None and out is not z:
+            inputs["z"] = z
+        as_output(out, y_shape, inputs)
+    return out, z is not None and alpha2 != 0.0
+
+
 def _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1, alpha2, memory_limit,
                        backend, device):
     """A fused forward's plan twin's arguments checked: (x_shape, w_shape, options); z: whether the
@@ -77,14 +89,7 @@ def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=Non
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
     z = _z_input(z, y_shape, o["alpha2"])
-    if out is None:
-        out = np.empty(y_shape, dtype=np.float32)
-    else:
-        inputs = {"x": x, "w": w, "bias": bias}
-        if z is not None and out is not z:
-            inputs["z"] = z
-        as_output(out, y_shape, inputs)
-    read_z = z is not None and o["alpha2"] != 0.0
+    out, read_z = _forward_output(out, y_shape, x, w, bias, z, o["alpha2"])
     plan, stats = _native.conv_bias_activation_forward(
         x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
         None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, o["stride"], o["padding"],
@@ -163,6 +168,55 @@ def plan_conv_bias_activation_pooling_forward(x_shape, w_shape, *, pool_kernel, 
     return _native.plan_conv_bias_activation_pooling_forward(
         x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
         o["alpha2"] if z else 0.0, bool(bias), *pool, o["memory_limit"], o["backend"], o["device"], bool(pinned))
+
+
+def deconv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=None, z=None, alpha1=1.0,
+                                   alpha2=0.0, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
+                                   out=None, memory_limit=None, backend="auto", device=0):
+    """y = act(alpha1 * conv_transpose(x, w) + alpha2 * z + bias) in one out-of-core pass: a
+    transposed convolution (torch.nn.functional.conv_transpose1d/2d/3d; x [N, C_in, *spatial], w
+    [C_in, C_out, *kernel], bias [C_out], output_padding < stride) with bias and activation.
+
+    Replaces the composition
+        y = conv_backward_data(x, w, y_shape, alpha=alpha1, stride=, padding=, dilation=, groups=)
+            (the transposed convolution is the forward convolution's input gradient; y_shape has the
+             output_padding rows added)
+        y = add_tensor(z, y, alpha=alpha2, beta=1)            (when z is given)
+        y = add_tensor(bias.reshape(1, C_out, 1, ...), y)      (when bias is given)
+        y = activation_forward(y, activation, coef=coef)       (unless activation == "identity")
+    whose arguments it takes as they are (activation, coef, z and alpha2 as conv_bias_activation_forward
+    takes them): y crosses the link once. The result is a new array, or `out` (which may be z).
+    Its plan is the backward-data plan of that composition's first step (its chunks: dx is y's
+    rows, dy is x's)."""
+    x, w, bias = as_input(x, "x"), as_input(w, "w"), None if bias is None else as_input(bias, "bias")
+    coef = _activation_coef(activation, coef)
+    o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
+    output_padding = spatial_tuple(output_padding, _spatial_dims(w.shape), "output_padding")
+    geometry = (o["stride"], o["padding"], output_padding, o["dilation"], o["groups"])
+    y_shape = _native.deconv_output_shape(x.shape, w.shape, *geometry)
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != y_shape[1]):
+        raise ValueError(f"bias must have shape [{y_shape[1]}] (one per output channel), got {list(bias.shape)}")
+    z = _z_input(z, y_shape, o["alpha2"])
+    out, read_z = _forward_output(out, y_shape, x, w, bias, z, o["alpha2"])
+    plan, stats = _native.deconv_bias_activation_forward(
+        x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
+        None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, *geometry, o["alpha1"],
+        o["alpha2"] if read_z else 0.0, o["memory_limit"], o["backend"], o["device"])
+    _record_stats(plan, stats)
+    return out
+
+
+def plan_deconv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1,
+                                        padding=0, output_padding=0, dilation=1, groups=1, dtype="float32",
+                                        memory_limit=None, backend="auto", device=0, pinned=False):
+    """The Plan deconv_bias_activation_forward would run, without running it (a backward-data plan
+    with the bias resident: bytes_h2d counts x, w, z where read, and bias)."""
+    x_shape, w_shape, o = _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1,
+                                             alpha2, memory_limit, backend, device)
+    output_padding = spatial_tuple(output_padding, _spatial_dims(w_shape), "output_padding")
+    return _native.plan_deconv_bias_activation_forward(
+        x_shape, w_shape, o["stride"], o["padding"], output_padding, o["dilation"], o["groups"], o["alpha1"],
+        o["alpha2"] if z else 0.0, bool(bias), o["memory_limit"], o["backend"], o["device"], bool(pinned))
 
 
 def _backward_outputs(out, x, dy, w, more_inputs=None):

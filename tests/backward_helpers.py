@@ -143,10 +143,11 @@ def find_backward_budget(op, x_shape, w_shape, want, *, uneven=False, backend="h
 # Chunk lists
 
 
-def check_backward_tiling(plan):
+def check_backward_tiling(plan, operation=None):
     """The output tiles cover the output exactly once (on their last chunk), each accumulating its
-    reduction exactly once, in consecutive chunks flagged first ... last."""
-    op = plan.operation
+    reduction exactly once, in consecutive chunks flagged first ... last. operation: read the plan
+    as this gradient's (a fused plan built on it)."""
+    op = operation or plan.operation
     chunks = plan.chunks
     y = plan.y_shape
     if op == "conv_backward_data":
@@ -177,10 +178,11 @@ def check_backward_tiling(plan):
     assert not open_tile
 
 
-def expected_backward_traffic(plan, *, direct, beta=0.0):
+def expected_backward_traffic(plan, *, direct, beta=0.0, operation=None):
     """(bytes_h2d, bytes_d2h) a run of `plan` moves, from its chunk list. Staged loads move whole
-    regions (zeros included); direct ones only what lies inside the tensor or the rows read."""
-    op = plan.operation
+    regions (zeros included); direct ones only what lies inside the tensor or the rows read.
+    operation: as for check_backward_tiling."""
+    op = operation or plan.operation
     y = plan.y_shape
     size = lambda r: max(r[1] - r[0], 0)  # noqa: E731
     inside = lambda r, n: max(min(r[1], n) - max(r[0], 0), 0)  # noqa: E731

@@ -101,3 +101,20 @@ def test_bias_activation_pooling_cuda(rng, mode, limit):
     y, pre = reference_bias_activation(x, w, b, z, "relu", 1.0, 0.5, **geometry)
     ref = ref_pool(y, pool["pool_kernel"], pool["pool_stride"], pool["pool_padding"], mode)
     assert rel_err(out, ref) < TOL
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+@pytest.mark.parametrize("activation", ["relu", "sigmoid", "identity"])
+def test_deconv_bias_activation_cuda(rng, activation, limit):
+    """cuDNN's BackwardData as the transposed convolution, bias and activation on each dx tile."""
+    from backward_helpers import reference_backward_data
+    from fused_helpers import activated, coef_of
+    x = rng.standard_normal((4, 24, 40, 30), dtype=np.float32)
+    w = (rng.standard_normal((24, 16, 3, 3), dtype=np.float32) / np.float32(12.0)).astype(np.float32)
+    b = rng.standard_normal(16, dtype=np.float32)
+    y = pyooc.deconv_bias_activation_forward(x, w, b, activation=activation, coef=coef_of(activation), stride=2,
+                                             padding=1, output_padding=1, memory_limit=limit, backend="cuda")
+    if limit is not None:
+        assert pyooc.last_stats()["plan"].num_chunks > 1
+    pre = reference_backward_data(x, w, y.shape, stride=2, padding=1) + b.reshape(1, -1, 1, 1)
+    assert activation_err(y, activated(pre, activation), pre) < TOL

@@ -478,4 +478,75 @@ inline RunResult run_fused_pooling_and_check(const ConvSpec& spec, const ooc::Fu
   return r;
 }
 
+// --------------------------------------------------------------------------------------------
+// deconv_bias_activation_forward
+
+struct DeconvCase {
+  const char* name;
+  Shape x, w, stride, padding, output_padding, dilation;
+};
+inline void PrintTo(const DeconvCase& c, std::ostream* os) { *os << c.name; }
+
+inline std::vector<DeconvCase> deconv_cases() {
+  return {
+      {"1d_output_padding", {2, 4, 11}, {4, 3, 3}, {2}, {1}, {1}, {1}},
+      {"2d", {2, 4, 9, 7}, {4, 3, 3, 3}, {1}, {1}, {0}, {1}},
+      {"2d_stride_beyond_kernel", {2, 3, 6, 5}, {3, 5, 1, 2}, {3, 2}, {0, 1}, {2, 1}, {1}},
+      {"3d_dilated", {1, 2, 4, 5, 3}, {2, 3, 3, 2, 3}, {2, 1, 2}, {1, 0, 1}, {1, 0, 0}, {1, 2, 1}},
+      {"many_in_channels", {1, 29, 8}, {29, 2, 3}, {1}, {1}, {0}, {1}},
+  };
+}
+
+// y = act(alpha1 * conv_transpose(x, w) + alpha2 * z + bias) under memory_limit, checked against
+// conv_transpose's float64 reference (backward data's) plus z, bias and the activation.
+inline RunResult run_deconv_and_check(const DeconvCase& dc, const ooc::FusedActivation& activation, double alpha1,
+                                      double alpha2, size_t memory_limit, ooc::BackendKind backend, unsigned seed,
+                                      CallerMemory memory = CallerMemory::pageable, double tolerance = 1e-5) {
+  const ooc::ConvProblem p =
+      ooc::deconv_problem(dc.x, dc.w, dc.stride, dc.padding, dc.output_padding, dc.dilation, 1, alpha1, alpha2, true);
+  SCOPED_TRACE(std::string(dc.name) + ", seed " + std::to_string(seed) + ", memory_limit " +
+               std::to_string(memory_limit));
+  std::mt19937 rng(seed);
+  const auto x = random_vector(static_cast<size_t>(p.y_elements()), rng);  // x plays backward data's dy
+  const auto w = random_vector(static_cast<size_t>(p.w_elements()), rng);
+  const auto bias = random_vector(static_cast<size_t>(p.c), rng);
+  const auto z = random_vector(static_cast<size_t>(p.x_elements()), rng);
+  CallerCopy xc(x, memory), wc(w, memory), bc(bias, memory), zc(z, memory),
+      yc(std::vector<float>(static_cast<size_t>(p.x_elements()), std::nanf("")), memory);
+  ooc::Options options;
+  options.memory_limit = memory_limit;
+  options.backend = backend;
+  RunResult r;
+  try {
+    ooc::deconv_bias_activation_forward(p, activation, xc.data(), wc.data(), zc.data(), bc.data(), yc.data(), options,
+                                        &r.plan, &r.stats);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "deconv_bias_activation_forward threw: " << e.what();
+    return r;
+  }
+  const std::vector<double> pre = [&] {
+    std::vector<double> v = reference_backward_data(p, x, w, z);  // alpha1 * conv_transpose + alpha2 * z
+    const int64_t plane = p.in[0] * p.in[1] * p.in[2];
+    for (size_t i = 0; i < v.size(); ++i) v[i] += bias[static_cast<size_t>((static_cast<int64_t>(i) / plane) % p.c)];
+    return v;
+  }();
+  std::vector<double> ref = pre;
+  for (double& v : ref) v = reference_activation(activation, v);
+  const Comparison c = compare(yc.contents(), ref);
+  EXPECT_EQ(c.non_finite, 0) << r.plan.describe();
+  EXPECT_LT(activation_error(c, ref, pre), tolerance) << r.plan.describe();
+  EXPECT_EQ(xc.contents(), x);
+  EXPECT_EQ(zc.contents(), z);
+  EXPECT_EQ(r.plan.fused, "deconv_bias_activation_forward");
+  EXPECT_LE(r.plan.peak_device_bytes, r.plan.memory_limit);
+  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
+  EXPECT_EQ(r.stats.bytes_d2h, static_cast<size_t>(p.x_elements()) * 4);
+  if (memory == CallerMemory::pageable) {
+    EXPECT_EQ(r.stats.bytes_h2d, r.plan.bytes_h2d);
+  } else {
+    EXPECT_LE(r.stats.bytes_h2d, r.plan.bytes_h2d);
+  }
+  return r;
+}
+
 }  // namespace ooc_test

@@ -124,4 +124,30 @@ TEST_P(FusedForwardCuda, PoolingMatchesTheComposition) {
 INSTANTIATE_TEST_SUITE_P(PipelineCases, FusedForwardCuda, ::testing::ValuesIn(ooc_test::pipeline_cases()),
                          [](const auto& info) { return std::string(info.param.name); });
 
+class FusedDeconvCuda : public ::testing::TestWithParam<ooc_test::DeconvCase> {
+ protected:
+  void SetUp() override {
+    if (ooc::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// deconv_bias_activation_forward on cuDNN: BackwardData as the transposed convolution, then
+// cudnnAddTensor (bias) and cudnnActivationForward in place, pageable and pinned.
+TEST_P(FusedDeconvCuda, MatchesTheComposition) {
+  const ooc_test::DeconvCase& dc = GetParam();
+  const ooc::ConvProblem p =
+      ooc::deconv_problem(dc.x, dc.w, dc.stride, dc.padding, dc.output_padding, dc.dilation, 1, 0.75, -0.5, true);
+  const size_t needed = ooc_test::needed_bytes_of(ooc::plan_deconv_bias_activation_forward, p, BackendKind::cuda);
+  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(dc.name)) + 600);
+  for (const auto& [name, activation] : ooc_test::fused_activations())
+    for (const auto memory : {ooc_test::CallerMemory::pageable, ooc_test::CallerMemory::pinned}) {
+      SCOPED_TRACE(name);
+      ooc_test::run_deconv_and_check(dc, activation, 0.75, -0.5, needed * 13 / 10, BackendKind::cuda, ++seed, memory,
+                                     2e-5);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FusedDeconvCuda, ::testing::ValuesIn(ooc_test::deconv_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 }  // namespace

@@ -147,3 +147,44 @@ TEST(FusedPooling, PoolMustPoolTheConvolutionsOutput) {
 }
 
 }  // namespace
+
+namespace {
+
+// deconv_bias_activation_forward: transposed convolutions (output_padding, strides beyond the
+// kernel, dilation) with z, bias and every activation, whole and under budgets from the smallest up.
+class FusedDeconvHost : public ::testing::TestWithParam<ooc_test::DeconvCase> {};
+
+TEST_P(FusedDeconvHost, MatchesTheComposition) {
+  const ooc_test::DeconvCase& dc = GetParam();
+  const ooc::ConvProblem p =
+      ooc::deconv_problem(dc.x, dc.w, dc.stride, dc.padding, dc.output_padding, dc.dilation, 1, 0.75, -0.5, true);
+  const size_t needed = ooc_test::needed_bytes_of(ooc::plan_deconv_bias_activation_forward, p, BackendKind::host);
+  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(dc.name)) + 500);
+  for (const auto& [name, activation] : ooc_test::fused_activations())
+    for (double factor : {0.0, 1.0, 2.5}) {
+      SCOPED_TRACE(name + " x" + std::to_string(factor));
+      const bool direct = ++seed % 3 == 0;
+      HostDirectAccess access(direct);
+      const auto r = ooc_test::run_deconv_and_check(
+          dc, activation, 0.75, -0.5, static_cast<size_t>(static_cast<double>(needed) * factor), BackendKind::host,
+          seed, direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
+      if (factor == 1.0) {
+        EXPECT_GT(r.plan.num_chunks(), 1u) << r.plan.describe();
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FusedDeconvHost, ::testing::ValuesIn(ooc_test::deconv_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(FusedDeconv, OutputPaddingMustBeBelowTheStride) {
+  try {
+    ooc::deconv_problem({1, 2, 5}, {2, 3, 3}, {2}, {0}, {2}, {1}, 1, 1, 0, true);
+    ADD_FAILURE() << "output_padding == stride was accepted";
+  } catch (const ooc::invalid_argument& e) {
+    EXPECT_TRUE(ooc_test::names_argument(e.what(), "output_padding")) << e.what();
+  }
+  EXPECT_THROW(ooc::deconv_problem({1, 3, 5}, {2, 3, 3}, {1}, {0}, {0}, {1}, 1, 1, 0, true), ooc::invalid_argument);
+}
+
+}  // namespace

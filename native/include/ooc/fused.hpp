@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "ooc/ooc.hpp"
 #include "ooc/pool_activation_softmax.hpp"
@@ -46,6 +47,22 @@ void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedAc
                                           const ConvProblem& pool, PoolMode mode, const float* x, const float* w,
                                           const float* z, const float* bias, float* out, const Options& options,
                                           Plan* used = nullptr, RunStats* stats = nullptr);
+
+// y = act(alpha1 * conv_transpose(x, w) + alpha2 * z + bias): a transposed convolution (torch's
+// conv_transpose{1,2,3}d; cuDNN's BackwardData run as a forward op) with bias and activation, in one
+// pass: the backward-data planner's chunks, each finished dx tile getting bias and activation on
+// the device. x: [n, c_in, in...], w: [c_in, c_out, kernel...] (torch's layout), bias: [c_out],
+// y: [n, c_out, out...] with out = (in - 1) * stride - 2 * padding + dilation * (kernel - 1) +
+// output_padding + 1. deconv_problem validates (naming x, w, output_padding) and gives the
+// ConvProblem::backward_data problem it is (dy = x, dx = y; alpha = alpha1, beta = alpha2).
+ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
+                           const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                           const std::vector<int64_t>& output_padding, const std::vector<int64_t>& dilation,
+                           int64_t groups, double alpha1, double alpha2, bool has_bias);
+Plan plan_deconv_bias_activation_forward(const ConvProblem& deconv, const Options& options);
+void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const float* x,
+                                    const float* w, const float* z, const float* bias, float* y,
+                                    const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
 
 // (dx, dw, db) = (conv_backward_data(dy, w), conv_backward_filter(x, dy), conv_backward_bias(dy)),
 // each scaled by problem.alpha, from one pass over dy: dy crosses the link once instead of three

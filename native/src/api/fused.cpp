@@ -8,8 +8,11 @@
 #include "api/backend_access.hpp"
 #include "exec/fused_pipeline.hpp"
 #include "exec/thread_pool.hpp"
+#include "plan/conv_geometry.hpp"
 #include "plan/fused_planner.hpp"
 #include "plan/planner.hpp"
+#include "plan/planner_parts.hpp"
+#include "plan/shape_format.hpp"
 
 namespace ooc {
 namespace {
@@ -58,6 +61,12 @@ Plan plan_bias_activation(const ConvProblem& p, const PlannerConfig& config) {
   Plan plan = plan_conv_forward_for(p, config);
   plan.fused = "conv_bias_activation_forward";
   return plan;
+}
+
+void require_deconv(const ConvProblem& p, const char* function) {
+  if (p.op != Operation::backward_data)
+    throw invalid_argument(std::string(function) + ": the problem describes " + operation_name(p.op) +
+                           " (make it with deconv_problem)");
 }
 
 void require_backward(const ConvProblem& p, const char* function) {
@@ -162,6 +171,89 @@ void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedAc
       [&](const Plan& plan, Backend& backend) {
         return run_conv_bias_activation_pooling_forward(plan, backend, activation, pool, mode, x, w, z, bias, out,
                                                         ThreadPool::shared());
+      },
+      used, stats);
+}
+
+ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
+                           const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                           const std::vector<int64_t>& output_padding, const std::vector<int64_t>& dilation,
+                           int64_t groups, double alpha1, double alpha2, bool has_bias) {
+  if (w_shape.size() < 3 || w_shape.size() > 5 || x_shape.size() != w_shape.size())
+    throw invalid_argument("x and w must both be 3D, 4D or 5D ([batch, in_channels, *spatial] and [in_channels, "
+                           "out_channels/groups, *kernel]), got x" + format_shape(x_shape) + " and w" +
+                           format_shape(w_shape));
+  if (x_shape[1] != w_shape[0])
+    throw invalid_argument("x has " + std::to_string(x_shape[1]) + " channels, w" + format_shape(w_shape) +
+                           " expects " + std::to_string(w_shape[0]) + " (w is [in_channels, out_channels, ...])");
+  const size_t sd = w_shape.size() - 2;
+  auto option = [&](const std::vector<int64_t>& v, const char* name, size_t d) {
+    if (v.size() != 1 && v.size() != sd)
+      throw invalid_argument(std::string(name) + " must have 1 or " + std::to_string(sd) + " elements, got " +
+                             std::to_string(v.size()));
+    return v.size() == 1 ? v[0] : v[d];
+  };
+  std::vector<int64_t> y_shape{x_shape[0], w_shape[1] * groups};
+  for (size_t d = 0; d < sd; ++d) {
+    const int64_t s = option(stride, "stride", d), pad = option(padding, "padding", d);
+    const int64_t op = option(output_padding, "output_padding", d), dil = option(dilation, "dilation", d);
+    // An output_padding of stride or more would add rows no conv_forward of y maps back to x.
+    if (op < 0 || op >= s)
+      throw invalid_argument("output_padding must be non-negative and smaller than stride, got output_padding=" +
+                             std::to_string(op) + " and stride=" + std::to_string(s) + " (dimension " +
+                             std::to_string(d) + ")");
+    const int64_t out = (x_shape[2 + d] - 1) * s - 2 * pad + dil * (w_shape[2 + d] - 1) + op + 1;
+    if (out <= 0)
+      throw invalid_argument("the transposed convolution's output would be empty: " + std::to_string(out) +
+                             " rows along dimension " + std::to_string(d) + " of x" + format_shape(x_shape));
+    y_shape.push_back(out);
+  }
+  ConvProblem p = ConvProblem::backward_data(x_shape, w_shape, y_shape, stride, padding, dilation, groups, alpha1,
+                                             alpha2);
+  p.has_bias = has_bias;
+  return p;
+}
+
+namespace {
+
+// The backward-data planner's plan with the bias (per output channel, resident) added to it.
+Plan plan_deconv(const ConvProblem& p, const PlannerConfig& config) {
+  const size_t bias = p.has_bias ? planner_parts::slot_bytes(p.c, static_cast<double>(dtype_size(p.dtype))) : 0;
+  PlannerConfig rest = config;
+  rest.memory_limit = config.memory_limit > bias ? config.memory_limit - bias : 0;
+  Plan plan;
+  try {
+    plan = plan_conv_backward_for(p, rest);
+  } catch (const out_of_budget& e) {
+    planner_parts::throw_out_of_budget(p, config.memory_limit, e.needed_bytes() + bias, config.workspace_bytes != 0);
+  }
+  plan.fused = "deconv_bias_activation_forward";
+  plan.memory_limit = config.memory_limit;
+  plan.peak_device_bytes += bias;
+  plan.bias_buffers = p.has_bias ? 1 : 0;
+  plan.bias_bytes = bias;
+  plan.bytes_h2d += p.has_bias ? static_cast<size_t>(p.c) * dtype_size(p.dtype) : 0;
+  return plan;
+}
+
+}  // namespace
+
+Plan plan_deconv_bias_activation_forward(const ConvProblem& deconv, const Options& options) {
+  require_deconv(deconv, "plan_deconv_bias_activation_forward");
+  return plan_only(options, [&](const PlannerConfig& c) { return plan_deconv(deconv, c); });
+}
+
+void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const float* x,
+                                    const float* w, const float* z, const float* bias, float* y,
+                                    const Options& options, Plan* used, RunStats* stats) {
+  require_deconv(deconv, "deconv_bias_activation_forward");
+  if (!x || !w || !y || (deconv.has_bias && !bias) || (deconv.beta != 0.0 && !z))
+    throw invalid_argument("deconv_bias_activation_forward: null data pointer");
+  const float* z_read = deconv.beta != 0.0 ? z : nullptr;
+  plan_and_run(
+      options, {x, w, z_read, bias, y}, [&](const PlannerConfig& c) { return plan_deconv(deconv, c); },
+      [&](const Plan& plan, Backend& backend) {
+        return run_deconv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y, ThreadPool::shared());
       },
       used, stats);
 }

@@ -76,8 +76,7 @@ RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, co
   return run_chunks(plan, backend, pool, conv_forward_spec(plan, backend, x, w, bias, y));
 }
 
-RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx,
-                                ThreadPool& pool) {
+OperationSpec conv_backward_data_spec(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx) {
   const ConvProblem& p = plan.problem;
   OperationSpec spec = spec_for(plan, Operation::backward_data, {Family::y, dy}, {Family::w, w}, {Family::x, dx});
   // dy is read through a window over the contributing rows (the device's other dy rows are
@@ -89,7 +88,12 @@ RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const float*
                      void* workspace) {
     backend.conv_backward_data(chunk_shape(ch, p), dys, ws, dxs, p.alpha, beta, workspace, plan.workspace_bytes);
   };
-  return run_chunks(plan, backend, pool, spec);
+  return spec;
+}
+
+RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx,
+                                ThreadPool& pool) {
+  return run_chunks(plan, backend, pool, conv_backward_data_spec(plan, backend, dy, w, dx));
 }
 
 RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const float* x, const float* dy, float* dw,

@@ -14,6 +14,8 @@ OperationSpec conv_forward_spec(const Plan& plan, Backend& backend, const float*
                                 float* y);
 RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
                           float* y, ThreadPool& pool);
+// The spec run_conv_backward_data streams (the fused transposed convolution builds on it).
+OperationSpec conv_backward_data_spec(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx);
 RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx,
                                 ThreadPool& pool);
 RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const float* x, const float* dy, float* dw,

@@ -10,6 +10,19 @@
 #include "plan/fused_planner.hpp"
 
 namespace ooc {
+namespace {
+
+// A dense [n, c, rows...] tile as the element-wise layers see it (activation, add_tensor).
+ChunkConv tile_of(const ConvProblem& p, Range n, Range c, const std::array<Range, kMaxSpatial>& rows) {
+  ChunkConv tile;
+  tile.spatial_dims = p.spatial_dims;
+  tile.n = n.size();
+  tile.c = tile.k = c.size();
+  for (int d = 0; d < kMaxSpatial; ++d) tile.in[d] = tile.out[d] = rows[d].size();
+  return tile;
+}
+
+}  // namespace
 
 namespace {
 
@@ -39,12 +52,7 @@ OperationSpec bias_activation_spec(const Plan& plan, Backend& backend, const Fus
                                                                  void* workspace) {
     conv(ch, xs, ws, bias_dev, ys, beta, workspace);
     if (!ch.last_c) return;
-    ChunkConv tile;
-    tile.spatial_dims = p.spatial_dims;
-    tile.n = ch.n.size();
-    tile.c = tile.k = ch.k.size();
-    for (int d = 0; d < kMaxSpatial; ++d) tile.in[d] = tile.out[d] = ch.out[d].size();
-    backend.activation_forward(tile, activation.mode, activation.coef, ys, ys);
+    backend.activation_forward(tile_of(p, ch.n, ch.k, ch.out), activation.mode, activation.coef, ys, ys);
   };
   return spec;
 }
@@ -98,6 +106,43 @@ RunStats run_conv_bias_activation_pooling_forward(const Plan& plan, Backend& bac
     backend.copy_on_device(copy);
   };
   return run_chunks(plan, backend, pool_threads, spec);
+}
+
+RunStats run_deconv_bias_activation_forward(const Plan& plan, Backend& backend, const FusedActivation& activation,
+                                            const float* x, const float* w, const float* z, const float* bias,
+                                            float* y, ThreadPool& pool) {
+  using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
+  const ConvProblem& p = plan.problem;  // backward data: dy = x, dx = y
+  OperationSpec spec = conv_backward_data_spec(plan, backend, x, w, y);
+  if (p.beta != 0.0) {  // each dx tile starts from z's target rows, as backward data's beta reads dx
+    const TensorView zv = view_of(p, Family::x, z);
+    spec.init_data = z;
+    spec.init_region = [zv, &p](const Chunk& ch) {
+      return through_window(region_of(zv, Family::x, ch, p), ch.target);
+    };
+  }
+  if (p.has_bias) {  // per output channel: c of the backward-data problem; resident, like the forward's
+    spec.resident = Region{TensorView::contiguous(bias, {p.c, 1, 1, 1, 1}, kMaxRank, dtype_size(p.dtype)),
+                           Box{{0, 0, 0, 0, 0}, {p.c, 1, 1, 1, 1}}};
+    spec.resident_bytes = plan.bias_bytes;
+  }
+  // A finished tile (the reduction over k done) gets bias and the activation over its whole
+  // computed region, on the device; only its target rows are written back.
+  spec.compute = [data = spec.compute, &backend, &p, activation](const Chunk& ch, const float* xs, const float* ws,
+                                                                 const float* bias_dev, float* ys, double beta,
+                                                                 void* workspace) {
+    data(ch, xs, ws, bias_dev, ys, beta, workspace);
+    if (!ch.last_c) return;
+    const ChunkConv tile = tile_of(p, ch.n, ch.c, ch.in);
+    if (p.has_bias) {
+      ChunkConv per_channel = tile;
+      per_channel.n = 1;
+      per_channel.in = per_channel.out = {1, 1, 1};
+      backend.add_tensor(per_channel, tile, 1.0, bias_dev + ch.c.begin, 1.0, nullptr, ys);
+    }
+    if (!activation.identity) backend.activation_forward(tile, activation.mode, activation.coef, ys, ys);
+  };
+  return run_chunks(plan, backend, pool, spec);
 }
 
 namespace {
@@ -220,11 +265,7 @@ RunStats run_activation_conv_backward_data_filter_bias(const Plan& plan, Backend
   spec.compute_fused = [gradients = spec.compute_fused, &backend, &p, activation](const Chunk& ch,
                                                                                    const ChunkBuffers& b) {
     if (ch.load_y) {
-      ChunkConv tile;
-      tile.spatial_dims = p.spatial_dims;
-      tile.n = ch.n.size();
-      tile.c = tile.k = p.k;
-      for (int e = 0; e < kMaxSpatial; ++e) tile.in[e] = tile.out[e] = ch.out[e].size();
+      const ChunkConv tile = tile_of(p, ch.n, ch.k, ch.out);
       float* dz = const_cast<float*>(b.a);  // the slot is the pipeline's device memory, loaded once
       backend.activation_backward(tile, activation.mode, activation.coef, b.extra[0], b.a,
                                   b.extra.size() > 1 ? b.extra[1] : b.extra[0], dz);

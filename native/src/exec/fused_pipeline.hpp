@@ -16,6 +16,10 @@ RunStats run_conv_bias_activation_pooling_forward(const Plan& plan, Backend& bac
                                                   const FusedActivation& activation, const ConvProblem& pool,
                                                   PoolMode mode, const float* x, const float* w, const float* z,
                                                   const float* bias, float* out, ThreadPool& pool_threads);
+// The plan: the deconvolution's backward-data plan (x plays dy, y plays dx).
+RunStats run_deconv_bias_activation_forward(const Plan& plan, Backend& backend, const FusedActivation& activation,
+                                            const float* x, const float* w, const float* z, const float* bias,
+                                            float* y, ThreadPool& pool);
 RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, const float* x, const float* dy,
                                             const float* w, float* dx, float* dw, float* db, ThreadPool& pool);
 // pre: the activation's input, or null where y alone gives its gradient.
