@@ -154,6 +154,12 @@ class ConvGeometry:
     groups: int = 1
     itemsize: int = 4
 
+    @classmethod
+    def padded(cls, x_shape, w_shape, padding):
+        """Unit stride and dilation, `padding` along every spatial dim (the benchmarks' cases)."""
+        sp = len(x_shape) - 2
+        return cls(tuple(x_shape), tuple(w_shape), (1,) * sp, (padding,) * sp, (1,) * sp)
+
     @property
     def spatial(self):
         return len(self.x_shape) - 2

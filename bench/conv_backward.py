@@ -204,8 +204,7 @@ def run_torch_peer(torch, result, name, peer, limit, w_bytes, out, reference, re
 def run_case(name, spec, ctx):
     pyooc, torch, args = ctx["pyooc"], ctx["torch"], ctx["args"]
     op, description, x_shape, w_shape, padding, cap = spec
-    sp = len(x_shape) - 2
-    geom = C.ConvGeometry(tuple(x_shape), tuple(w_shape), (1,) * sp, (padding,) * sp, (1,) * sp)
+    geom = C.ConvGeometry.padded(x_shape, w_shape, padding)
     ws = geom.working_set_bytes
     limit = C.memory_limit_for(ws, cap)
     backend = ctx["backend"]

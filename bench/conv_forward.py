@@ -276,8 +276,7 @@ def run_pyooc(pyooc, result, variant, x, w, y, geom, limit, backend, reference, 
 def run_case(name, spec, ctx):
     pyooc, torch, args = ctx["pyooc"], ctx["torch"], ctx["args"]
     description, x_shape, w_shape, padding, cap = spec
-    sp = len(x_shape) - 2
-    geom = C.ConvGeometry(tuple(x_shape), tuple(w_shape), (1,) * sp, (padding,) * sp, (1,) * sp)
+    geom = C.ConvGeometry.padded(x_shape, w_shape, padding)
     ws = geom.working_set_bytes
     limit = C.memory_limit_for(ws, cap)
     backend = ctx["backend"]

@@ -24,6 +24,11 @@ from pyooc.layers import (  # noqa: E402
     activation_backward, activation_forward, add_tensor, plan_activation_backward, plan_activation_forward,
     plan_add_tensor, plan_softmax_backward, plan_softmax_forward, softmax_backward, softmax_forward)
 from pyooc.pooling import plan_pool_backward, plan_pool_forward, pool_backward, pool_forward  # noqa: E402
+from pyooc.fused import (  # noqa: E402
+    activation_conv_backward_data_filter_bias, conv_backward_data_filter_bias, conv_bias_activation_forward,
+    conv_bias_activation_pooling_forward, deconv_bias_activation_forward, plan_activation_conv_backward_data_filter_bias,
+    plan_conv_backward_data_filter_bias, plan_conv_bias_activation_forward, plan_conv_bias_activation_pooling_forward,
+    plan_deconv_bias_activation_forward)
 from pyooc.memory import get_memory_limit, parse_memory_limit, set_memory_limit  # noqa: E402
 from pyooc.pinned import pinned_empty  # noqa: E402
 
@@ -99,6 +104,11 @@ __all__ = [
     "plan_activation_forward", "plan_activation_backward", "plan_softmax_forward", "plan_softmax_backward",
     "plan_add_tensor", "pool_forward", "plan_pool_forward", "pool_backward", "plan_pool_backward",
     "last_stats", "set_memory_limit",
+    "conv_bias_activation_forward", "plan_conv_bias_activation_forward", "conv_backward_data_filter_bias",
+    "plan_conv_backward_data_filter_bias", "activation_conv_backward_data_filter_bias",
+    "plan_activation_conv_backward_data_filter_bias", "conv_bias_activation_pooling_forward",
+    "plan_conv_bias_activation_pooling_forward", "deconv_bias_activation_forward",
+    "plan_deconv_bias_activation_forward",
     "matmul", "plan_matmul", "linear_forward", "plan_linear_forward", "linear_backward",
     "batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
     "plan_batchnorm_forward_training", "plan_batchnorm_forward_inference", "plan_batchnorm_backward",

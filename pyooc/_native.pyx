@@ -43,8 +43,17 @@ cdef class Plan:
     @property
     def operation(self):
         """Which operation the plan runs: "conv_forward", "conv_backward_data",
-        "conv_backward_filter" or "conv_backward_bias"."""
+        "conv_backward_filter" or "conv_backward_bias", a layer's name, or a fused function's
+        ("conv_bias_activation_forward", ...; see `fused`)."""
+        if not self.c_obj.get().fused.empty():
+            return self.c_obj.get().fused.decode()
         return ooc.operation_name(self.c_obj.get().problem.op).decode()
+
+    @property
+    def fused(self):
+        """True for a fused function's plan: it runs several operations per chunk, and its chunks
+        use the vocabulary of the operation it extends (conv_forward for the fused forwards)."""
+        return not self.c_obj.get().fused.empty()
 
     @property
     def backend(self):
@@ -111,6 +120,23 @@ cdef class Plan:
         return self.c_obj.get().bytes_d2h
 
     @property
+    def y_inputs(self):
+        """y-shaped tensors each dy tile loads: 1 (dy), 2 or 3 with an activation's backward folded in
+        (dy, y and maybe the activation's input)."""
+        return self.c_obj.get().y_inputs
+
+    @property
+    def kept_bytes(self):
+        """Fused functions: device bytes of outputs kept on the device for the whole run (dw, db)."""
+        return self.c_obj.get().kept_bytes
+
+    @property
+    def scratch_bytes(self):
+        """Fused functions: device scratch bytes (the fused backward: the dx rows carried from one
+        spatial tile to the next; the fused pooling forward: a pooled tile)."""
+        return self.c_obj.get().scratch_bytes
+
+    @property
     def predicted_seconds(self):
         return self.c_obj.get().predicted_seconds
 
@@ -145,16 +171,33 @@ cdef class Plan:
         last chunk; matmul: m, n (the c tile), k (the K range reduced), load_a, load_b, first, last;
         batch norm: n, c, spatial (an x tile; every pass walks the same list); conv_backward_data: n, c, k, dx (the rows written back), dx_computed, dy (the
         device's rows), dy_read (the rows loaded: those contributing to dx), load_dy, load_w;
-        conv_backward_filter: n, k, c, dy, x, load_x, load_dy; conv_backward_bias: n, k, dy, load_dy."""
+        conv_backward_filter: n, k, c, dy, x, load_x, load_dy; conv_backward_bias: n, k, dy, load_dy;
+        conv_backward_data_filter_bias: n, c, dy (the dy tile, loaded once), x (the x slab, also the dx
+        rows computed), dx (the rows written back), load_dy, load_x, load_w;
+        conv_bias_activation_pooling_forward: n, k, c, y (the y rows computed), x (the x rows read),
+        pooled (the pooled rows written back), pooled_computed, load_x, load_w, first_c, last_c.
+        conv_bias_activation_forward: conv_forward's."""
         cdef ooc.Plan* p = self.c_obj.get()
         cdef int sd = p.problem.spatial_dims
         cdef ooc.Operation op = p.problem.op
         cdef ooc.Chunk* ch
+        cdef bint fused_backward = (p.fused == b"conv_backward_data_filter_bias" or
+                                    p.fused == b"activation_conv_backward_data_filter_bias")
+        cdef bint fused_pooling = p.fused == b"conv_bias_activation_pooling_forward"
         result = []
         for i in range(p.chunks.size()):
             ch = &p.chunks[i]
             n, k, c = (ch.n.begin, ch.n.end), (ch.k.begin, ch.k.end), (ch.c.begin, ch.c.end)
-            if op == ooc.Operation.matmul:  # rows of c, columns of c, the K range reduced
+            if fused_pooling:  # y: rows computed; x: rows read; pooled: rows written back (pooled_computed: pooled)
+                result.append({"n": n, "k": k, "c": c, "y": _ranges(ch.out, sd), "x": _ranges(ch.input, sd),
+                               "pooled": _ranges(ch.target, sd), "pooled_computed": _ranges(ch.out_read, sd),
+                               "load_x": ch.load_x, "load_w": ch.load_w, "first_c": ch.first_c,
+                               "last_c": ch.last_c})
+            elif fused_backward:  # dy: the tile loaded (once); x: the x slab and dx rows computed; dx: written back
+                result.append({"n": n, "c": c, "dy": _ranges(ch.out, sd), "x": _ranges(ch.input, sd),
+                               "dx": _ranges(ch.target, sd), "load_dy": ch.load_y, "load_x": ch.load_x,
+                               "load_w": ch.load_w})
+            elif op == ooc.Operation.matmul:  # rows of c, columns of c, the K range reduced
                 result.append({"m": n, "n": k, "k": c, "load_a": ch.load_x, "load_b": ch.load_w,
                                "first": ch.first_c, "last": ch.last_c})
             elif (op == ooc.Operation.batchnorm_forward_training or op == ooc.Operation.batchnorm_forward_inference
@@ -495,3 +538,4 @@ cdef class PinnedAllocation:
 
 
 include "_layers.pxi"
+include "_fused.pxi"

@@ -116,6 +116,9 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         int passes
         MachineModel machine
         vector[Chunk] chunks
+        string fused
+        int y_inputs, out_buffers
+        size_t out_slot_bytes, kept_bytes, scratch_bytes
         size_t num_chunks()
         string describe()
 
@@ -225,6 +228,49 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
     void add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, double alpha, const float* a,
                     double beta, const float* c, float* out, const Options& options, Plan* used,
                     RunStats* stats) except +translate_exception
+
+
+cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:
+    cdef cppclass FusedActivation:
+        bool identity
+        ActivationMode mode
+        double coef
+
+    FusedActivation fused_activation_from_name(const string& name, double coef) except +translate_exception
+    Plan plan_conv_bias_activation_forward(const ConvProblem& problem, const Options& options) except +translate_exception
+    void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
+                                      const float* w, const float* z, const float* bias, float* y,
+                                      const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    ConvProblem deconv_problem(const vector[int64_t]& x_shape, const vector[int64_t]& w_shape,
+                               const vector[int64_t]& stride, const vector[int64_t]& padding,
+                               const vector[int64_t]& output_padding, const vector[int64_t]& dilation, int64_t groups,
+                               double alpha1, double alpha2, bool has_bias) except +translate_exception
+    Plan plan_deconv_bias_activation_forward(const ConvProblem& deconv,
+                                             const Options& options) except +translate_exception
+    void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation,
+                                        const float* x, const float* w, const float* z, const float* bias, float* y,
+                                        const Options& options, Plan* used,
+                                        RunStats* stats) except +translate_exception
+    Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const ConvProblem& pool,
+                                                   const Options& options) except +translate_exception
+    void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedActivation& activation,
+                                              const ConvProblem& pool, PoolMode mode, const float* x,
+                                              const float* w, const float* z, const float* bias, float* out,
+                                              const Options& options, Plan* used,
+                                              RunStats* stats) except +translate_exception
+    Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem,
+                                             const Options& options) except +translate_exception
+    void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
+                                        float* dx, float* dw, float* db, const Options& options, Plan* used,
+                                        RunStats* stats) except +translate_exception
+    Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
+                                                        const FusedActivation& activation, bool with_pre,
+                                                        const Options& options) except +translate_exception
+    void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
+                                                   const float* x, const float* dy, const float* w, const float* y,
+                                                   const float* pre, float* dx, float* dw, float* db,
+                                                   const Options& options, Plan* used,
+                                                   RunStats* stats) except +translate_exception
 
 
 cdef extern from "ooc/ooc.hpp" namespace "ooc::testing" nogil:

@@ -41,6 +41,17 @@ def _check_dtype(dtype):
         raise TypeError(f"dtype must be float32 (other dtypes are planned), got {np.dtype(dtype)}")
 
 
+def _conv_inputs(x, w, bias):
+    """x, w and bias (or None) as zero-copy views, bias checked against w's output channels."""
+    x = as_input(x, "x")
+    w = as_input(w, "w")
+    if bias is not None:
+        bias = as_input(bias, "bias")
+        if bias.ndim != 1 or bias.shape[0] != w.shape[0]:
+            raise ValueError(f"bias must have shape [{w.shape[0]}] (one per output channel), got {list(bias.shape)}")
+    return x, w, bias
+
+
 def _record_stats(plan, stats):
     """Keeps what a call measured for last_stats()."""
     stats["plan"] = plan
@@ -74,12 +85,7 @@ def conv_forward(x, w, *, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     are never written. The result is a new array, or `out` (which beta then scales; beta != 0 needs
     out). memory_limit caps device bytes for this call (int or "512MiB"; default: set_memory_limit()).
     backend: "auto" (GPU when present), "cuda" or "host" (CPU reference, same chunking)."""
-    x = as_input(x, "x")
-    w = as_input(w, "w")
-    if bias is not None:
-        bias = as_input(bias, "bias")
-        if bias.ndim != 1 or bias.shape[0] != w.shape[0]:
-            raise ValueError(f"bias must have shape [{w.shape[0]}] (one per output channel), got {list(bias.shape)}")
+    x, w, bias = _conv_inputs(x, w, bias)
     o = _common(_spatial_dims(w.shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device)
     # Validates the geometry (ValueError naming the argument) before anything is allocated.
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])

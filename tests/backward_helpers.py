@@ -6,13 +6,12 @@ zero-padded input; test_references_are_adjoints checks them against it in float6
 
 import itertools
 import math
-import re
 
 import numpy as np
 import pytest
 
 import pyooc
-from conftest import expand, output_shape, rel_err
+from conftest import expand, needed_budget, output_shape, rel_err, scan_budget
 
 TOL = 1e-5
 OPS = ("data", "filter", "bias")
@@ -101,12 +100,9 @@ def plan_backward(op, x_shape, w_shape, *, memory_limit=None, backend="host", al
 
 
 def smallest_backward_budget(op, x_shape, w_shape, backend="host", **geometry):
-    """The smallest memory_limit any plan needs, as the MemoryError for a 1-byte budget says."""
-    with pytest.raises(MemoryError) as info:
-        plan_backward(op, x_shape, w_shape, memory_limit=1, backend=backend, **geometry)
-    match = re.search(r"\((\d+) bytes", str(info.value))
-    assert match, f"MemoryError does not say how many bytes are needed: {info.value}"
-    return int(match.group(1))
+    """The smallest memory_limit any plan needs."""
+    return needed_budget(lambda limit: plan_backward(op, x_shape, w_shape, memory_limit=limit, backend=backend,
+                                                     **geometry))
 
 
 def split_set(plan):
@@ -134,28 +130,24 @@ def find_backward_budget(op, x_shape, w_shape, want, *, uneven=False, backend="h
     """(memory_limit, plan): the first budget, scanning upward from the smallest, whose plan splits
     exactly the dimensions in `want` (and, if `uneven`, one of them with a ragged last tile)."""
     want = frozenset(want)
-    limit = smallest_backward_budget(op, x_shape, w_shape, backend=backend, **geometry)
     ceiling = 4 * 4 * (math.prod(x_shape) + math.prod(w_shape) + math.prod(output_shape(x_shape, w_shape, **geometry)))
-    seen = set()
-    while limit <= ceiling + 65536:
-        plan = plan_backward(op, x_shape, w_shape, memory_limit=limit, backend=backend, **geometry)
-        seen.add(tuple(sorted(split_set(plan))))
-        if split_set(plan) == want and (not uneven or uneven_dims(plan)):
-            return limit, plan
-        limit = int(limit * growth) + 1
-    pytest.fail(f"no memory_limit makes the {op} planner split exactly {sorted(want)}"
-                f"{' with an uneven edge' if uneven else ''} for x{list(x_shape)} w{list(w_shape)} {geometry}; "
-                f"splits seen: {sorted(seen)}")
+    return scan_budget(
+        lambda limit: plan_backward(op, x_shape, w_shape, memory_limit=limit, backend=backend, **geometry),
+        smallest_backward_budget(op, x_shape, w_shape, backend=backend, **geometry), ceiling + 65536,
+        lambda plan: split_set(plan) == want and (not uneven or uneven_dims(plan)),
+        f"the {op} planner split exactly {sorted(want)}{' with an uneven edge' if uneven else ''} for "
+        f"x{list(x_shape)} w{list(w_shape)} {geometry}", growth)
 
 
 # --------------------------------------------------------------------------------------------
 # Chunk lists
 
 
-def check_backward_tiling(plan):
+def check_backward_tiling(plan, operation=None):
     """The output tiles cover the output exactly once (on their last chunk), each accumulating its
-    reduction exactly once, in consecutive chunks flagged first ... last."""
-    op = plan.operation
+    reduction exactly once, in consecutive chunks flagged first ... last. operation: read the plan
+    as this gradient's (a fused plan built on it)."""
+    op = operation or plan.operation
     chunks = plan.chunks
     y = plan.y_shape
     if op == "conv_backward_data":
@@ -186,10 +178,11 @@ def check_backward_tiling(plan):
     assert not open_tile
 
 
-def expected_backward_traffic(plan, *, direct, beta=0.0):
+def expected_backward_traffic(plan, *, direct, beta=0.0, operation=None):
     """(bytes_h2d, bytes_d2h) a run of `plan` moves, from its chunk list. Staged loads move whole
-    regions (zeros included); direct ones only what lies inside the tensor or the rows read."""
-    op = plan.operation
+    regions (zeros included); direct ones only what lies inside the tensor or the rows read.
+    operation: as for check_backward_tiling."""
+    op = operation or plan.operation
     y = plan.y_shape
     size = lambda r: max(r[1] - r[0], 0)  # noqa: E731
     inside = lambda r, n: max(min(r[1], n) - max(r[0], 0), 0)  # noqa: E731

@@ -228,13 +228,19 @@ def uneven_dims(plan):
     return frozenset(d for d in split_set(plan) if ext[d] % plan.tiles[d] != 0)
 
 
-def smallest_budget(x_shape, w_shape, backend="host", **geometry):
-    """The smallest memory_limit any plan needs, as the MemoryError for a 1-byte budget says."""
+def needed_budget(plan_at):
+    """The smallest memory_limit any plan needs, as the MemoryError of plan_at(1) (a 1-byte budget) says."""
     with pytest.raises(MemoryError) as info:
-        pyooc.plan_conv_forward(x_shape, w_shape, memory_limit=1, backend=backend, **geometry)
+        plan_at(1)
     match = re.search(r"\((\d+) bytes", str(info.value))
     assert match, f"MemoryError does not say how many bytes are needed: {info.value}"
     return int(match.group(1))
+
+
+def smallest_budget(x_shape, w_shape, backend="host", **geometry):
+    """The smallest memory_limit any forward plan needs."""
+    return needed_budget(lambda limit: pyooc.plan_conv_forward(x_shape, w_shape, memory_limit=limit, backend=backend,
+                                                               **geometry))
 
 
 def find_budget(x_shape, w_shape, want, *, uneven=False, at_least=False, backend="host", growth=1.04, **geometry):
@@ -246,18 +252,27 @@ def find_budget(x_shape, w_shape, want, *, uneven=False, at_least=False, backend
     es = 4
     working = es * (int(np.prod(x_shape)) + int(np.prod(w_shape)) + int(np.prod(output_shape(
         x_shape, w_shape, geometry.get("stride", 1), geometry.get("padding", 0), geometry.get("dilation", 1)))))
-    limit = smallest_budget(x_shape, w_shape, backend=backend, **geometry)
-    seen = set()
-    while limit <= 4 * working + 65536:
-        plan = pyooc.plan_conv_forward(x_shape, w_shape, memory_limit=limit, backend=backend, **geometry)
-        got = split_set(plan)
-        seen.add(tuple(sorted(got)))
-        if (want <= got if at_least else got == want) and (not uneven or uneven_dims(plan)):
+    return scan_budget(
+        lambda limit: pyooc.plan_conv_forward(x_shape, w_shape, memory_limit=limit, backend=backend, **geometry),
+        smallest_budget(x_shape, w_shape, backend=backend, **geometry), 4 * working + 65536,
+        lambda plan: (want <= split_set(plan) if at_least else split_set(plan) == want) and (
+            not uneven or uneven_dims(plan)),
+        f"the planner split {'at least' if at_least else 'exactly'} {sorted(want)}"
+        f"{' with an uneven edge' if uneven else ''} for x{list(x_shape)} w{list(w_shape)} {geometry}", growth)
+
+
+def scan_budget(plan_at, start, ceiling, accept, what, growth=1.04):
+    """(memory_limit, plan): the first budget from `start` up (by `growth`) whose plan_at(limit)
+    accept()s. Fails the test, saying `what` was wanted and which splits were seen, if none up to
+    `ceiling` does."""
+    limit, seen = start, set()
+    while limit <= ceiling:
+        plan = plan_at(limit)
+        seen.add(tuple(sorted(d for d, pieces in plan.splits.items() if pieces > 1)))
+        if accept(plan):
             return limit, plan
         limit = int(limit * growth) + 1
-    pytest.fail(f"no memory_limit makes the planner split {'at least' if at_least else 'exactly'} {sorted(want)}"
-                f"{' with an uneven edge' if uneven else ''} for x{list(x_shape)} w{list(w_shape)} {geometry}; "
-                f"splits seen: {sorted(seen)}")
+    pytest.fail(f"no memory_limit makes {what}; splits seen: {sorted(seen)}")
 
 
 @contextlib.contextmanager

@@ -30,18 +30,23 @@ inline unsigned test_seed(unsigned salt) {
   return base + salt * 7919u;
 }
 
-// The smallest device budget any plan for `p` needs on `backend`.
-inline size_t needed_bytes(const ooc::ConvProblem& p, ooc::BackendKind backend) {
+// The smallest device budget any plan of plan_fn (plan_conv_forward, ...) for `p` needs on `backend`.
+template <typename PlanFn>
+size_t needed_bytes_of(PlanFn plan_fn, const ooc::ConvProblem& p, ooc::BackendKind backend) {
   ooc::Options o;
   o.memory_limit = 1;
   o.backend = backend;
   try {
-    ooc::plan_conv_forward(p, o);
+    plan_fn(p, o);
   } catch (const ooc::out_of_budget& e) {
     return e.needed_bytes();
   }
   ADD_FAILURE() << "a 1-byte budget did not throw out_of_budget";
   return 1;
+}
+
+inline size_t needed_bytes(const ooc::ConvProblem& p, ooc::BackendKind backend) {
+  return needed_bytes_of(ooc::plan_conv_forward, p, backend);
 }
 
 struct RunResult {

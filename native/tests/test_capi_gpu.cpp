@@ -68,7 +68,7 @@ TEST_P(CapiGpu, BiasActivationForward) {
   p.beta = 0.5;  // alpha2
   const Activation relu = activation(CUDNN_ACTIVATION_RELU);
   const float alpha1 = 0.75f, alpha2 = 0.5f;
-  // z, bias, y: z != y, so the chunked path copies z into y first.
+  // z, bias, y: z != y, so the chunked path reads each y tile's start from z (the fused op).
   compare_with_cudnn({random_tensor(p.x_elements(), rng), random_tensor(p.w_elements(), rng),
                       random_tensor(p.y_elements(), rng), random_tensor(p.k, rng), random_tensor(p.y_elements(), rng)},
                      2 * needed_bytes(p, ooc::BackendKind::cuda),

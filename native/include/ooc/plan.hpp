@@ -95,6 +95,15 @@ struct Plan {
   int passes = 1;
   MachineModel machine;
   std::vector<Chunk> chunks;
+  // Fused functions (fused.hpp): the function's name ("" for a single operation; problem.op is then
+  // the operation whose chunk vocabulary the plan uses), and their device memory beyond the slots
+  // above (all counted in peak_device_bytes): slots of an output streamed beside an input of its
+  // family (dx beside x), outputs kept on the device for the whole run (dw, db), and scratch (the
+  // dx rows two spatial tiles share, carried from one to the next; a pooled tile).
+  std::string fused;
+  int y_inputs = 1;  // y-shaped tensors streamed through y's slots, y_buffers each (dy; y; the activation's input)
+  int out_buffers = 0;
+  size_t out_slot_bytes = 0, kept_bytes = 0, scratch_bytes = 0;
 
   size_t num_chunks() const { return chunks.size(); }
   std::string describe() const;  // multi-line, human readable

@@ -143,6 +143,14 @@ class Backend {
   virtual void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
                           double beta, const float* b, float* out);
 
+  // On Queue::compute, between device buffers: a strided copy and zeroing. The fused functions
+  // carry partial results in them from one chunk to a later one.
+  virtual void copy_on_device(const StridedCopy& copy) { (void)copy; throw std::logic_error(name() + " backend has no device copies"); }
+  virtual void zero_on_device(void* device_dst, size_t bytes) {
+    (void)device_dst; (void)bytes;
+    throw std::logic_error(name() + " backend has no device copies");
+  }
+
   // Direct DMA between caller memory and device slots, without staging. Only used when
   // host_is_device_accessible(ptr) (pinned or registered memory).
   virtual bool host_is_device_accessible(const void* ptr) { (void)ptr; return false; }

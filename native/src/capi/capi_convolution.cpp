@@ -1,13 +1,11 @@
 // ooc_cudnnConvolution*: cuDNN's convolution entry points over device, pinned or pageable memory.
 // Each checks its arguments first (before the handle is touched), then either calls cuDNN itself
 // (everything on the device and within the memory limit) or runs the out-of-core path.
-#include <cmath>
-#include <cstring>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/pointer_kind.hpp"
 #include "capi/capi_internal.hpp"
-#include "exec/thread_pool.hpp"
+#include "ooc/fused.hpp"
 #include "ooc/ooc_cudnn.h"
 
 namespace ooc::capi {
@@ -32,22 +30,6 @@ ConvProblem forward_problem(cudnnTensorDescriptor_t xDesc, cudnnFilterDescriptor
   ConvProblem p = ConvProblem::forward(x, w, g.stride, g.padding, g.dilation, 1, alpha, beta, has_bias);
   expect_shape(y, p.y_shape(), "yDesc");
   return p;
-}
-
-// y = max(y, 0) after the chunked run: cuDNN on the handle's stream for device memory, the host
-// workers otherwise. A second pass over y; the pipeline does not fuse epilogues yet.
-void relu_in_place(cudnnHandle_t handle, cudnnActivationDescriptor_t activation, cudnnNanPropagation_t nan,
-                   cudnnTensorDescriptor_t yDesc, float* y, int64_t count) {
-  if (!host_backend_for_tests() && is_device_memory(y)) {
-    const float one = 1.0f, zero = 0.0f;
-    OOC_CUDNN_CHECK(cudnnActivationForward(handle, activation, &one, yDesc, y, &zero, yDesc, y));
-    return;
-  }
-  const bool propagate = nan == CUDNN_PROPAGATE_NAN;
-  ThreadPool::shared().parallel_for(count, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      if (!(y[i] > 0.0f) && !(propagate && std::isnan(y[i]))) y[i] = 0.0f;
-  });
 }
 
 }  // namespace
@@ -107,23 +89,13 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBiasActivationForward(
                                                        activationDesc, yDesc, y);
         },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          // y = alpha1 * conv + alpha2 * z + bias is conv_forward's y = alpha * conv + beta * y + bias
-          // once z is in y (beta == 0 never reads y, so z need not be copied then).
-          const size_t y_bytes = static_cast<size_t>(p.y_elements()) * sizeof(float);
-          if (p.beta != 0.0 && z != y) {
-            if (options.backend == BackendKind::host)
-              std::memcpy(y, z, y_bytes);
-            else {
-              OOC_CUDA_CHECK(cudaMemcpy(y, z, y_bytes, cudaMemcpyDefault));
-              // A device-to-device cudaMemcpy does not wait for itself, and the chunked run reads y
-              // on streams that do not wait for the default one.
-              OOC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-            }
-          }
-          conv_forward(p, static_cast<const float*>(x), static_cast<const float*>(w), static_cast<const float*>(bias),
-                       static_cast<float*>(y), options, plan, stats);
-          if (mode == CUDNN_ACTIVATION_RELU)
-            relu_in_place(handle, activationDesc, act.nan, yDesc, static_cast<float*>(y), p.y_elements());
+          // One pass: z is read as each y tile's start, bias and the activation are applied on the
+          // device before the tile leaves (fused.hpp); z may be y.
+          FusedActivation fused;
+          fused.identity = mode == CUDNN_ACTIVATION_IDENTITY;
+          conv_bias_activation_forward(p, fused, static_cast<const float*>(x), static_cast<const float*>(w),
+                                       static_cast<const float*>(z), static_cast<const float*>(bias),
+                                       static_cast<float*>(y), options, plan, stats);
         });
   });
 }

@@ -56,6 +56,36 @@ struct SlotRing {
   const float* current_data() const { return current < 0 ? nullptr : static_cast<const float*>(slots[current]); }
 };
 
+// Writes the outputs kept on the device back once every chunk has computed: by DMA straight into
+// pinned memory, else through staging scattered by the host workers. They are small (a fused
+// backward's dw and db), so this runs after the pipeline has drained.
+void store_kept(const OperationSpec& spec, Backend& backend, char* kept_dev, PipelineResources& res, ThreadPool& pool,
+                RunStats& stats) {
+  const Backend::Event computed = res.event();
+  backend.record(computed, Queue::compute);
+  backend.wait(Queue::d2h, computed);
+  std::vector<std::pair<const OperationSpec::Kept*, void*>> staged;
+  for (const OperationSpec::Kept& k : spec.kept) {
+    char* device = kept_dev + k.offset;
+    if (backend.host_is_device_accessible(k.region.view.data)) {
+      for (const StridedCopy& c : strided_box_copies(k.region.view, k.region.box, device, false).copies) {
+        backend.copy_d2h_strided(c);
+        stats.bytes_d2h += c.width_bytes * c.height * c.depth;
+      }
+      continue;
+    }
+    const size_t bytes = static_cast<size_t>(k.region.box.elements(kMaxRank)) * k.region.view.element_size;
+    void* stage = res.staging(bytes);
+    backend.copy_d2h(stage, device, bytes);
+    stats.bytes_d2h += bytes;
+    staged.emplace_back(&k, stage);
+  }
+  const Backend::Event copied = res.event();
+  backend.record(copied, Queue::d2h);
+  backend.host_wait(copied);
+  for (const auto& [k, stage] : staged) scatter_box(stage, k->region.view, k->region.box, pool);
+}
+
 }  // namespace
 
 ChunkConv chunk_shape(const Chunk& ch, const ConvProblem& p) {
@@ -99,29 +129,42 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   SlotRing br = make_ring(spec.b);
   SlotRing outr = make_ring(spec.out);
   SlotRing thirdr = make_ring(spec.third);
+  std::vector<SlotRing> extra_rings;
+  for (const auto& e : spec.extra) extra_rings.push_back(make_ring(e.tensor));
+  if (!spec.extra.empty() && !spec.compute_fused) throw std::logic_error("pipeline: extra inputs need compute_fused");
   void* resident_dev = arena.take(spec.resident_bytes);
   void* workspace = arena.take(spec.workspace_bytes);
+  char* kept_dev = static_cast<char*>(arena.take(spec.kept_bytes));
+  void* scratch = arena.take(spec.scratch_bytes);
   std::vector<Backend::Event> out_computed = res.events(spec.out.slots);
   const bool has_third = spec.third.slots > 0;
   const bool has_b = spec.b.slots > 0, has_resident = spec.resident_bytes > 0, load_out = spec.beta != 0.0;
+  // The output's first chunks load from init_data when the operation has one (fused forward's z).
+  const void* init_data = spec.init_data ? spec.init_data : spec.out.data;
+  const auto& init_region = spec.init_data ? spec.init_region : spec.out_region;
 
   // Pinned (or registered) caller memory is DMA'd directly; only pageable tensors need staging.
   auto direct = [&](const StreamedTensor& t) { return backend.host_is_device_accessible(t.data); };
   const bool a_direct = direct(spec.a), b_direct = has_b && direct(spec.b), out_direct = direct(spec.out);
+  const bool init_direct = backend.host_is_device_accessible(init_data);
   const bool resident_direct = has_resident && backend.host_is_device_accessible(spec.resident.view.data);
   const bool third_direct = has_third && direct(spec.third);
+  std::vector<bool> extra_direct;
+  for (const auto& e : spec.extra) extra_direct.push_back(direct(e.tensor));
 
   // Input staging: a ring of buffers, each free again once its H2D copy has run, as large as the
   // largest slot that is staged (pinned x with pageable w stages only w's small slices).
   const int in_stages = 3;
-  const size_t in_stage_bytes = std::max({a_direct ? size_t{0} : spec.a.slot_bytes,
-                                          has_b && !b_direct ? spec.b.slot_bytes : size_t{0},
-                                          has_third && !third_direct ? spec.third.slot_bytes : size_t{0},
-                                          has_resident && !resident_direct ? spec.resident_bytes : size_t{0},
-                                          load_out && !out_direct ? spec.out.slot_bytes : size_t{0}});
+  size_t in_stage_bytes = std::max({a_direct ? size_t{0} : spec.a.slot_bytes,
+                                    has_b && !b_direct ? spec.b.slot_bytes : size_t{0},
+                                    has_third && !third_direct ? spec.third.slot_bytes : size_t{0},
+                                    has_resident && !resident_direct ? spec.resident_bytes : size_t{0},
+                                    load_out && !init_direct ? spec.out.slot_bytes : size_t{0}});
+  for (size_t i = 0; i < spec.extra.size(); ++i)
+    if (!extra_direct[i]) in_stage_bytes = std::max(in_stage_bytes, spec.extra[i].tensor.slot_bytes);
   const bool inputs_direct =
       a_direct && (!has_b || b_direct) && (!has_third || third_direct) && (!has_resident || resident_direct) &&
-      (!load_out || out_direct);
+      (!load_out || init_direct) && std::all_of(extra_direct.begin(), extra_direct.end(), [](bool d) { return d; });
   std::vector<void*> stage_in;
   if (!inputs_direct)
     for (int i = 0; i < in_stages; ++i) stage_in.push_back(res.staging(in_stage_bytes));
@@ -208,9 +251,15 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
       const int s = br.advance();
       load(spec.b_region(ch), b_direct, br.slots[s], br.free[s], br.ready[s]);
     }
-    if (has_third) {
+    if (has_third && (!spec.third_loads || spec.third_loads(ch))) {
       const int s = thirdr.advance();
       load(spec.third_region(ch), third_direct, thirdr.slots[s], thirdr.free[s], thirdr.ready[s]);
+    }
+    for (size_t i = 0; i < spec.extra.size(); ++i) {
+      if (!spec.extra[i].loads(ch)) continue;
+      SlotRing& r = extra_rings[i];
+      const int s = r.advance();
+      load(spec.extra[i].region(ch), extra_direct[i], r.slots[s], r.free[s], r.ready[s]);
     }
     if (ch.first_c) {
       const int s = outr.advance();
@@ -220,7 +269,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
         scatter.wait_slot_free(s);
         stats.host_wait_seconds += seconds_since(t);
       }
-      if (load_out) load(spec.out_region(ch), out_direct, outr.slots[s], outr.free[s], outr.ready[s]);
+      if (load_out) load(init_region(ch), init_direct, outr.slots[s], outr.free[s], outr.ready[s]);
       backend.wait(Queue::compute, outr.free[s]);
     }
     const int os = outr.current;
@@ -228,17 +277,32 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     if (has_b) backend.wait(Queue::compute, br.ready[br.current]);
     if (ch.first_c && load_out) backend.wait(Queue::compute, outr.ready[os]);
     if (has_resident) backend.wait(Queue::compute, resident_ready);
-    if (has_third) {
-      backend.wait(Queue::compute, thirdr.ready[thirdr.current]);
+    if (has_third) backend.wait(Queue::compute, thirdr.ready[thirdr.current]);
+    for (const SlotRing& r : extra_rings) backend.wait(Queue::compute, r.ready[r.current]);
+    if (spec.compute_fused) {
+      ChunkBuffers buffers;
+      buffers.a = ar.current_data();
+      buffers.b = br.current_data();
+      buffers.third = thirdr.current_data();
+      buffers.resident = static_cast<const float*>(resident_dev);
+      buffers.out = static_cast<float*>(outr.slots[os]);
+      for (const SlotRing& r : extra_rings) buffers.extra.push_back(r.current_data());
+      buffers.kept = kept_dev;
+      buffers.scratch = scratch;
+      buffers.workspace = workspace;
+      buffers.beta = ch.first_c ? spec.beta : 1.0;
+      spec.compute_fused(ch, buffers);
+    } else if (has_third) {
       spec.compute3(ch, ar.current_data(), br.current_data(), thirdr.current_data(),
                     static_cast<float*>(outr.slots[os]), ch.first_c ? spec.beta : 1.0);
-      backend.record(thirdr.free[thirdr.current], Queue::compute);
     } else {
       spec.compute(ch, ar.current_data(), br.current_data(), static_cast<const float*>(resident_dev),
                    static_cast<float*>(outr.slots[os]), ch.first_c ? spec.beta : 1.0, workspace);
     }
     backend.record(ar.free[ar.current], Queue::compute);
     if (has_b) backend.record(br.free[br.current], Queue::compute);
+    if (has_third) backend.record(thirdr.free[thirdr.current], Queue::compute);
+    for (const SlotRing& r : extra_rings) backend.record(r.free[r.current], Queue::compute);
     ++stats.chunks;
     if (ch.last_c) {
       backend.record(out_computed[os], Queue::compute);
@@ -247,6 +311,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     }
   }
   scatter.finish();
+  if (!spec.kept.empty()) store_kept(spec, backend, kept_dev, res, pool, stats);
   stats.scatter_seconds = scatter.scatter_seconds();
   stats.host_wait_seconds += scatter.host_wait_seconds();
   backend.synchronize();

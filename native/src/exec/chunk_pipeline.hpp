@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "exec/region_copy.hpp"
@@ -30,6 +31,17 @@ struct StreamedTensor {
   size_t slot_bytes = 0;
 };
 
+// The device memory one chunk's compute sees (OperationSpec::compute_fused).
+struct ChunkBuffers {
+  const float *a = nullptr, *b = nullptr, *third = nullptr, *resident = nullptr;
+  float* out = nullptr;
+  std::vector<const float*> extra;  // OperationSpec::extra's current slots, in order
+  char* kept = nullptr;  // OperationSpec::kept's memory
+  void* scratch = nullptr;
+  void* workspace = nullptr;
+  double beta = 0;       // the caller's on a reduction's first chunk, then 1
+};
+
 struct OperationSpec {
   StreamedTensor a, b;  // inputs (b.slots == 0: only a)
   StreamedTensor out;   // the output, accumulated over the chunks of a reduction (Chunk::first_c/last_c)
@@ -50,6 +62,32 @@ struct OperationSpec {
   std::function<Region(const Chunk&)> third_region;
   std::function<void(const Chunk&, const float* a, const float* b, const float* third, float* out, double beta)>
       compute3;
+
+  // Where the first chunk of a reduction loads its output tile from when beta != 0: init_region
+  // of init_data (a fused forward's z) instead of the output itself. init_data == nullptr: the output.
+  const void* init_data = nullptr;
+  std::function<Region(const Chunk&)> init_region;
+
+  // Fused operations (exec/fused_pipeline.cpp) keep more on the device than one streamed output.
+  std::function<bool(const Chunk&)> third_loads;  // unset: third loads on every chunk
+  // More inputs, streamed like a and b (compute_fused only).
+  struct ExtraInput {
+    StreamedTensor tensor;
+    std::function<Region(const Chunk&)> region;
+    std::function<bool(const Chunk&)> loads;
+  };
+  std::vector<ExtraInput> extra;
+  // Outputs that stay on the device for the whole run, accumulated by the chunks and written back
+  // once after the last one: each a dense box of the `kept` memory, `offset` bytes into it.
+  struct Kept {
+    Region region;
+    size_t offset = 0;
+  };
+  std::vector<Kept> kept;
+  size_t kept_bytes = 0;
+  size_t scratch_bytes = 0;  // device memory chunks carry partial results in, from one to a later one
+  // When set, runs instead of compute / compute3, seeing every buffer of the chunk.
+  std::function<void(const Chunk&, const ChunkBuffers&)> compute_fused;
 };
 
 RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const OperationSpec& spec);

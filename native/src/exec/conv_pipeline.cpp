@@ -4,44 +4,13 @@
 #include <string>
 
 #include "exec/chunk_pipeline.hpp"
+#include "exec/conv_regions.hpp"
 #include "exec/region_copy.hpp"
 
 namespace ooc {
 namespace {
 
-using Extent = std::array<int64_t, kMaxRank>;
-
-// The tensor families of plan.hpp: every operation streams tensors shaped like x, w, y or bias.
-enum class Family { x, w, y, bias };
-
-TensorView view_of(const ConvProblem& p, Family f, const float* data) {
-  Extent shape{};
-  switch (f) {
-    case Family::x: shape = {p.n, p.c, p.in[0], p.in[1], p.in[2]}; break;
-    case Family::w: shape = {p.k, p.c / p.groups, p.kernel[0], p.kernel[1], p.kernel[2]}; break;
-    case Family::y: shape = {p.n, p.k, p.out[0], p.out[1], p.out[2]}; break;
-    case Family::bias: shape = {p.k, 1, 1, 1, 1}; break;
-  }
-  return TensorView::contiguous(data, shape, 5, dtype_size(p.dtype));
-}
-
-Box box_of(Range a, Range b, const std::array<Range, kMaxSpatial>& spatial) {
-  Box box;
-  box.lo = {a.begin, b.begin, spatial[0].begin, spatial[1].begin, spatial[2].begin};
-  box.hi = {a.end, b.end, spatial[0].end, spatial[1].end, spatial[2].end};
-  return box;
-}
-
-// A chunk's region of a tensor of family f.
-Region region_of(const TensorView& v, Family f, const Chunk& ch, const ConvProblem& p) {
-  switch (f) {
-    case Family::x: return {v, box_of(ch.n, ch.c, ch.in)};
-    case Family::y: return {v, box_of(ch.n, ch.k, ch.out)};
-    case Family::w: return {v, box_of(ch.k, ch.c, {Range{0, p.kernel[0]}, Range{0, p.kernel[1]}, Range{0, p.kernel[2]}})};
-    case Family::bias: break;
-  }
-  return {v, box_of(ch.k, Range{0, 1}, {Range{0, 1}, Range{0, 1}, Range{0, 1}})};
-}
+using namespace conv_regions;  // NOLINT: the regions every convolution pipeline moves
 
 // The plan's slots for family f.
 StreamedTensor streamed(const Plan& plan, Family f, const void* data) {
@@ -84,18 +53,10 @@ OperationSpec spec_for(const Plan& plan, Operation op, Tensor a, Tensor b, Tenso
   return spec;
 }
 
-// `region` seen through the window of its view over the whole first two dims x `spatial`: only
-// that part is read (zeros elsewhere) or written back.
-Region through_window(const Region& region, const std::array<Range, kMaxSpatial>& spatial) {
-  const Extent lo{0, 0, spatial[0].begin, spatial[1].begin, spatial[2].begin};
-  const Extent hi{region.view.shape[0], region.view.shape[1], spatial[0].end, spatial[1].end, spatial[2].end};
-  return {region.view.window(lo, hi), region.box.shifted(lo)};
-}
-
 }  // namespace
 
-RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
-                          float* y, ThreadPool& pool) {
+OperationSpec conv_forward_spec(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
+                                float* y) {
   const ConvProblem& p = plan.problem;
   OperationSpec spec = spec_for(plan, Operation::forward, {Family::x, x}, {Family::w, w}, {Family::y, y});
   if (p.has_bias) {  // stays on the device whole; added by the last chunk of each reduction
@@ -107,11 +68,15 @@ RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, co
     const float* chunk_bias = ch.last_c && p.has_bias ? bias_dev + ch.k.begin : nullptr;
     backend.conv_forward(chunk_shape(ch, p), xs, ws, chunk_bias, ys, p.alpha, beta, workspace, plan.workspace_bytes);
   };
-  return run_chunks(plan, backend, pool, spec);
+  return spec;
 }
 
-RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx,
-                                ThreadPool& pool) {
+RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
+                          float* y, ThreadPool& pool) {
+  return run_chunks(plan, backend, pool, conv_forward_spec(plan, backend, x, w, bias, y));
+}
+
+OperationSpec conv_backward_data_spec(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx) {
   const ConvProblem& p = plan.problem;
   OperationSpec spec = spec_for(plan, Operation::backward_data, {Family::y, dy}, {Family::w, w}, {Family::x, dx});
   // dy is read through a window over the contributing rows (the device's other dy rows are
@@ -123,7 +88,12 @@ RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const float*
                      void* workspace) {
     backend.conv_backward_data(chunk_shape(ch, p), dys, ws, dxs, p.alpha, beta, workspace, plan.workspace_bytes);
   };
-  return run_chunks(plan, backend, pool, spec);
+  return spec;
+}
+
+RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx,
+                                ThreadPool& pool) {
+  return run_chunks(plan, backend, pool, conv_backward_data_spec(plan, backend, dy, w, dx));
 }
 
 RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const float* x, const float* dy, float* dw,

@@ -3,13 +3,19 @@
 #pragma once
 
 #include "backend/backend.hpp"
+#include "exec/chunk_pipeline.hpp"
 #include "exec/thread_pool.hpp"
 #include "ooc/ooc.hpp"
 
 namespace ooc {
 
+// The spec run_conv_forward streams through run_chunks (fused forwards build on it).
+OperationSpec conv_forward_spec(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
+                                float* y);
 RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
                           float* y, ThreadPool& pool);
+// The spec run_conv_backward_data streams (the fused transposed convolution builds on it).
+OperationSpec conv_backward_data_spec(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx);
 RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx,
                                 ThreadPool& pool);
 RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const float* x, const float* dy, float* dw,

@@ -422,9 +422,7 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
   visit(0);
   if (!found) planner_parts::throw_out_of_budget(p, budget, smallest_peak, workspace != 0);
 
-  Plan plan;
-  plan.problem = p;
-  plan.backend = config.backend;
+  Plan plan = plan_with_totals(p, config, best.workspace, best.peak, best.bytes_h2d, best.bytes_d2h, best.seconds);
   const Choice& b = best.choice;
   plan.tiling = Tiling{b[kN]->tile, b[kK]->tile, b[kC]->tile, {b[kS0]->tile, b[kS1]->tile, b[kS2]->tile}};
   plan.splits_n = b[kN]->tiles;
@@ -447,13 +445,6 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
     if (nest.inputs[i].family == kW) plan.w_resident = best.input_loads[i] == 1;
   }
   assign(nest.output.family, best.output_slots, best.output_slot_bytes);
-  plan.workspace_bytes = best.workspace;
-  plan.peak_device_bytes = best.peak;
-  plan.memory_limit = budget;
-  plan.bytes_h2d = static_cast<size_t>(best.bytes_h2d);
-  plan.bytes_d2h = static_cast<size_t>(best.bytes_d2h);
-  plan.predicted_seconds = best.seconds;
-  plan.machine = config.machine;
   plan.chunks = expand_chunks(p, nest, best);
   return plan;
 }

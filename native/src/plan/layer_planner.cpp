@@ -145,17 +145,6 @@ Plan plan_layer(const ConvProblem& p, const LayerPlanSpec& spec, const PlannerCo
   planner_parts::throw_out_of_budget(p, budget, smallest, false);
 }
 
-// One spatial dim of a pooling chunk: the x rows loaded and the y rows computed, cuDNN padding
-// `padding` symmetrically around the loaded rows. A split padded dim keeps that padding: the chunk
-// loads from m = ceil(padding / stride) outputs before its tile (so computed windows line up with
-// the tile's; fewer at the low border) to the tile's last window, clipped to the tensor, where
-// the padding then is the real border. Computed rows outside the tile (the first m, and any past it) read only virtual padding
-// or missing rows and are never written back; the tile's own windows see exactly the real tensor
-// plus its true border padding: -inf for max, uncounted for avg_exclude_pad, as cuDNN pads.
-struct PoolRows {
-  Range x, y;
-};
-
 PoolRows pool_rows(Range tile, int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding) {
   if (tile.size() == out) return {Range{0, in}, Range{0, out}};
   if (padding == 0) return {conv_input_range(tile, kernel, stride, 0, 1), tile};

@@ -18,6 +18,19 @@ struct LayerPlanSpec {
   const char* whole = nullptr;             // what must stay whole (for the out-of-budget message)
 };
 
+// One spatial dim of a pooling chunk: the x rows loaded and the y rows computed, cuDNN padding
+// `padding` symmetrically around the loaded rows. A split padded dim keeps that padding: the chunk
+// loads from m = ceil(padding / stride) outputs before its tile (so computed windows line up with
+// the tile's; fewer at the low border) to the tile's last window, clipped to the tensor, where
+// the padding then is the real border. Computed rows outside the tile (the first m, and any past
+// it) read only virtual padding or missing rows and are never written back; the tile's own windows
+// see exactly the real tensor plus its true border padding: -inf for max, uncounted for
+// avg_exclude_pad, as cuDNN pads. `tile`: the y rows wanted, of `out`; x has `in` rows.
+struct PoolRows {
+  Range x, y;
+};
+PoolRows pool_rows(Range tile, int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding);
+
 // Pooling: tiles y over n, c and the spatial dims without padding; x tiles carry the window halo.
 Plan plan_pool(const ConvProblem& problem, const PlannerConfig& config);
 

@@ -60,7 +60,9 @@ const char* reduction_name(Operation op) {
 
 std::string Plan::describe() const {
   const int sd = problem.spatial_dims;
-  const SlotNames names = slot_names(problem.op);
+  // A fused backward streams x in and dx out beside each other (out_buffers).
+  const SlotNames names =
+      !fused.empty() && problem.op == Operation::backward_data ? SlotNames{"x", "w", "dy", "", "dx"} : slot_names(problem.op);
   std::vector<int64_t> tile_out(tiling.out.begin(), tiling.out.begin() + sd);
   std::vector<int64_t> split_out(splits_out.begin(), splits_out.begin() + sd);
   const bool reduces_over_c = problem.op == Operation::forward || problem.op == Operation::matmul;
@@ -69,7 +71,7 @@ std::string Plan::describe() const {
                                           : problem.op == Operation::backward_data   ? splits_k > 1
                                           : num_chunks() > static_cast<size_t>(splits_k * splits_c));
   std::ostringstream s;
-  s << "Plan for " << problem.describe() << "\n"
+  s << "Plan for " << (fused.empty() ? std::string() : fused + ": ") << problem.describe() << "\n"
     << "  backend " << backend << ", memory_limit " << format_bytes(static_cast<double>(memory_limit)) << "\n"
     << "  splits: n=" << splits_n << " k=" << splits_k << " c=" << splits_c << " out=" << format_shape(split_out)
     << "  (tiles: n=" << tiling.n << " k=" << tiling.k << " c=" << tiling.c << " out=" << format_shape(tile_out)
@@ -95,9 +97,12 @@ std::string Plan::describe() const {
   } else {
     slot(x_buffers, x_slot_bytes, names.x);
     slot(w_buffers, w_slot_bytes, names.w);
-    slot(y_buffers, y_slot_bytes, names.y);
+    slot(y_inputs * y_buffers, y_slot_bytes, y_inputs > 1 ? "dy, y, ..." : names.y);
     slot(bias_buffers, bias_buffers ? bias_bytes / bias_buffers : 0, names.bias);
   }
+  if (out_buffers) slot(out_buffers, out_slot_bytes, names.output);
+  if (kept_bytes) slot(1, kept_bytes, "outputs kept on the device");
+  if (scratch_bytes) slot(1, scratch_bytes, "scratch");
   s << sep << format_bytes(static_cast<double>(workspace_bytes)) << " (workspace)\n"
     << "  traffic: " << format_bytes(static_cast<double>(bytes_h2d)) << " H2D, "
     << format_bytes(static_cast<double>(bytes_d2h)) << " D2H; predicted " << predicted_seconds << " s";

@@ -232,9 +232,8 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
 
   if (!found) planner_parts::throw_out_of_budget(p, budget, smallest_peak, config.workspace_bytes != 0);
 
-  Plan plan;
-  plan.problem = p;
-  plan.backend = config.backend;
+  Plan plan = planner_parts::plan_with_totals(p, config, config.workspace_bytes, best.peak, best.bytes_h2d,
+                                              best.bytes_d2h, best.seconds);
   plan.tiling = best.tiling;
   plan.splits_n = best.tiles_n;
   plan.splits_k = best.tiles_k;
@@ -250,13 +249,6 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
   plan.w_slot_bytes = best.w_slot;
   plan.y_slot_bytes = best.y_slot;
   plan.bias_bytes = bias_bytes;
-  plan.workspace_bytes = config.workspace_bytes;
-  plan.peak_device_bytes = best.peak;
-  plan.memory_limit = budget;
-  plan.bytes_h2d = static_cast<size_t>(best.bytes_h2d);
-  plan.bytes_d2h = static_cast<size_t>(best.bytes_d2h);
-  plan.predicted_seconds = best.seconds;
-  plan.machine = config.machine;
   plan.chunks = expand_chunks(p, best);
   // x's slot count follows from how often it loads; keep the plan's own count consistent with it.
   plan.x_buffers = best.x_buffers;

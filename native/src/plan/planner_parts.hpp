@@ -11,6 +11,7 @@
 
 #include "ooc/errors.hpp"
 #include "ooc/problem.hpp"
+#include "plan/cost_model.hpp"
 #include "plan/planner.hpp"
 #include "plan/shape_format.hpp"
 
@@ -61,6 +62,45 @@ constexpr size_t kMaxChunks = size_t{1} << 22;
         << (with_workspace ? ", workspace allowance included" : "") << ")";
   throw out_of_budget(msg.str(), smallest_peak);
 }
+
+// A plan with what every planner sets alike: the problem, the configuration's backend, machine
+// and budget, and the chosen candidate's workspace, peak, traffic and predicted time.
+inline Plan plan_with_totals(const ConvProblem& p, const PlannerConfig& config, size_t workspace, size_t peak,
+                             double bytes_h2d, double bytes_d2h, double seconds) {
+  Plan plan;
+  plan.problem = p;
+  plan.backend = config.backend;
+  plan.machine = config.machine;
+  plan.memory_limit = config.memory_limit;
+  plan.workspace_bytes = workspace;
+  plan.peak_device_bytes = peak;
+  plan.bytes_h2d = static_cast<size_t>(bytes_h2d);
+  plan.bytes_d2h = static_cast<size_t>(bytes_d2h);
+  plan.predicted_seconds = seconds;
+  return plan;
+}
+
+// A search's best candidate so far (C: a candidate with `peak` and `seconds`): offer() notes the
+// smallest peak seen and keeps a candidate that fits `budget` and is predicted faster (ties keep
+// the earlier one). Returns whether it was kept.
+template <typename C>
+struct BestCandidate {
+  size_t budget = 0;
+  C best{};
+  bool found = false;
+  size_t smallest_peak = std::numeric_limits<size_t>::max();
+
+  bool offer(C& c, TrafficEstimate t, int buffers, const MachineModel& machine) {
+    smallest_peak = std::min(smallest_peak, c.peak);
+    if (c.peak > budget) return false;
+    t.buffers = buffers;
+    c.seconds = predict_seconds(t, machine);
+    if (found && !(c.seconds < best.seconds * (1 - 1e-9))) return false;
+    best = c;
+    found = true;
+    return true;
+  }
+};
 
 // Algorithms may use workspace, but every one also has a zero-workspace fallback: when the
 // allowance leaves no room for any plan, plan again without it.

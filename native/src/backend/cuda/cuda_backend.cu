@@ -298,6 +298,20 @@ class CudaBackend final : public Backend {
     OOC_CUDA_CHECK(cudaMemsetAsync(device_dst, 0, bytes, resources_->h2d.get()));
   }
 
+  void copy_on_device(const StridedCopy& copy) override {
+    DeviceScope scope(device_);
+    throw_if_fault_injected(FaultSite::copy, "copy_on_device");
+    QueueTimer::Span span = timed(Queue::compute);
+    issue_strided_copy(copy, max_pitch_, resources_->compute.get());
+  }
+
+  void zero_on_device(void* device_dst, size_t bytes) override {
+    if (bytes == 0) return;
+    DeviceScope scope(device_);
+    QueueTimer::Span span = timed(Queue::compute);
+    OOC_CUDA_CHECK(cudaMemsetAsync(device_dst, 0, bytes, resources_->compute.get()));
+  }
+
   Event create_event() override {
     DeviceScope scope(device_);
     return resources_->events.acquire();

@@ -85,6 +85,8 @@ class HostBackend final : public Backend {
   void copy_h2d_strided(const StridedCopy& c) override { strided_memcpy(c); }
   void copy_d2h_strided(const StridedCopy& c) override { strided_memcpy(c); }
   void zero_device(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  void copy_on_device(const StridedCopy& c) override { strided_memcpy(c); }
+  void zero_on_device(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
 
   Event create_event() override { return next_event_++; }
   void destroy_event(Event) noexcept override {}

@@ -1,0 +1,439 @@
+#!/usr/bin/env python3
+"""Fused out-of-core functions against the unfused sequences they replace, in one run.
+
+On a link-bound layer the fastest byte is the one never moved. For each case this measures, on
+one GPU and under one memory_limit:
+  - forward cases (`fwd-*`): pyooc.conv_bias_activation_forward (y = relu(conv(x, w) + bias)) against
+    conv_forward -> add_tensor(bias) -> activation_forward("relu"): x + y against x + 5y moved;
+  - backward cases (`bwd-*`): pyooc.conv_backward_data_filter_bias against conv_backward_data ->
+    conv_backward_filter -> conv_backward_bias: dy once against three times;
+each on pageable numpy arrays and on pinned ones. Bytes moved come from the plans (the plan_*
+twins: bytes_h2d + bytes_d2h, summed over the unfused sequence) and are cross-checked against
+what the runs counted (last_stats: equal for pageable arrays; pinned ones skip halo zeros, so at
+most the plan's). Every output is checked (relative error < 1e-4) against torch in-core on the GPU
+(relu(conv + bias); torch.nn.grad's conv{2,3}d_input / _weight and dy's sum), or against float64
+numpy in a dry run, before it is timed; fused and unfused outputs must also agree. Timings: a
+warm-up, then the median of --repeats runs. FP32 everywhere (TF32 off in torch).
+
+Target (the issue's): conv + bias + relu fused <= 0.6x the time of the unfused sequence on a
+link-bound layer (3x3, 64 -> 64 channels at 224x224: moving a sample's x and y takes ~4x longer than
+its convolution on an H200).
+
+Writes OUT/fused.json and OUT/fused.md (default OUT: bench/results) and prints the markdown table
+last. --quick runs smaller cases; --dry-run runs tiny cases on pyooc's host backend without a GPU or
+torch (it checks this script, the byte accounting and the numerics)."""
+
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+import conv_backward as bwd  # noqa: E402  (float64 gradient references, input drawing)
+import conv_forward as fwd  # noqa: E402  (float64 conv reference, timing helpers)
+
+NAME = "fused"
+TOLERANCE = fwd.TOLERANCE
+PEERS = ("incore", "fused_pageable", "unfused_pageable", "fused_pinned", "unfused_pinned")
+# Each target: (result key, goal, label); lower is better.
+FORWARD_TARGETS = [
+    ("fused_over_unfused_pageable", 0.6, "conv+bias+relu fused <= 0.6x unfused time (pageable)"),
+    ("fused_over_unfused_pinned", 0.6, "conv+bias+relu fused <= 0.6x unfused time (pinned)"),
+]
+
+LINK_BOUND = "3x3, 64->64, 224x224, padding 1 (link-bound)"
+# name -> (kind, description, x shape, w shape, padding, cap on memory_limit)
+CASES = {
+    "full": {
+        "fwd-link-bound": ("forward", f"conv+bias+relu, {LINK_BOUND}", (256, 64, 224, 224), (64, 64, 3, 3), 1,
+                           C.GiB),
+        "bwd-link-bound": ("backward", f"(dx, dw, db), {LINK_BOUND}", (256, 64, 224, 224), (64, 64, 3, 3), 1,
+                           C.GiB),
+    },
+    "quick": {
+        "fwd-link-bound": ("forward", f"conv+bias+relu, {LINK_BOUND}", (32, 64, 224, 224), (64, 64, 3, 3), 1, None),
+        "bwd-link-bound": ("backward", f"(dx, dw, db), {LINK_BOUND}", (32, 64, 224, 224), (64, 64, 3, 3), 1, None),
+    },
+    "dry-run": {
+        "fwd-link-bound": ("forward", "conv+bias+relu (tiny): 3x3, 8->8, 20x20", (4, 8, 20, 20), (8, 8, 3, 3), 1,
+                           None),
+        "bwd-link-bound": ("backward", "(dx, dw, db) (tiny): 3x3, 8->8, 20x20", (4, 8, 20, 20), (8, 8, 3, 3), 1,
+                           None),
+    },
+}
+
+
+# --------------------------------------------------------------------------------------------
+# the two ways to compute each case, with the bytes they move
+
+
+class Sequence:
+    """Runs pyooc calls one after another and adds up what each moved (last_stats) and what its
+    plan said it would (the plan that ran: stats["plan"])."""
+
+    def __init__(self, pyooc):
+        self.pyooc = pyooc
+        self.counted = self.planned = 0
+        self.calls = []
+
+    def __call__(self, fn, *args, **kwargs):
+        out = fn(*args, **kwargs)
+        stats = self.pyooc.last_stats()
+        plan = stats["plan"]
+        self.counted += stats["bytes_h2d"] + stats["bytes_d2h"]
+        self.planned += plan.bytes_h2d + plan.bytes_d2h
+        self.calls.append({"operation": plan.operation, "splits": plan.splits, "chunks": plan.num_chunks,
+                           "bytes_h2d": stats["bytes_h2d"], "bytes_d2h": stats["bytes_d2h"],
+                           "plan_bytes_h2d": plan.bytes_h2d, "plan_bytes_d2h": plan.bytes_d2h})
+        return out
+
+
+def forward_fused(pyooc, geom, x, w, b, y, limit, backend):
+    seq = Sequence(pyooc)
+    seq(pyooc.conv_bias_activation_forward, x, w, b, activation="relu", stride=geom.stride, padding=geom.padding,
+        dilation=geom.dilation, out=y, memory_limit=limit, backend=backend)
+    return seq
+
+
+def forward_unfused(pyooc, geom, x, w, b, y, limit, backend):
+    seq = Sequence(pyooc)
+    seq(pyooc.conv_forward, x, w, stride=geom.stride, padding=geom.padding, dilation=geom.dilation, out=y,
+        memory_limit=limit, backend=backend)
+    bias = b.reshape((1, -1) + (1,) * geom.spatial)
+    seq(pyooc.add_tensor, bias, y, out=y, memory_limit=limit, backend=backend)
+    seq(pyooc.activation_forward, y, "relu", out=y, memory_limit=limit, backend=backend)
+    return seq
+
+
+def backward_fused(pyooc, geom, x, w, dy, outs, limit, backend):
+    seq = Sequence(pyooc)
+    seq(pyooc.conv_backward_data_filter_bias, x, dy, w, stride=geom.stride, padding=geom.padding,
+        dilation=geom.dilation, out=outs, memory_limit=limit, backend=backend)
+    return seq
+
+
+def backward_unfused(pyooc, geom, x, w, dy, outs, limit, backend):
+    seq = Sequence(pyooc)
+    opts = dict(stride=geom.stride, padding=geom.padding, dilation=geom.dilation, memory_limit=limit, backend=backend)
+    seq(pyooc.conv_backward_data, dy, w, geom.x_shape, out=outs[0], **opts)
+    seq(pyooc.conv_backward_filter, x, dy, geom.w_shape, out=outs[1], **opts)
+    seq(pyooc.conv_backward_bias, dy, out=outs[2], memory_limit=limit, backend=backend)
+    return seq
+
+
+def planned_bytes(pyooc, kind, geom, limit, backend):
+    """Bytes over the link (H2D + D2H) the plan_* twins promise: the fused call and the sequence."""
+    g = dict(stride=geom.stride, padding=geom.padding, dilation=geom.dilation, memory_limit=limit, backend=backend)
+    total = lambda *plans: sum(p.bytes_h2d + p.bytes_d2h for p in plans)  # noqa: E731
+    if kind == "forward":
+        k_shape = (1, geom.w_shape[0]) + (1,) * geom.spatial
+        fused = pyooc.plan_conv_bias_activation_forward(geom.x_shape, geom.w_shape, **g)
+        unfused = (pyooc.plan_conv_forward(geom.x_shape, geom.w_shape, **g),
+                   pyooc.plan_add_tensor(k_shape, geom.y_shape, in_place=True, memory_limit=limit, backend=backend),
+                   pyooc.plan_activation_forward(geom.y_shape, memory_limit=limit, backend=backend))
+    else:
+        fused = pyooc.plan_conv_backward_data_filter_bias(geom.x_shape, geom.y_shape, geom.w_shape, **g)
+        unfused = (pyooc.plan_conv_backward_data(geom.y_shape, geom.w_shape, geom.x_shape, **g),
+                   pyooc.plan_conv_backward_filter(geom.x_shape, geom.y_shape, geom.w_shape, **g),
+                   pyooc.plan_conv_backward_bias(geom.y_shape, memory_limit=limit, backend=backend))
+    return fused, total(fused), total(*unfused)
+
+
+# --------------------------------------------------------------------------------------------
+# references
+
+
+class References:
+    """The in-core outputs (torch on the GPU, or float64 numpy in a dry run), one per output name,
+    and the relative error of host results against them."""
+
+    def __init__(self, torch, refs):
+        self.torch, self.refs = torch, refs
+
+    def compare(self, outputs):
+        worst, hows = 0.0, []
+        for name, got in outputs.items():
+            if self.torch is not None:
+                err, how = C.rel_error_on_device(self.torch, got, self.refs[name])
+            else:
+                got = np.asarray(got)
+                if not np.isfinite(got).all():
+                    return float("nan"), f"{name}: non-finite output (unwritten or NaN)"
+                err, how = float(np.linalg.norm(got - self.refs[name]) / np.linalg.norm(self.refs[name])), "float64"
+            if not err <= worst:  # NaN wins
+                worst = err
+            hows.append(f"{name}: {how}")
+        return worst, "; ".join(hows)
+
+
+def numpy_references(kind, geom, x, w, b, dy):
+    if kind == "forward":
+        y = fwd.np_conv(x, w, geom.stride, geom.padding, geom.dilation)
+        return {"y": np.maximum(y + b.astype(np.float64).reshape((1, -1) + (1,) * geom.spatial), 0.0)}
+    axes = (0,) + tuple(range(2, dy.ndim))
+    return {"dx": bwd.np_grad_input(geom.x_shape, w, dy, geom.stride, geom.padding, geom.dilation),
+            "dw": bwd.np_grad_weight(x, geom.w_shape, dy, geom.stride, geom.padding, geom.dilation),
+            "db": dy.astype(np.float64).sum(axis=axes)}
+
+
+def incore_torch(torch, kind, geom, x, w, b, dy, repeats):
+    """Median seconds of the whole computation in core (cuDNN benchmark mode, data on the GPU) and
+    its outputs, kept on the GPU as the references."""
+    g = geom
+    torch.backends.cudnn.benchmark = True
+    wd, xd = torch.from_numpy(w).cuda(), torch.from_numpy(x).cuda()
+    holder = {}
+    if kind == "forward":
+        conv = C.torch_conv_fn(torch, g.spatial)
+        bd = torch.from_numpy(b).cuda()
+
+        def call():
+            holder.clear()
+            holder["y"] = torch.relu_(conv(xd, wd, bd, g.stride, g.padding, g.dilation, g.groups))
+    else:
+        grad_input, grad_weight = C.torch_grad_fns(torch, g.spatial)
+        dyd = torch.from_numpy(dy).cuda()
+
+        def call():
+            holder.clear()
+            holder["dx"] = grad_input(g.x_shape, wd, dyd, g.stride, g.padding, g.dilation, g.groups)
+            holder["dw"] = grad_weight(xd, g.w_shape, dyd, g.stride, g.padding, g.dilation, g.groups)
+            holder["db"] = dyd.sum(dim=(0,) + tuple(range(2, dyd.dim())))
+    times = C.timed_runs(call, repeats, warmup=1, sync=torch.cuda.synchronize)
+    return {"seconds": C.median(times), "times": times}, dict(holder)
+
+
+# --------------------------------------------------------------------------------------------
+# one case
+
+
+def make_inputs(torch, kind, geom, seed):
+    """Pageable numpy x, w (scaled by 1/sqrt(fan_in)), bias (forward) and dy (backward)."""
+    x, w, dy = bwd.make_inputs(torch, "filter", geom, seed)  # x, w and dy, drawn on the GPU when there is one
+    if kind == "forward":
+        dy = None
+    b = np.random.default_rng(seed + 1).standard_normal(geom.w_shape[0]).astype(np.float32)
+    return x, w, b, dy
+
+
+def outputs_for(kind, geom, alloc):
+    if kind == "forward":
+        return {"y": alloc(geom.y_shape)}
+    return {"dx": alloc(geom.x_shape), "dw": alloc(geom.w_shape), "db": alloc((geom.w_shape[0],))}
+
+
+def run_variant(result, variant, run, outputs, reference, ctx, pinned):
+    """Warm-up (its output is checked), then the timed repeats; bytes counted against planned."""
+    args = ctx["args"]
+    for a in outputs.values():
+        a.fill(np.nan)
+    start = time.perf_counter()
+    seq = run()
+    warm = time.perf_counter() - start
+    err, how = reference.compare(outputs)
+    result["errors"][variant], result["checked"][variant] = err, how
+    if not err < TOLERANCE:
+        raise C.CheckFailed(f"{variant}: relative error {err:.3g} ({how}) is not below {TOLERANCE}")
+    # The cross-check: what the run moved against what its plans said (pinned: halo zeros not sent).
+    if (seq.counted > seq.planned) if pinned else (seq.counted != seq.planned):
+        raise C.CheckFailed(f"{variant}: counted {seq.counted} bytes over the link, the plans say {seq.planned}")
+    times = fwd.timed_after_warmup(run, warm, args.repeats, args.max_run_seconds)
+    result["times"][variant] = times
+    result["bytes"][variant] = {"counted": seq.counted, "planned": seq.planned, "calls": seq.calls,
+                                "link_GBps": seq.counted / C.median(times) / C.GB}
+    return C.median(times)
+
+
+def run_case(name, spec, ctx):
+    pyooc, torch, args = ctx["pyooc"], ctx["torch"], ctx["args"]
+    kind, description, x_shape, w_shape, padding, cap = spec
+    geom = C.ConvGeometry.padded(x_shape, w_shape, padding)
+    ws = geom.working_set_bytes + (geom.x_bytes if kind == "backward" else 0)  # backward: x, dy and dx
+    limit = fwd.memory_limit_for(ws, cap)
+    backend = ctx["backend"]
+    fused_plan, fused_bytes, unfused_bytes = planned_bytes(pyooc, kind, geom, limit, backend)
+    result = {
+        "name": name, "kind": kind, "description": description, "x_shape": geom.x_shape, "w_shape": geom.w_shape,
+        "y_shape": geom.y_shape, "stride": geom.stride, "padding": geom.padding, "dilation": geom.dilation,
+        "dtype": "float32", "working_set_bytes": ws, "memory_limit": limit, "flops": geom.flops,
+        "planned_bytes": {"fused": fused_bytes, "unfused": unfused_bytes, "fused_over_unfused":
+                          C.ratio(fused_bytes, unfused_bytes)},
+        "pyooc_plan": fwd.plan_dict(fused_plan), "incore_torch_s": None,
+        "times": {}, "errors": {}, "checked": {}, "bytes": {}, "seconds": {}, "failures": {}, "skipped": {},
+    }
+    C.log(f"[{name}] {description}: working set {C.fmt_bytes(ws)}, memory_limit {C.fmt_bytes(limit)}; planned "
+          f"{C.fmt_bytes(fused_bytes)} fused vs {C.fmt_bytes(unfused_bytes)} unfused over the link")
+    started = time.perf_counter()
+    x, w, b, dy = make_inputs(torch, kind, geom, args.seed)
+    result["setup_seconds"] = time.perf_counter() - started
+
+    def attempt(peer, fn):
+        return C.attempt_peer(result, ctx, peer, fn)
+
+    if torch is not None:
+        def incore():
+            info, refs = incore_torch(torch, kind, geom, x, w, b, dy, args.repeats)
+            ctx["references"] = References(torch, refs)
+            result["times"]["incore"] = info["times"]
+            return info["seconds"]
+        result["incore_torch_s"] = attempt("incore", incore)
+        reference = ctx.pop("references", None)
+    else:
+        result["skipped"]["incore"] = "no torch/GPU (dry run)"
+        reference = References(None, numpy_references(kind, geom, x, w, b, dy))
+    bytes_in = geom.x_bytes + geom.w_bytes + (geom.y_bytes if kind == "backward" else 0)
+    bytes_out = geom.y_bytes if kind == "forward" else geom.x_bytes + geom.w_bytes
+    result["roofline"] = C.roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
+
+    fused_fn, unfused_fn = (forward_fused, forward_unfused) if kind == "forward" else (backward_fused, backward_unfused)
+    last = {}
+    for memory in ("pageable", "pinned"):
+        if memory == "pinned" and torch is None:
+            for way in ("fused", "unfused"):
+                result["skipped"][f"{way}_pinned"] = "no GPU: pinned memory needs CUDA (dry run)"
+            continue
+        if reference is None:
+            for way in ("fused", "unfused"):
+                result["skipped"][f"{way}_{memory}"] = "no in-core reference"
+            continue
+        if memory == "pinned":
+            pin = lambda a: None if a is None else bwd._pinned(pyooc, torch, a)  # noqa: E731
+            xs, dys, alloc = pin(x), pin(dy), pyooc.pinned_empty
+        else:
+            xs, dys, alloc = x, dy, lambda shape: np.empty(shape, dtype=np.float32)
+        for way, fn in (("fused", fused_fn), ("unfused", unfused_fn)):
+            variant = f"{way}_{memory}"
+            outs = outputs_for(kind, geom, alloc)
+            out_arg = outs["y"] if kind == "forward" else (outs["dx"], outs["dw"], outs["db"])
+            data = (xs, w, b) if kind == "forward" else (xs, w, dys)
+
+            def run(fn=fn, data=data, out_arg=out_arg):
+                return fn(pyooc, geom, *data, out_arg, limit, backend)
+            result["seconds"][variant] = attempt(
+                variant, lambda variant=variant, run=run, outs=outs: run_variant(
+                    result, variant, run, outs, reference, ctx, memory == "pinned"))
+            last[way] = outs
+        if "fused" in last and "unfused" in last and result["seconds"].get(f"fused_{memory}") is not None \
+                and result["seconds"].get(f"unfused_{memory}") is not None:
+            agree, _ = References(None, {k: np.asarray(v, dtype=np.float64) for k, v in last["unfused"].items()}
+                                  ).compare(last["fused"])
+            result["errors"][f"fused_vs_unfused_{memory}"] = agree
+            if not agree < TOLERANCE:
+                result["failures"][f"fused_{memory}"] = f"fused and unfused outputs differ: {agree:.3g}"
+        last.clear()
+    summarize(result)
+    result["case_seconds"] = time.perf_counter() - started
+    return result
+
+
+def summarize(r):
+    s = r["seconds"]
+    r["ratios"] = {
+        "fused_over_unfused_pageable": C.ratio(s.get("fused_pageable"), s.get("unfused_pageable")),
+        "fused_over_unfused_pinned": C.ratio(s.get("fused_pinned"), s.get("unfused_pinned")),
+        "fused_pinned_efficiency": C.ratio(r["roofline"]["seconds"], s.get("fused_pinned")),
+        "fused_pageable_efficiency": C.ratio(r["roofline"]["seconds"], s.get("fused_pageable")),
+    }
+    r["targets"] = {}
+    for key, goal, label in FORWARD_TARGETS if r["kind"] == "forward" else ():
+        value = r["ratios"][key]
+        r["targets"][key] = {"goal": goal, "label": label, "value": value, "lower_is_better": True,
+                             "met": None if value is None else value <= goal}
+
+
+# --------------------------------------------------------------------------------------------
+# self-test (dry run) and report
+
+
+def self_test(rng):
+    """The byte accounting on tiny problems through pyooc's host backend: each way's counted bytes
+    equal its plans', the fused ways move strictly less, and fused and unfused agree with float64
+    numpy. Returns the number of (case, budget) pairs checked."""
+    import pyooc
+    checked = 0
+    for kind, x_shape, w_shape in (("forward", (3, 4, 11, 9), (5, 4, 3, 3)), ("backward", (3, 4, 11, 9), (5, 4, 3, 3)),
+                                   ("forward", (2, 3, 6, 7, 5), (4, 3, 3, 3, 3)),
+                                   ("backward", (2, 3, 6, 7, 5), (4, 3, 3, 3, 3))):
+        geom = C.ConvGeometry.padded(x_shape, w_shape, 1)
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = (rng.standard_normal(w_shape) / math.sqrt(math.prod(w_shape[1:]))).astype(np.float32)
+        b = rng.standard_normal(w_shape[0]).astype(np.float32)
+        dy = rng.standard_normal(geom.y_shape).astype(np.float32)
+        refs = References(None, numpy_references(kind, geom, x, w, b, dy))
+        fns = (forward_fused, forward_unfused) if kind == "forward" else (backward_fused, backward_unfused)
+        for limit in (None, 8192, 16384):
+            _, fused_bytes, unfused_bytes = planned_bytes(pyooc, kind, geom, limit, "host")
+            moved = []
+            for fn in fns:
+                outs = outputs_for(kind, geom, lambda s: np.full(s, np.nan, dtype=np.float32))
+                out_arg = outs["y"] if kind == "forward" else (outs["dx"], outs["dw"], outs["db"])
+                seq = fn(pyooc, geom, x, w, b if kind == "forward" else dy, out_arg, limit, "host")
+                assert seq.counted == seq.planned, (kind, fn.__name__, seq.counted, seq.planned)
+                err, how = refs.compare(outs)
+                assert err < 1e-5, (kind, fn.__name__, limit, err, how)
+                moved.append(seq.planned)
+            assert moved == [fused_bytes, unfused_bytes], (moved, fused_bytes, unfused_bytes)
+            assert fused_bytes < unfused_bytes
+            checked += 1
+    return checked
+
+
+def markdown(report):
+    bw = report["bandwidth"]
+    lines = [f"# {NAME} benchmark", "",
+             f"commit `{report['commit']}`, {report['date']}, {report['device']}" +
+             ("" if report["mode"] == "full" else f", {report['mode']} mode (not the full sizes)"), "",
+             f"Link ({'assumed, not measured' if bw.get('assumed') else 'measured in this run'}): pinned H2D "
+             f"{bw['h2d']:.1f} GB/s, D2H {bw['d2h']:.1f} GB/s, both directions {bw['bidir']:.1f} GB/s.", "",
+             "Bytes over the link (H2D + D2H) from the plans, and median seconds; fused / unfused < 1 is the "
+             "saving:", ""]
+    rows = []
+    for c in report["cases"]:
+        pb, s = c["planned_bytes"], c["seconds"]
+        rl = c.get("roofline", {})
+        rows.append([c["name"], C.fmt_bytes(c["working_set_bytes"]), C.fmt_bytes(c["memory_limit"]),
+                     C.fmt_bytes(pb["fused"]), C.fmt_bytes(pb["unfused"]), f"{pb['fused_over_unfused']:.2f}",
+                     f"{C.fmt_s(rl.get('seconds'))} ({rl.get('bound', '?')})", C.fmt_s(s.get("fused_pinned")),
+                     C.fmt_s(s.get("unfused_pinned")), C.fmt_s(s.get("fused_pageable")),
+                     C.fmt_s(s.get("unfused_pageable")), C.fmt_s(c["incore_torch_s"])])
+    lines.append(C.markdown_table(["case", "working set", "memory_limit", "bytes fused", "bytes unfused",
+                                   "bytes ratio", "fused roofline", "fused pinned", "unfused pinned",
+                                   "fused pageable", "unfused pageable", "in-core torch"], rows))
+    lines += ["", "Time ratios (fused / unfused) and targets:", ""]
+    rows = []
+    for c in report["cases"]:
+        for key in ("fused_over_unfused_pinned", "fused_over_unfused_pageable"):
+            t = c["targets"].get(key)
+            value = c["ratios"][key]
+            if t:
+                shown, verdict = C.target_row(value, t["goal"], higher_is_better=False)
+                rows.append([c["name"], t["label"], shown, verdict])
+            else:
+                rows.append([c["name"], key.replace("_", " "), "-" if value is None else f"{value:.2f}", "(no target)"])
+    lines.append(C.markdown_table(["case", "target", "value", "verdict"], rows))
+    notes = []
+    for c in report["cases"]:
+        plan = c.get("pyooc_plan", {})
+        errs = [e for e in c["errors"].values() if e is not None]
+        counted = {v: b["counted"] for v, b in c["bytes"].items()}
+        notes.append(f"- {c['name']}: {c['description']}; x {list(c['x_shape'])}, w {list(c['w_shape'])}; fused "
+                     f"splits {plan.get('splits')}, {plan.get('num_chunks')} chunks; bytes counted {counted}; max "
+                     f"rel. error {max(errs):.2e}" if errs else f"- {c['name']}: {c['description']}")
+        for peer, why in c["failures"].items():
+            notes.append(f"  - FAILED {peer}: {why}")
+        for peer, why in c["skipped"].items():
+            notes.append(f"  - skipped {peer}: {why}")
+    lines += ["", *notes, ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    return C.bench_main(argv, name=NAME, doc=__doc__, cases=CASES, peers=PEERS, run_case=run_case, markdown=markdown,
+                        self_test=self_test, tolerance=TOLERANCE)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+// The fused functions of fused.hpp: argument checks, plans, runs (exec/fused_pipeline).
+#include "ooc/fused.hpp"
+
+#include <algorithm>
+#include <initializer_list>
+#include <limits>
+
+#include "api/backend_access.hpp"
+#include "exec/fused_pipeline.hpp"
+#include "exec/thread_pool.hpp"
+#include "plan/conv_geometry.hpp"
+#include "plan/fused_planner.hpp"
+#include "plan/planner.hpp"
+#include "plan/planner_parts.hpp"
+#include "plan/shape_format.hpp"
+
+namespace ooc {
+namespace {
+
+// The planner configuration for a fused call: when every tensor it is given is pinned (or device)
+// memory it moves by DMA alone, so the plan is made without the host gather/scatter cost.
+PlannerConfig fused_config(Backend& backend, PlannerConfig config, bool assume_pinned,
+                           std::initializer_list<const void*> tensors) {
+  const bool all_pinned = std::all_of(tensors.begin(), tensors.end(), [&](const void* t) {
+    return !t || backend.host_is_device_accessible(t);
+  });
+  if (assume_pinned || (tensors.size() > 0 && all_pinned))
+    config.machine.host_copy_bytes_per_s = std::numeric_limits<double>::infinity();
+  return config;
+}
+
+// A plan_* twin: the plan for pageable tensors (pinned ones with options.assume_pinned).
+template <typename Planner>
+Plan plan_only(const Options& options, Planner planner) {
+  Plan plan;
+  with_backend(options, [&](Backend& backend, const PlannerConfig& config) {
+    plan = planner(fused_config(backend, config, options.assume_pinned, {}));
+  });
+  return plan;
+}
+
+// Plans for the call's tensors and runs the plan: run(plan, backend) returns what it measured.
+template <typename Planner, typename Run>
+void plan_and_run(const Options& options, std::initializer_list<const void*> tensors, Planner planner, Run run,
+                  Plan* used, RunStats* stats) {
+  with_backend(options, [&](Backend& backend, const PlannerConfig& config) {
+    Plan plan = planner(fused_config(backend, config, false, tensors));
+    RunStats s = run(plan, backend);
+    if (stats) *stats = s;
+    if (used) *used = std::move(plan);
+  });
+}
+
+void require_forward(const ConvProblem& p, const char* function) {
+  if (p.op != Operation::forward)
+    throw invalid_argument(std::string(function) + ": the problem describes " + operation_name(p.op) +
+                           " (make it with ConvProblem::forward)");
+}
+
+Plan plan_bias_activation(const ConvProblem& p, const PlannerConfig& config) {
+  Plan plan = plan_conv_forward_for(p, config);
+  plan.fused = "conv_bias_activation_forward";
+  return plan;
+}
+
+void require_deconv(const ConvProblem& p, const char* function) {
+  if (p.op != Operation::backward_data)
+    throw invalid_argument(std::string(function) + ": the problem describes " + operation_name(p.op) +
+                           " (make it with deconv_problem)");
+}
+
+void require_backward(const ConvProblem& p, const char* function) {
+  if (p.op != Operation::backward_data)
+    throw invalid_argument(std::string(function) + ": the problem describes " + operation_name(p.op) +
+                           " (make it with ConvProblem::backward_data)");
+  if (p.beta != 0.0)
+    throw invalid_argument(std::string(function) + ": beta must be 0 (the gradients are computed fresh), got " +
+                           std::to_string(p.beta));
+}
+
+// How many y-shaped tensors a fused activation backward streams per dy tile: dy, y and, where the
+// gradient needs it, the activation's input.
+int activation_y_inputs(const FusedActivation& a, bool with_pre) {
+  if (a.identity) return 1;
+  // relu's mask is y > 0 as well; sigmoid's and tanh's gradients are functions of y. clipped_relu's
+  // mask is not y < ceiling: at the ceiling y is the ceiling rounded to float, which may be below it.
+  const bool from_y = a.mode == ActivationMode::relu || a.mode == ActivationMode::sigmoid ||
+                      a.mode == ActivationMode::tanh;
+  if (!from_y && !with_pre) {
+    const char* names[] = {"relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish"};
+    throw invalid_argument(std::string("pre (the activation's input) is needed for the gradient of ") +
+                           names[static_cast<int>(a.mode)] + ": y alone does not give it");
+  }
+  return with_pre ? 3 : 2;
+}
+
+Plan plan_activation_backward(const ConvProblem& p, const FusedActivation& a, bool with_pre,
+                              const PlannerConfig& config) {
+  return plan_conv_backward_data_filter_bias_for(p, config, activation_y_inputs(a, with_pre),
+                                                 "activation_conv_backward_data_filter_bias");
+}
+
+}  // namespace
+
+FusedActivation fused_activation_from_name(const std::string& name, double coef) {
+  FusedActivation a;
+  a.coef = coef;
+  if (name == "identity") {
+    a.identity = true;
+    return a;
+  }
+  try {
+    a.mode = activation_mode_from_name(name);
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(std::string("activation: 'identity' or ") + e.what());
+  }
+  return a;
+}
+
+Plan plan_conv_bias_activation_forward(const ConvProblem& problem, const Options& options) {
+  require_forward(problem, "plan_conv_bias_activation_forward");
+  return plan_only(options, [&](const PlannerConfig& c) { return plan_bias_activation(problem, c); });
+}
+
+void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
+                                  const float* w, const float* z, const float* bias, float* y, const Options& options,
+                                  Plan* used, RunStats* stats) {
+  require_forward(problem, "conv_bias_activation_forward");
+  if (!x || !w || !y || (problem.has_bias && !bias) || (problem.beta != 0.0 && !z))
+    throw invalid_argument("conv_bias_activation_forward: null data pointer");
+  const float* z_read = problem.beta != 0.0 ? z : nullptr;
+  plan_and_run(
+      options, {x, w, z_read, bias, y}, [&](const PlannerConfig& c) { return plan_bias_activation(problem, c); },
+      [&](const Plan& plan, Backend& backend) {
+        return run_conv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y, ThreadPool::shared());
+      },
+      used, stats);
+}
+
+namespace {
+
+void require_pooling_of(const ConvProblem& conv, const ConvProblem& pool, const char* function) {
+  require_forward(conv, function);
+  if (pool.op != Operation::pool_forward)
+    throw invalid_argument(std::string(function) + ": pool describes " + operation_name(pool.op) +
+                           " (make it with pool_problem)");
+  if (pool.x_shape() != conv.y_shape())
+    throw invalid_argument(std::string(function) + ": pool pools a tensor of another shape than the convolution's y");
+}
+
+}  // namespace
+
+Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const ConvProblem& pool,
+                                               const Options& options) {
+  require_pooling_of(conv, pool, "plan_conv_bias_activation_pooling_forward");
+  return plan_only(options,
+                   [&](const PlannerConfig& c) { return plan_conv_bias_activation_pooling_forward_for(conv, pool, c); });
+}
+
+void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedActivation& activation,
+                                          const ConvProblem& pool, PoolMode mode, const float* x, const float* w,
+                                          const float* z, const float* bias, float* out, const Options& options,
+                                          Plan* used, RunStats* stats) {
+  require_pooling_of(conv, pool, "conv_bias_activation_pooling_forward");
+  if (!x || !w || !out || (conv.has_bias && !bias) || (conv.beta != 0.0 && !z))
+    throw invalid_argument("conv_bias_activation_pooling_forward: null data pointer");
+  const float* z_read = conv.beta != 0.0 ? z : nullptr;
+  plan_and_run(
+      options, {x, w, z_read, bias, out},
+      [&](const PlannerConfig& c) { return plan_conv_bias_activation_pooling_forward_for(conv, pool, c); },
+      [&](const Plan& plan, Backend& backend) {
+        return run_conv_bias_activation_pooling_forward(plan, backend, activation, pool, mode, x, w, z, bias, out,
+                                                        ThreadPool::shared());
+      },
+      used, stats);
+}
+
+ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
+                           const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                           const std::vector<int64_t>& output_padding, const std::vector<int64_t>& dilation,
+                           int64_t groups, double alpha1, double alpha2, bool has_bias) {
+  if (w_shape.size() < 3 || w_shape.size() > 5 || x_shape.size() != w_shape.size())
+    throw invalid_argument("x and w must both be 3D, 4D or 5D ([batch, in_channels, *spatial] and [in_channels, "
+                           "out_channels/groups, *kernel]), got x" + format_shape(x_shape) + " and w" +
+                           format_shape(w_shape));
+  if (x_shape[1] != w_shape[0])
+    throw invalid_argument("x has " + std::to_string(x_shape[1]) + " channels, w" + format_shape(w_shape) +
+                           " expects " + std::to_string(w_shape[0]) + " (w is [in_channels, out_channels, ...])");
+  const size_t sd = w_shape.size() - 2;
+  auto option = [&](const std::vector<int64_t>& v, const char* name, size_t d) {
+    if (v.size() != 1 && v.size() != sd)
+      throw invalid_argument(std::string(name) + " must have 1 or " + std::to_string(sd) + " elements, got " +
+                             std::to_string(v.size()));
+    return v.size() == 1 ? v[0] : v[d];
+  };
+  std::vector<int64_t> y_shape{x_shape[0], w_shape[1] * groups};
+  for (size_t d = 0; d < sd; ++d) {
+    const int64_t s = option(stride, "stride", d), pad = option(padding, "padding", d);
+    const int64_t op = option(output_padding, "output_padding", d), dil = option(dilation, "dilation", d);
+    // An output_padding of stride or more would add rows no conv_forward of y maps back to x.
+    if (op < 0 || op >= s)
+      throw invalid_argument("output_padding must be non-negative and smaller than stride, got output_padding=" +
+                             std::to_string(op) + " and stride=" + std::to_string(s) + " (dimension " +
+                             std::to_string(d) + ")");
+    const int64_t out = (x_shape[2 + d] - 1) * s - 2 * pad + dil * (w_shape[2 + d] - 1) + op + 1;
+    if (out <= 0)
+      throw invalid_argument("the transposed convolution's output would be empty: " + std::to_string(out) +
+                             " rows along dimension " + std::to_string(d) + " of x" + format_shape(x_shape));
+    y_shape.push_back(out);
+  }
+  ConvProblem p = ConvProblem::backward_data(x_shape, w_shape, y_shape, stride, padding, dilation, groups, alpha1,
+                                             alpha2);
+  p.has_bias = has_bias;
+  return p;
+}
+
+namespace {
+
+// The backward-data planner's plan with the bias (per output channel, resident) added to it.
+Plan plan_deconv(const ConvProblem& p, const PlannerConfig& config) {
+  const size_t bias = p.has_bias ? planner_parts::slot_bytes(p.c, static_cast<double>(dtype_size(p.dtype))) : 0;
+  PlannerConfig rest = config;
+  rest.memory_limit = config.memory_limit > bias ? config.memory_limit - bias : 0;
+  Plan plan;
+  try {
+    plan = plan_conv_backward_for(p, rest);
+  } catch (const out_of_budget& e) {
+    planner_parts::throw_out_of_budget(p, config.memory_limit, e.needed_bytes() + bias, config.workspace_bytes != 0);
+  }
+  plan.fused = "deconv_bias_activation_forward";
+  plan.memory_limit = config.memory_limit;
+  plan.peak_device_bytes += bias;
+  plan.bias_buffers = p.has_bias ? 1 : 0;
+  plan.bias_bytes = bias;
+  plan.bytes_h2d += p.has_bias ? static_cast<size_t>(p.c) * dtype_size(p.dtype) : 0;
+  return plan;
+}
+
+}  // namespace
+
+Plan plan_deconv_bias_activation_forward(const ConvProblem& deconv, const Options& options) {
+  require_deconv(deconv, "plan_deconv_bias_activation_forward");
+  return plan_only(options, [&](const PlannerConfig& c) { return plan_deconv(deconv, c); });
+}
+
+void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const float* x,
+                                    const float* w, const float* z, const float* bias, float* y,
+                                    const Options& options, Plan* used, RunStats* stats) {
+  require_deconv(deconv, "deconv_bias_activation_forward");
+  if (!x || !w || !y || (deconv.has_bias && !bias) || (deconv.beta != 0.0 && !z))
+    throw invalid_argument("deconv_bias_activation_forward: null data pointer");
+  const float* z_read = deconv.beta != 0.0 ? z : nullptr;
+  plan_and_run(
+      options, {x, w, z_read, bias, y}, [&](const PlannerConfig& c) { return plan_deconv(deconv, c); },
+      [&](const Plan& plan, Backend& backend) {
+        return run_deconv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y, ThreadPool::shared());
+      },
+      used, stats);
+}
+
+Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem, const Options& options) {
+  require_backward(problem, "plan_conv_backward_data_filter_bias");
+  return plan_only(options, [&](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(problem, c); });
+}
+
+void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
+                                    float* dx, float* dw, float* db, const Options& options, Plan* used,
+                                    RunStats* stats) {
+  require_backward(problem, "conv_backward_data_filter_bias");
+  if (!x || !dy || !w || !dx || !dw || !db) throw invalid_argument("conv_backward_data_filter_bias: null data pointer");
+  plan_and_run(
+      options, {x, dy, w, dx, dw, db},
+      [&](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(problem, c); },
+      [&](const Plan& plan, Backend& backend) {
+        return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db, ThreadPool::shared());
+      },
+      used, stats);
+}
+
+Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
+                                                    bool with_pre, const Options& options) {
+  require_backward(problem, "plan_activation_conv_backward_data_filter_bias");
+  return plan_only(options,
+                   [&](const PlannerConfig& c) { return plan_activation_backward(problem, activation, with_pre, c); });
+}
+
+void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
+                                               const float* x, const float* dy, const float* w, const float* y,
+                                               const float* pre, float* dx, float* dw, float* db,
+                                               const Options& options, Plan* used, RunStats* stats) {
+  require_backward(problem, "activation_conv_backward_data_filter_bias");
+  if (!x || !dy || !w || !dx || !dw || !db || (!activation.identity && !y))
+    throw invalid_argument("activation_conv_backward_data_filter_bias: null data pointer");
+  const bool with_pre = pre && !activation.identity;
+  plan_and_run(
+      options, {x, dy, w, activation.identity ? nullptr : y, with_pre ? pre : nullptr, dx, dw, db},
+      [&](const PlannerConfig& c) { return plan_activation_backward(problem, activation, with_pre, c); },
+      [&](const Plan& plan, Backend& backend) {
+        if (activation.identity)
+          return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db, ThreadPool::shared());
+        return run_activation_conv_backward_data_filter_bias(plan, backend, activation, x, dy, w, y,
+                                                             with_pre ? pre : nullptr, dx, dw, db,
+                                                             ThreadPool::shared());
+      },
+      used, stats);
+}
+
+}  // namespace ooc

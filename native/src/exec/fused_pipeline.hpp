@@ -1,0 +1,32 @@
+// Runs the fused functions' plans (fused.hpp) through the chunk pipeline: each starts from the spec
+// of the operation it extends and adds what the chunk does on the device before its output leaves.
+#pragma once
+
+#include "backend/backend.hpp"
+#include "exec/thread_pool.hpp"
+#include "ooc/fused.hpp"
+
+namespace ooc {
+
+RunStats run_conv_bias_activation_forward(const Plan& plan, Backend& backend, const FusedActivation& activation,
+                                          const float* x, const float* w, const float* z, const float* bias, float* y,
+                                          ThreadPool& pool);
+// pool: the pooling of y (pool_problem), out its result.
+RunStats run_conv_bias_activation_pooling_forward(const Plan& plan, Backend& backend,
+                                                  const FusedActivation& activation, const ConvProblem& pool,
+                                                  PoolMode mode, const float* x, const float* w, const float* z,
+                                                  const float* bias, float* out, ThreadPool& pool_threads);
+// The plan: the deconvolution's backward-data plan (x plays dy, y plays dx).
+RunStats run_deconv_bias_activation_forward(const Plan& plan, Backend& backend, const FusedActivation& activation,
+                                            const float* x, const float* w, const float* z, const float* bias,
+                                            float* y, ThreadPool& pool);
+RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, const float* x, const float* dy,
+                                            const float* w, float* dx, float* dw, float* db, ThreadPool& pool);
+// pre: the activation's input, or null where y alone gives its gradient.
+RunStats run_activation_conv_backward_data_filter_bias(const Plan& plan, Backend& backend,
+                                                       const FusedActivation& activation, const float* x,
+                                                       const float* dy, const float* w, const float* y,
+                                                       const float* pre, float* dx, float* dw, float* db,
+                                                       ThreadPool& pool);
+
+}  // namespace ooc

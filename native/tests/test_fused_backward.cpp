@@ -1,0 +1,173 @@
+// conv_backward_data_filter_bias on the host backend: (dx, dw, db) against the three float64
+// references for every split kind the fused planner makes (n, c, each spatial dimension, with the
+// dx rows two tiles share carried on the device), staged and by direct DMA; the plan's properties
+// (dy loaded exactly once); alpha; and argument errors.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "fused_run.hpp"
+#include "layers_run.hpp"
+
+namespace {
+
+using ooc::BackendKind;
+using ooc_layers_test::HostDirectAccess;
+using ooc_test::FusedBackwardCase;
+
+class FusedBackwardHost : public ::testing::TestWithParam<FusedBackwardCase> {};
+
+TEST_P(FusedBackwardHost, MatchesTheThreeGradients) {
+  const FusedBackwardCase& fc = GetParam();
+  const ooc::ConvProblem p = fc.spec.problem();
+  const size_t budget = fc.expect ? ooc_test::fused_backward_budget(p, BackendKind::host, fc.expect) : 0;
+  ASSERT_TRUE(!fc.expect || budget > 0) << "no budget gives the split " << fc.name << " wants";
+  const unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)));
+  for (bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct" : "staged");
+    HostDirectAccess access(direct);
+    const auto r = ooc_test::run_fused_backward_and_check(
+        fc.spec, budget, BackendKind::host, seed + direct,
+        direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
+    if (fc.expect) {
+      EXPECT_TRUE(fc.expect(r.plan)) << r.plan.describe();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FusedBackwardHost, ::testing::ValuesIn(ooc_test::fused_backward_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(FusedBackward, AlphaScalesAllThree) {
+  ooc_test::BackwardSpec spec =
+      ooc_test::backward_spec(ooc::Operation::backward_data, {2, 3, 30, 7}, {4, 3, 3, 3}, {1}, {1}, {1}, -0.5);
+  const size_t budget = ooc_test::fused_backward_budget(spec.problem(), BackendKind::host,
+                                                        [](const ooc::Plan& p) { return p.splits_out[0] > 1; });
+  ASSERT_GT(budget, 0u);
+  ooc_test::run_fused_backward_and_check(spec, budget, BackendKind::host, ooc_test::test_seed(77));
+}
+
+TEST(FusedBackward, RandomGeometriesAndBudgets) {
+  std::mt19937 rng(ooc_test::test_seed(78));
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int carried = 0;
+  for (int i = 0; i < 60; ++i) {
+    ooc_test::BackwardSpec spec;
+    spec.op = ooc::Operation::backward_data;
+    ooc_test::pick_geometry(spec, pick, {2, 3, 3, {300, 40, 12}, 4, 3, 3});
+    ooc::ConvProblem p;
+    try {
+      p = spec.problem();
+    } catch (const ooc::invalid_argument&) {
+      continue;  // the kernel does not fit the padded input
+    }
+    // Every other problem under a budget that splits space (where one does), the rest at random.
+    const size_t needed = ooc_test::fused_backward_needed_bytes(p, BackendKind::host);
+    size_t budget = needed + static_cast<size_t>(pick(0, 4) * static_cast<int64_t>(needed) / 4);
+    if (i % 2 == 0)
+      if (const size_t spatial = ooc_test::fused_backward_budget(p, BackendKind::host, [](const ooc::Plan& plan) {
+            return plan.splits_out[0] * plan.splits_out[1] * plan.splits_out[2] > 1;
+          }))
+        budget = spatial;
+    const auto r = ooc_test::run_fused_backward_and_check(spec, budget, BackendKind::host, ooc_test::test_seed(100 + i));
+    carried += r.plan.scratch_bytes > 0;
+  }
+  EXPECT_GE(carried, 8) << "too few random plans carried dx rows between spatial tiles";
+}
+
+TEST(FusedBackward, ArgumentErrors) {
+  ooc::Options o;
+  o.backend = BackendKind::host;
+  const auto spec = ooc_test::backward_spec(ooc::Operation::backward_data, {1, 2, 8}, {3, 2, 3}, {1}, {0}, {1}, 1, 0.5);
+  std::vector<float> x(16), w(18), dy(18), dx(16), dw(18), db(3);
+  try {
+    ooc::conv_backward_data_filter_bias(spec.problem(), x.data(), dy.data(), w.data(), dx.data(), dw.data(), db.data(),
+                                        o);
+    ADD_FAILURE() << "beta != 0 was accepted";
+  } catch (const ooc::invalid_argument& e) {
+    EXPECT_TRUE(ooc_test::names_argument(e.what(), "beta")) << e.what();
+  }
+  auto fresh = spec;
+  fresh.beta = 0;
+  EXPECT_THROW(ooc::conv_backward_data_filter_bias(fresh.problem(), x.data(), dy.data(), w.data(), dx.data(), nullptr,
+                                                   db.data(), o),
+               ooc::invalid_argument);
+  const ooc::ConvProblem fwd = ooc::ConvProblem::forward({1, 2, 8}, {3, 2, 3}, {1}, {0}, {1}, 1, 1, 0, false);
+  EXPECT_THROW(ooc::plan_conv_backward_data_filter_bias(fwd, o), ooc::invalid_argument);
+  o.memory_limit = 64;
+  EXPECT_THROW(ooc::plan_conv_backward_data_filter_bias(fresh.problem(), o), ooc::out_of_budget);
+}
+
+}  // namespace
+
+namespace {
+
+// activation_conv_backward_data_filter_bias: every activation, with and without the activation's
+// input where y alone gives the gradient, on the fused backward's split kinds.
+class ActivationFusedBackwardHost : public ::testing::TestWithParam<ooc_test::FusedBackwardCase> {};
+
+TEST_P(ActivationFusedBackwardHost, EveryActivationMatchesTheComposition) {
+  const FusedBackwardCase& fc = GetParam();
+  const ooc::ConvProblem p = fc.spec.problem();
+  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)) + 1000);
+  for (const auto& [name, activation] : ooc_test::fused_activations()) {
+    const bool y_suffices = activation.identity || activation.mode == ooc::ActivationMode::relu ||
+                            activation.mode == ooc::ActivationMode::sigmoid || activation.mode == ooc::ActivationMode::tanh;
+    for (bool with_pre : {true, false}) {
+      if (!with_pre && !y_suffices) continue;
+      SCOPED_TRACE(name + (with_pre ? " with pre" : " from y alone"));
+      // The budget for this plan's own y-shaped inputs (more of them leave less room for the split).
+      const auto expect = fc.expect;
+      ooc::Options o = ooc_layers_test::host(0);
+      size_t budget = 0;
+      if (expect) {
+        const size_t needed = ooc_test::needed_bytes_of(
+            [&](const ooc::ConvProblem& q, const ooc::Options& opt) {
+              return ooc::plan_activation_conv_backward_data_filter_bias(q, activation, with_pre, opt);
+            },
+            p, BackendKind::host);
+        for (double f = 1.0; f < 20.0 && !budget; f *= 1.04) {
+          o.memory_limit = static_cast<size_t>(static_cast<double>(needed) * f);
+          if (expect(ooc::plan_activation_conv_backward_data_filter_bias(p, activation, with_pre, o)))
+            budget = o.memory_limit;
+        }
+        ASSERT_GT(budget, 0u) << "no budget gives the split " << fc.name << " wants";
+      }
+      const bool direct = ++seed % 2 == 0;
+      HostDirectAccess access(direct);
+      const auto r = ooc_test::run_fused_backward_and_check(
+          fc.spec, budget, BackendKind::host, seed,
+          direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable, 1e-5, &activation,
+          with_pre);
+      EXPECT_EQ(r.plan.fused, "activation_conv_backward_data_filter_bias");
+    }
+  }
+}
+
+// A few of the split kinds: every activation runs on each.
+std::vector<FusedBackwardCase> activation_cases() {
+  std::vector<FusedBackwardCase> all = ooc_test::fused_backward_cases(), some;
+  for (const FusedBackwardCase& c : all)
+    for (const char* name : {"whole_default_budget", "n_c", "d0_stride_dilation", "d1_2d", "d0_3d_with_n_c"})
+      if (std::string(c.name) == name) some.push_back(c);
+  return some;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ActivationFusedBackwardHost, ::testing::ValuesIn(activation_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(ActivationFusedBackward, ClippedReluEluAndSwishNeedTheActivationsInput) {
+  const ooc::ConvProblem p =
+      ooc_test::backward_spec(ooc::Operation::backward_data, {1, 2, 8}, {3, 2, 3}).problem();
+  for (const char* name : {"clipped_relu", "elu", "swish"}) {
+    try {
+      ooc::plan_activation_conv_backward_data_filter_bias(p, ooc::fused_activation_from_name(name, 1.0), false,
+                                                          ooc_layers_test::host(0));
+      ADD_FAILURE() << name << " was planned without pre";
+    } catch (const ooc::invalid_argument& e) {
+      EXPECT_TRUE(ooc_test::names_argument(e.what(), "pre")) << e.what();
+    }
+  }
+}
+
+}  // namespace

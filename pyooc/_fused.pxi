@@ -1,0 +1,209 @@
+# Bindings of the fused functions (native/include/ooc/fused.hpp), included into _native.pyx.
+# pyooc/fused.py checks the Python arguments; shapes and geometry are checked by libooc.
+
+
+def fused_activation(str name, double coef):
+    """Checks an activation name ("identity" or an activation mode; ValueError listing them)."""
+    ooc.fused_activation_from_name(name.encode(), coef)
+
+
+def plan_conv_bias_activation_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation,
+                                      int64_t groups, double alpha1, double alpha2, bint has_bias,
+                                      size_t memory_limit, str backend, int device, bint pinned=False):
+    cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
+                                                 has_bias)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_conv_bias_activation_forward(problem, options)
+    return Plan.wrap(plan)
+
+
+def conv_bias_activation_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, z, bias,
+                                 float[::1] y, str activation, double coef, tuple stride, tuple padding,
+                                 tuple dilation, int64_t groups, double alpha1, double alpha2, size_t memory_limit,
+                                 str backend, int device):
+    """Runs on flat float32 views of the caller's arrays (no copies; z and bias may be None).
+    Returns (plan, stats)."""
+    cdef float* z_ptr = _ptr(z)
+    cdef float* bias_ptr = _ptr(bias)
+    cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
+    cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
+                                                 bias is not None)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.conv_bias_activation_forward(problem, act, &x[0], &w[0], z_ptr, bias_ptr, &y[0], options, &plan, &stats)
+    return _ran(plan, stats)
+
+
+cdef ooc.ConvProblem _fused_backward_problem(tuple x_shape, tuple dy_shape, tuple w_shape, tuple stride,
+                                             tuple padding, tuple dilation, int64_t groups) except *:
+    return ooc.ConvProblem.backward_data(list(dy_shape), list(w_shape), list(x_shape), list(stride), list(padding),
+                                         list(dilation), groups, 1.0, 0.0, ooc.DType.float32)
+
+
+def check_conv_backward_data_filter_bias(tuple x_shape, tuple dy_shape, tuple w_shape, tuple stride, tuple padding,
+                                         tuple dilation, int64_t groups):
+    """Validates the shapes and geometry (ValueError naming the argument)."""
+    _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation, groups)
+
+
+def plan_conv_backward_data_filter_bias(tuple x_shape, tuple dy_shape, tuple w_shape, tuple stride, tuple padding,
+                                        tuple dilation, int64_t groups, size_t memory_limit, str backend, int device,
+                                        bint pinned=False):
+    cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
+                                                           groups)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_conv_backward_data_filter_bias(problem, options)
+    return Plan.wrap(plan)
+
+
+def conv_backward_data_filter_bias(const float[::1] x, tuple x_shape, const float[::1] dy, tuple dy_shape,
+                                   const float[::1] w, tuple w_shape, float[::1] dx, float[::1] dw, float[::1] db,
+                                   tuple stride, tuple padding, tuple dilation, int64_t groups, size_t memory_limit,
+                                   str backend, int device):
+    """Runs on flat float32 views of the caller's arrays (no copies). Returns (plan, stats)."""
+    cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
+                                                           groups)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.conv_backward_data_filter_bias(problem, &x[0], &dy[0], &w[0], &dx[0], &dw[0], &db[0], options, &plan,
+                                           &stats)
+    return _ran(plan, stats)
+
+
+def plan_activation_conv_backward_data_filter_bias(tuple x_shape, tuple dy_shape, tuple w_shape, str activation,
+                                                   double coef, bint with_pre, tuple stride, tuple padding,
+                                                   tuple dilation, int64_t groups, size_t memory_limit, str backend,
+                                                   int device, bint pinned=False):
+    cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
+                                                           groups)
+    cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_activation_conv_backward_data_filter_bias(problem, act, with_pre, options)
+    return Plan.wrap(plan)
+
+
+def activation_conv_backward_data_filter_bias(const float[::1] x, tuple x_shape, const float[::1] dy,
+                                              tuple dy_shape, const float[::1] w, tuple w_shape, y, pre,
+                                              float[::1] dx, float[::1] dw, float[::1] db, str activation,
+                                              double coef, tuple stride, tuple padding, tuple dilation,
+                                              int64_t groups, size_t memory_limit, str backend, int device):
+    """Runs on flat float32 views (no copies; y and pre may be None). Returns (plan, stats)."""
+    cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
+                                                           groups)
+    cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef float* y_ptr = _ptr(y)
+    cdef float* pre_ptr = _ptr(pre)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.activation_conv_backward_data_filter_bias(problem, act, &x[0], &dy[0], &w[0], y_ptr, pre_ptr, &dx[0],
+                                                      &dw[0], &db[0], options, &plan, &stats)
+    return _ran(plan, stats)
+
+
+cdef ooc.ConvProblem _pooling_of(ooc.ConvProblem& conv, tuple kernel, tuple stride, tuple padding) except *:
+    return ooc.pool_problem(conv.y_shape(), list(kernel), list(stride), list(padding))
+
+
+def pooled_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups,
+                 tuple pool_kernel, tuple pool_stride, tuple pool_padding):
+    """The pooled output's shape (ValueError naming the argument for a bad geometry)."""
+    cdef ooc.ConvProblem conv = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, 1.0, 0.0, False)
+    return tuple(_pooling_of(conv, pool_kernel, pool_stride, pool_padding).y_shape())
+
+
+def plan_conv_bias_activation_pooling_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
+                                              tuple dilation, int64_t groups, double alpha1, double alpha2,
+                                              bint has_bias, tuple pool_kernel, tuple pool_stride, tuple pool_padding,
+                                              size_t memory_limit, str backend, int device, bint pinned=False):
+    cdef ooc.ConvProblem conv = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
+                                              has_bias)
+    cdef ooc.ConvProblem pool = _pooling_of(conv, pool_kernel, pool_stride, pool_padding)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_conv_bias_activation_pooling_forward(conv, pool, options)
+    return Plan.wrap(plan)
+
+
+def conv_bias_activation_pooling_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, z,
+                                         bias, float[::1] out, str activation, double coef, tuple stride,
+                                         tuple padding, tuple dilation, int64_t groups, double alpha1, double alpha2,
+                                         tuple pool_kernel, tuple pool_stride, tuple pool_padding, str pool_mode,
+                                         size_t memory_limit, str backend, int device):
+    """Runs on flat float32 views (no copies; z and bias may be None). Returns (plan, stats)."""
+    cdef float* z_ptr = _ptr(z)
+    cdef float* bias_ptr = _ptr(bias)
+    cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
+    cdef ooc.PoolMode mode = ooc.pool_mode_from_name(pool_mode.encode())
+    cdef ooc.ConvProblem conv = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
+                                              bias is not None)
+    cdef ooc.ConvProblem pool = _pooling_of(conv, pool_kernel, pool_stride, pool_padding)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.conv_bias_activation_pooling_forward(conv, act, pool, mode, &x[0], &w[0], z_ptr, bias_ptr, &out[0],
+                                                 options, &plan, &stats)
+    return _ran(plan, stats)
+
+
+cdef ooc.ConvProblem _deconv(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple output_padding,
+                             tuple dilation, int64_t groups, double alpha1, double alpha2, bint has_bias) except *:
+    return ooc.deconv_problem(list(x_shape), list(w_shape), list(stride), list(padding), list(output_padding),
+                              list(dilation), groups, alpha1, alpha2, has_bias)
+
+
+def deconv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple output_padding,
+                        tuple dilation, int64_t groups):
+    """y's shape (ValueError naming the argument for a bad geometry)."""
+    return tuple(_deconv(x_shape, w_shape, stride, padding, output_padding, dilation, groups, 1.0, 0.0,
+                         False).x_shape())
+
+
+def plan_deconv_bias_activation_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
+                                        tuple output_padding, tuple dilation, int64_t groups, double alpha1,
+                                        double alpha2, bint has_bias, size_t memory_limit, str backend, int device,
+                                        bint pinned=False):
+    cdef ooc.ConvProblem problem = _deconv(x_shape, w_shape, stride, padding, output_padding, dilation, groups,
+                                           alpha1, alpha2, has_bias)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_deconv_bias_activation_forward(problem, options)
+    return Plan.wrap(plan)
+
+
+def deconv_bias_activation_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, z, bias,
+                                   float[::1] y, str activation, double coef, tuple stride, tuple padding,
+                                   tuple output_padding, tuple dilation, int64_t groups, double alpha1,
+                                   double alpha2, size_t memory_limit, str backend, int device):
+    """Runs on flat float32 views (no copies; z and bias may be None). Returns (plan, stats)."""
+    cdef float* z_ptr = _ptr(z)
+    cdef float* bias_ptr = _ptr(bias)
+    cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
+    cdef ooc.ConvProblem problem = _deconv(x_shape, w_shape, stride, padding, output_padding, dilation, groups,
+                                           alpha1, alpha2, bias is not None)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.deconv_bias_activation_forward(problem, act, &x[0], &w[0], z_ptr, bias_ptr, &y[0], options, &plan,
+                                           &stats)
+    return _ran(plan, stats)

@@ -1,0 +1,326 @@
+"""Fused out-of-core functions (ooc_cuDNN's fused layers; native/include/ooc/fused.hpp): several
+operations in one pass over the chunks, the intermediates kept on the GPU. On a link-bound GPU the
+fastest byte is the one never moved, so each function moves what its unfused composition reads and
+writes once, not once per operation. Each has a plan_* twin whose Plan reports the bytes it moves
+(bytes_h2d, bytes_d2h). Arguments are checked as conv.py checks them; libooc validates the geometry."""
+
+import numpy as np
+
+from pyooc._arrays import as_input, as_output, as_shape, spatial_tuple
+from pyooc._loader import load_native
+from pyooc.conv import _check_dtype, _common, _conv_inputs, _record_stats, _spatial_dims
+from pyooc.layers import _coef, _str
+
+_native = load_native()
+_NEEDS_Z = "alpha2 != 0 needs z (y = act(alpha1 * conv(x, w) + alpha2 * z + bias))"
+
+
+def _activation_coef(activation, coef):
+    """activation's name and coef as libooc takes them: "identity" has none; the others as
+    activation_forward's modes (clipped_relu needs its ceiling, elu and swish default to 1)."""
+    _native.fused_activation(_str(activation, "activation"), 0.0)  # ValueError listing the names
+    return 0.0 if activation == "identity" else _coef(activation, coef)
+
+
+def _z_input(z, y_shape, alpha2):
+    """z as a zero-copy view of y's shape, or None; alpha2 != 0 needs one."""
+    if z is None:
+        if alpha2 != 0.0:
+            raise ValueError(_NEEDS_Z)
+        return None
+    z = as_input(z, "z")
+    if z.shape != tuple(y_shape):
+        raise ValueError(f"z has shape {list(z.shape)}, expected {list(y_shape)} (the shape of y)")
+    return z
+
+
+def _forward_output(out, y_shape, x, w, bias, z, alpha2):
+    """(out, whether z is read): a new y, or the caller's out checked (it may be z: in place)."""
+    if out is None:
+        out = np.empty(y_shape, dtype=np.float32)
+    else:
+        inputs = {"x": x, "w": w, "bias": bias}
+        if z is not None and out is not z:
+            inputs["z"] = z
+        as_output(out, y_shape, inputs)
+    return out, z is not None and alpha2 != 0.0
+
+
+def _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1, alpha2, memory_limit,
+                       backend, device):
+    """A fused forward's plan twin's arguments checked: (x_shape, w_shape, options); z: whether the
+    call gets a z (alpha2 != 0 needs one)."""
+    x_shape = as_shape(x_shape, "x_shape")
+    w_shape = as_shape(w_shape, "w_shape")
+    _check_dtype(dtype)
+    o = _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
+    if not z and o["alpha2"] != 0.0:
+        raise ValueError(_NEEDS_Z)
+    return x_shape, w_shape, o
+
+
+def _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device):
+    o = _common(_spatial_dims(w_shape), stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend,
+                device)
+    o["alpha1"], o["alpha2"] = o.pop("alpha"), o.pop("beta")
+    return o
+
+
+def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=None, z=None, alpha1=1.0, alpha2=0.0,
+                                 stride=1, padding=0, dilation=1, groups=1, out=None, memory_limit=None,
+                                 backend="auto", device=0):
+    """y = act(alpha1 * conv(x, w) + alpha2 * z + bias) in one out-of-core pass (cuDNN's
+    ConvolutionBiasActivationForward).
+
+    Replaces the composition
+        y = conv_forward(x, w, alpha=alpha1, stride=, padding=, dilation=, groups=)
+        y = add_tensor(z, y, alpha=alpha2, beta=1)            (when z is given)
+        y = add_tensor(bias.reshape(1, K, 1, ...), y)          (when bias is given)
+        y = activation_forward(y, activation, coef=coef)       (unless activation == "identity")
+    whose x, w, bias, stride, padding, dilation, groups and memory_limit it takes as they are; z
+    ([N, K, *out], y's shape) starts each output tile on the device, bias and the activation are
+    applied there, and only the finished y crosses back: x, w, z and y cross the link once each,
+    instead of y five times. activation: "identity", "relu", "sigmoid", "tanh", "clipped_relu"
+    (coef: its ceiling, required), "elu" (coef: alpha, default 1) or "swish" (coef: beta, default 1).
+    alpha2 != 0 needs z; as in cuDNN, z is not read when alpha2 == 0. The result is a new array, or
+    `out` (which may be z itself: in place)."""
+    x, w, bias = _conv_inputs(x, w, bias)
+    coef = _activation_coef(activation, coef)
+    o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
+    y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
+    z = _z_input(z, y_shape, o["alpha2"])
+    out, read_z = _forward_output(out, y_shape, x, w, bias, z, o["alpha2"])
+    plan, stats = _native.conv_bias_activation_forward(
+        x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
+        None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, o["stride"], o["padding"],
+        o["dilation"], o["groups"], o["alpha1"], o["alpha2"] if read_z else 0.0, o["memory_limit"], o["backend"],
+        o["device"])
+    _record_stats(plan, stats)
+    return out
+
+
+def plan_conv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1,
+                                      padding=0, dilation=1, groups=1, dtype="float32", memory_limit=None,
+                                      backend="auto", device=0, pinned=False):
+    """The Plan conv_bias_activation_forward would run, without running it: the forward planner's,
+    with z read in place of y where alpha2 != 0 (z: whether a z is given). bytes_h2d / bytes_d2h
+    are what the call moves. pinned: plan for pinned arrays (as plan_conv_forward)."""
+    x_shape, w_shape, o = _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1,
+                                             alpha2, memory_limit, backend, device)
+    return _native.plan_conv_bias_activation_forward(
+        x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
+        o["alpha2"] if z else 0.0, bool(bias), o["memory_limit"], o["backend"], o["device"], bool(pinned))
+
+
+def _pool_geometry(spatial, kernel, stride, padding, mode):
+    """The pooling's kernel, stride (default: the kernel, as torch) and padding as tuples, mode checked."""
+    _native.pool_mode(_str(mode, "pool_mode"))
+    kernel = spatial_tuple(kernel, spatial, "pool_kernel")
+    stride = kernel if stride is None else spatial_tuple(stride, spatial, "pool_stride")
+    return kernel, stride, spatial_tuple(padding, spatial, "pool_padding")
+
+
+def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_stride=None, pool_padding=0,
+                                         pool_mode="max", activation="relu", coef=None, z=None, alpha1=1.0,
+                                         alpha2=0.0, stride=1, padding=0, dilation=1, groups=1, out=None,
+                                         memory_limit=None, backend="auto", device=0):
+    """pool(act(alpha1 * conv(x, w) + alpha2 * z + bias)) in one out-of-core pass.
+
+    Replaces the composition
+        y = conv_bias_activation_forward(x, w, bias, activation=, coef=, z=, alpha1=, alpha2=, stride=,
+                                         padding=, dilation=, groups=)
+        out = pool_forward(y, pool_kernel, stride=pool_stride, padding=pool_padding, mode=pool_mode)
+    (itself conv_forward, add_tensor and activation_forward, then pooling) whose arguments it takes
+    as they are (pool_* are pool_forward's kernel, stride, padding and mode): y never crosses the
+    link, only x, w, z and the pooled result do. The chunks tile the pooled output; each computes
+    the y rows its pooling windows need (so no window straddles two chunks: rows two tiles' windows
+    share are computed twice, never moved). The result is a new array, or `out`."""
+    x, w, bias = _conv_inputs(x, w, bias)
+    coef = _activation_coef(activation, coef)
+    o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
+    geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
+    pool = _pool_geometry(_spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
+    out_shape = _native.pooled_shape(x.shape, w.shape, *geometry, *pool)
+    y_shape = _native.conv_output_shape(x.shape, w.shape, *geometry)
+    z = _z_input(z, y_shape, o["alpha2"])
+    if out is None:
+        out = np.empty(out_shape, dtype=np.float32)
+    else:
+        as_output(out, out_shape, {"x": x, "w": w, "bias": bias, "z": z})
+    read_z = z is not None and o["alpha2"] != 0.0
+    plan, stats = _native.conv_bias_activation_pooling_forward(
+        x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
+        None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, *geometry, o["alpha1"],
+        o["alpha2"] if read_z else 0.0, *pool, pool_mode, o["memory_limit"], o["backend"], o["device"])
+    _record_stats(plan, stats)
+    return out
+
+
+def plan_conv_bias_activation_pooling_forward(x_shape, w_shape, *, pool_kernel, pool_stride=None, pool_padding=0,
+                                              bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1, padding=0,
+                                              dilation=1, groups=1, dtype="float32", memory_limit=None,
+                                              backend="auto", device=0, pinned=False):
+    """The Plan conv_bias_activation_pooling_forward would run, without running it: its splits tile
+    the pooled output ("h", "w", ... are the pooled dims); bytes_d2h is the pooled result once."""
+    x_shape, w_shape, o = _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1,
+                                             alpha2, memory_limit, backend, device)
+    pool = _pool_geometry(_spatial_dims(w_shape), pool_kernel, pool_stride, pool_padding, "max")
+    return _native.plan_conv_bias_activation_pooling_forward(
+        x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
+        o["alpha2"] if z else 0.0, bool(bias), *pool, o["memory_limit"], o["backend"], o["device"], bool(pinned))
+
+
+def deconv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=None, z=None, alpha1=1.0,
+                                   alpha2=0.0, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
+                                   out=None, memory_limit=None, backend="auto", device=0):
+    """y = act(alpha1 * conv_transpose(x, w) + alpha2 * z + bias) in one out-of-core pass: a
+    transposed convolution (torch.nn.functional.conv_transpose1d/2d/3d; x [N, C_in, *spatial], w
+    [C_in, C_out, *kernel], bias [C_out], output_padding < stride) with bias and activation.
+
+    Replaces the composition
+        y = conv_backward_data(x, w, y_shape, alpha=alpha1, stride=, padding=, dilation=, groups=)
+            (the transposed convolution is the forward convolution's input gradient; y_shape has the
+             output_padding rows added)
+        y = add_tensor(z, y, alpha=alpha2, beta=1)            (when z is given)
+        y = add_tensor(bias.reshape(1, C_out, 1, ...), y)      (when bias is given)
+        y = activation_forward(y, activation, coef=coef)       (unless activation == "identity")
+    whose arguments it takes as they are (activation, coef, z and alpha2 as conv_bias_activation_forward
+    takes them): y crosses the link once. The result is a new array, or `out` (which may be z).
+    Its plan is the backward-data plan of that composition's first step (its chunks: dx is y's
+    rows, dy is x's)."""
+    x, w, bias = as_input(x, "x"), as_input(w, "w"), None if bias is None else as_input(bias, "bias")
+    coef = _activation_coef(activation, coef)
+    o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
+    output_padding = spatial_tuple(output_padding, _spatial_dims(w.shape), "output_padding")
+    geometry = (o["stride"], o["padding"], output_padding, o["dilation"], o["groups"])
+    y_shape = _native.deconv_output_shape(x.shape, w.shape, *geometry)
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != y_shape[1]):
+        raise ValueError(f"bias must have shape [{y_shape[1]}] (one per output channel), got {list(bias.shape)}")
+    z = _z_input(z, y_shape, o["alpha2"])
+    out, read_z = _forward_output(out, y_shape, x, w, bias, z, o["alpha2"])
+    plan, stats = _native.deconv_bias_activation_forward(
+        x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
+        None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, *geometry, o["alpha1"],
+        o["alpha2"] if read_z else 0.0, o["memory_limit"], o["backend"], o["device"])
+    _record_stats(plan, stats)
+    return out
+
+
+def plan_deconv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1,
+                                        padding=0, output_padding=0, dilation=1, groups=1, dtype="float32",
+                                        memory_limit=None, backend="auto", device=0, pinned=False):
+    """The Plan deconv_bias_activation_forward would run, without running it (a backward-data plan
+    with the bias resident: bytes_h2d counts x, w, z where read, and bias)."""
+    x_shape, w_shape, o = _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1,
+                                             alpha2, memory_limit, backend, device)
+    output_padding = spatial_tuple(output_padding, _spatial_dims(w_shape), "output_padding")
+    return _native.plan_deconv_bias_activation_forward(
+        x_shape, w_shape, o["stride"], o["padding"], output_padding, o["dilation"], o["groups"], o["alpha1"],
+        o["alpha2"] if z else 0.0, bool(bias), o["memory_limit"], o["backend"], o["device"], bool(pinned))
+
+
+def _backward_outputs(out, x, dy, w, more_inputs=None):
+    """(dx, dw, db): new arrays, or the caller's out=(dx, dw, db) checked (no overlap with the inputs
+    or each other)."""
+    shapes = (x.shape, w.shape, (w.shape[0],))
+    if out is None:
+        return tuple(np.empty(s, dtype=np.float32) for s in shapes)
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
+        raise TypeError(f"out must be a tuple (dx, dw, db), got {type(out).__name__}")
+    inputs = {"x": x, "dy": dy, "w": w, **(more_inputs or {})}
+    checked = []
+    for name, array, shape in zip(("dx", "dw", "db"), out, shapes):
+        checked.append(as_output(array, shape, inputs))
+        inputs[name] = array
+    return tuple(checked)
+
+
+def conv_backward_data_filter_bias(x, dy, w, *, stride=1, padding=0, dilation=1, groups=1, out=None,
+                                   memory_limit=None, backend="auto", device=0):
+    """(dx, dw, db), the three gradients of conv_forward(x, w, bias) for dy, from one out-of-core
+    pass over dy.
+
+    Replaces the composition
+        dx = conv_backward_data(dy, w, x.shape, stride=, padding=, dilation=, groups=)
+        dw = conv_backward_filter(x, dy, w.shape, stride=, padding=, dilation=, groups=)
+        db = conv_backward_bias(dy)
+    whose x, dy, w, stride, padding, dilation, groups and memory_limit it takes as they are: each dy
+    tile crosses the link once and serves all three (the unfused sequence moves dy three times).
+    dw and db stay on the device until the last tile; along a split spatial dimension the dx rows
+    two tiles share are carried on the device (see native/src/plan/fused_planner.hpp). The results
+    are new arrays, or out=(dx, dw, db)."""
+    x, dy, w = as_input(x, "x"), as_input(dy, "dy"), as_input(w, "w")
+    o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
+    _native.check_conv_backward_data_filter_bias(x.shape, dy.shape, w.shape, *geometry)
+    dx, dw, db = _backward_outputs(out, x, dy, w)
+    plan, stats = _native.conv_backward_data_filter_bias(
+        x.reshape(-1), x.shape, dy.reshape(-1), dy.shape, w.reshape(-1), w.shape, dx.reshape(-1), dw.reshape(-1),
+        db.reshape(-1), *geometry, o["memory_limit"], o["backend"], o["device"])
+    _record_stats(plan, stats)
+    return dx, dw, db
+
+
+def plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
+                                        dtype="float32", memory_limit=None, backend="auto", device=0, pinned=False):
+    """The Plan conv_backward_data_filter_bias would run, without running it: bytes_h2d counts dy
+    once, bytes_d2h dx, dw and db once; kept_bytes and scratch_bytes the device memory dw, db and the
+    carried dx rows take. pinned: plan for pinned arrays (as plan_conv_forward)."""
+    shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
+    _check_dtype(dtype)
+    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    return _native.plan_conv_backward_data_filter_bias(*shapes, o["stride"], o["padding"], o["dilation"],
+                                                       o["groups"], o["memory_limit"], o["backend"], o["device"],
+                                                       bool(pinned))
+
+
+def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu", coef=None, pre=None, stride=1,
+                                              padding=0, dilation=1, groups=1, out=None, memory_limit=None,
+                                              backend="auto", device=0):
+    """(dx, dw, db) of a convolution followed by an activation, y = act(pre) with pre = conv(x, w) +
+    bias (conv_bias_activation_forward's y), from one out-of-core pass over dy.
+
+    Replaces the composition
+        dz = activation_backward(y, dy, pre, activation, coef=coef)
+        dx, dw, db = conv_backward_data_filter_bias(x, dz, w, stride=, padding=, dilation=, groups=)
+    (itself conv_backward_data, _filter and _bias of dz), whose arguments it takes as they are: dz
+    is formed on the GPU from each dy tile and never crosses the link, so dy, y (and pre) cross once
+    and dz not at all, against dy, y, pre in and dz out and in three times. pre, the activation's
+    input, is needed for "clipped_relu", "elu" and "swish"; "relu", "sigmoid" and "tanh" take their
+    gradient from y alone (pre=None moves one tensor less). "identity": dz = dy (y unused). The
+    results are new arrays, or out=(dx, dw, db)."""
+    x, dy, w = as_input(x, "x"), as_input(dy, "dy"), as_input(w, "w")
+    coef = _activation_coef(activation, coef)
+    o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
+    _native.check_conv_backward_data_filter_bias(x.shape, dy.shape, w.shape, *geometry)
+    inputs = {"y": as_input(y, "y"), "pre": None if pre is None else as_input(pre, "pre")}
+    for name, a in inputs.items():
+        if a is not None and a.shape != dy.shape:
+            raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(dy.shape)} (the shape of dy)")
+    if pre is None and activation in ("clipped_relu", "elu", "swish"):
+        raise ValueError(f"pre (the activation's input) is needed for the gradient of {activation}: y alone "
+                         "does not give it")
+    dx, dw, db = _backward_outputs(out, x, dy, w, inputs)
+    y, pre = inputs["y"], inputs["pre"]
+    plan, stats = _native.activation_conv_backward_data_filter_bias(
+        x.reshape(-1), x.shape, dy.reshape(-1), dy.shape, w.reshape(-1), w.shape, y.reshape(-1),
+        None if pre is None else pre.reshape(-1), dx.reshape(-1), dw.reshape(-1), db.reshape(-1), activation, coef,
+        *geometry, o["memory_limit"], o["backend"], o["device"])
+    _record_stats(plan, stats)
+    return dx, dw, db
+
+
+def plan_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, activation="relu", coef=None,
+                                                   pre=False, stride=1, padding=0, dilation=1, groups=1,
+                                                   dtype="float32", memory_limit=None, backend="auto", device=0,
+                                                   pinned=False):
+    """The Plan activation_conv_backward_data_filter_bias would run (pre: whether the call gets the
+    activation's input), without running it: bytes_h2d counts dy, y (and pre) once each."""
+    shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
+    _check_dtype(dtype)
+    coef = _activation_coef(activation, coef)
+    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    return _native.plan_activation_conv_backward_data_filter_bias(
+        *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"],
+        o["memory_limit"], o["backend"], o["device"], bool(pinned))
