@@ -240,7 +240,7 @@ def run_variant(result, variant, run, outputs, reference, ctx, pinned):
     # The cross-check: what the run moved against what its plans said (pinned: halo zeros not sent).
     if (seq.counted > seq.planned) if pinned else (seq.counted != seq.planned):
         raise C.CheckFailed(f"{variant}: counted {seq.counted} bytes over the link, the plans say {seq.planned}")
-    times = fwd.timed_after_warmup(run, warm, args.repeats, args.max_run_seconds)
+    times = C.timed_after_warmup(run, warm, args.repeats, args.max_run_seconds)
     result["times"][variant] = times
     result["bytes"][variant] = {"counted": seq.counted, "planned": seq.planned, "calls": seq.calls,
                                 "link_GBps": seq.counted / C.median(times) / C.GB}
@@ -252,7 +252,7 @@ def run_case(name, spec, ctx):
     kind, description, x_shape, w_shape, padding, cap = spec
     geom = C.ConvGeometry.padded(x_shape, w_shape, padding)
     ws = geom.working_set_bytes + (geom.x_bytes if kind == "backward" else 0)  # backward: x, dy and dx
-    limit = fwd.memory_limit_for(ws, cap)
+    limit = C.memory_limit_for(ws, cap)
     backend = ctx["backend"]
     fused_plan, fused_bytes, unfused_bytes = planned_bytes(pyooc, kind, geom, limit, backend)
     result = {
@@ -261,7 +261,7 @@ def run_case(name, spec, ctx):
         "dtype": "float32", "working_set_bytes": ws, "memory_limit": limit, "flops": geom.flops,
         "planned_bytes": {"fused": fused_bytes, "unfused": unfused_bytes, "fused_over_unfused":
                           C.ratio(fused_bytes, unfused_bytes)},
-        "pyooc_plan": fwd.plan_dict(fused_plan), "incore_torch_s": None,
+        "pyooc_plan": C.plan_dict(fused_plan), "incore_torch_s": None,
         "times": {}, "errors": {}, "checked": {}, "bytes": {}, "seconds": {}, "failures": {}, "skipped": {},
     }
     C.log(f"[{name}] {description}: working set {C.fmt_bytes(ws)}, memory_limit {C.fmt_bytes(limit)}; planned "

@@ -28,7 +28,8 @@ from pyooc.fused import (  # noqa: E402
     activation_conv_backward_data_filter_bias, conv_backward_data_filter_bias, conv_bias_activation_forward,
     conv_bias_activation_pooling_forward, deconv_bias_activation_forward, plan_activation_conv_backward_data_filter_bias,
     plan_conv_backward_data_filter_bias, plan_conv_bias_activation_forward, plan_conv_bias_activation_pooling_forward,
-    plan_deconv_bias_activation_forward)
+    plan_deconv_bias_activation_forward, plan_pooling_activation_conv_backward_data_filter_bias,
+    pooling_activation_conv_backward_data_filter_bias)
 from pyooc.memory import get_memory_limit, parse_memory_limit, set_memory_limit  # noqa: E402
 from pyooc.pinned import pinned_empty  # noqa: E402
 
@@ -108,7 +109,8 @@ __all__ = [
     "plan_conv_backward_data_filter_bias", "activation_conv_backward_data_filter_bias",
     "plan_activation_conv_backward_data_filter_bias", "conv_bias_activation_pooling_forward",
     "plan_conv_bias_activation_pooling_forward", "deconv_bias_activation_forward",
-    "plan_deconv_bias_activation_forward",
+    "plan_deconv_bias_activation_forward", "pooling_activation_conv_backward_data_filter_bias",
+    "plan_pooling_activation_conv_backward_data_filter_bias",
     "matmul", "plan_matmul", "linear_forward", "plan_linear_forward", "linear_backward",
     "batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
     "plan_batchnorm_forward_training", "plan_batchnorm_forward_inference", "plan_batchnorm_backward",

@@ -207,3 +207,47 @@ def deconv_bias_activation_forward(const float[::1] x, tuple x_shape, const floa
         ooc.deconv_bias_activation_forward(problem, act, &x[0], &w[0], z_ptr, bias_ptr, &y[0], options, &plan,
                                            &stats)
     return _ran(plan, stats)
+
+
+def plan_pooling_activation_conv_backward_data_filter_bias(tuple x_shape, tuple dy_shape, tuple w_shape,
+                                                           str activation, double coef, bint with_pre,
+                                                           tuple stride, tuple padding, tuple dilation,
+                                                           int64_t groups, tuple pool_kernel, tuple pool_stride,
+                                                           tuple pool_padding, size_t memory_limit, str backend,
+                                                           int device, bint pinned=False):
+    cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
+                                                           groups)
+    cdef ooc.ConvProblem pool = ooc.pool_problem(problem.y_shape(), list(pool_kernel), list(pool_stride),
+                                                 list(pool_padding))
+    cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    options.assume_pinned = pinned
+    cdef ooc.Plan plan
+    with nogil:
+        plan = ooc.plan_pooling_activation_conv_backward_data_filter_bias(problem, act, pool, with_pre, options)
+    return Plan.wrap(plan)
+
+
+def pooling_activation_conv_backward_data_filter_bias(const float[::1] x, tuple x_shape, const float[::1] dq,
+                                                      const float[::1] w, tuple w_shape, const float[::1] q,
+                                                      const float[::1] y, tuple y_shape, pre, float[::1] dx,
+                                                      float[::1] dw, float[::1] db, str activation, double coef,
+                                                      tuple stride, tuple padding, tuple dilation, int64_t groups,
+                                                      tuple pool_kernel, tuple pool_stride, tuple pool_padding,
+                                                      str pool_mode, size_t memory_limit, str backend, int device):
+    """Runs on flat float32 views (no copies; pre may be None). Returns (plan, stats)."""
+    cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, y_shape, w_shape, stride, padding, dilation,
+                                                           groups)
+    cdef ooc.ConvProblem pool = ooc.pool_problem(problem.y_shape(), list(pool_kernel), list(pool_stride),
+                                                 list(pool_padding))
+    cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
+    cdef ooc.PoolMode mode = ooc.pool_mode_from_name(pool_mode.encode())
+    cdef ooc.Options options = _options(memory_limit, backend, device)
+    cdef float* pre_ptr = _ptr(pre)
+    cdef ooc.Plan plan
+    cdef ooc.RunStats stats
+    with nogil:
+        ooc.pooling_activation_conv_backward_data_filter_bias(problem, act, pool, mode, &x[0], &dq[0], &w[0], &q[0],
+                                                              &y[0], pre_ptr, &dx[0], &dw[0], &db[0], options,
+                                                              &plan, &stats)
+    return _ran(plan, stats)

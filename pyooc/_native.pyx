@@ -126,6 +126,11 @@ cdef class Plan:
         return self.c_obj.get().y_inputs
 
     @property
+    def pooled_inputs(self):
+        """Pooled tensors (dq, q) each dy tile loads where a pooling's backward is folded in."""
+        return self.c_obj.get().pooled_inputs
+
+    @property
     def kept_bytes(self):
         """Fused functions: device bytes of outputs kept on the device for the whole run (dw, db)."""
         return self.c_obj.get().kept_bytes
@@ -182,7 +187,8 @@ cdef class Plan:
         cdef ooc.Operation op = p.problem.op
         cdef ooc.Chunk* ch
         cdef bint fused_backward = (p.fused == b"conv_backward_data_filter_bias" or
-                                    p.fused == b"activation_conv_backward_data_filter_bias")
+                                    p.fused == b"activation_conv_backward_data_filter_bias" or
+                                    p.fused == b"pooling_activation_conv_backward_data_filter_bias")
         cdef bint fused_pooling = p.fused == b"conv_bias_activation_pooling_forward"
         result = []
         for i in range(p.chunks.size()):

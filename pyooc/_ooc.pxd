@@ -117,8 +117,8 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         MachineModel machine
         vector[Chunk] chunks
         string fused
-        int y_inputs, out_buffers
-        size_t out_slot_bytes, kept_bytes, scratch_bytes
+        int y_inputs, pooled_inputs, out_buffers
+        size_t pooled_slot_bytes, out_slot_bytes, kept_bytes, scratch_bytes
         size_t num_chunks()
         string describe()
 
@@ -263,6 +263,17 @@ cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:
     void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
                                         float* dx, float* dw, float* db, const Options& options, Plan* used,
                                         RunStats* stats) except +translate_exception
+    Plan plan_pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
+                                                                const FusedActivation& activation,
+                                                                const ConvProblem& pool, bool with_pre,
+                                                                const Options& options) except +translate_exception
+    void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
+                                                           const FusedActivation& activation,
+                                                           const ConvProblem& pool, PoolMode mode, const float* x,
+                                                           const float* dq, const float* w, const float* q,
+                                                           const float* y, const float* pre, float* dx, float* dw,
+                                                           float* db, const Options& options, Plan* used,
+                                                           RunStats* stats) except +translate_exception
     Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
                                                         const FusedActivation& activation, bool with_pre,
                                                         const Options& options) except +translate_exception

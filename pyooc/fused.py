@@ -324,3 +324,63 @@ def plan_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *
     return _native.plan_activation_conv_backward_data_filter_bias(
         *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"],
         o["memory_limit"], o["backend"], o["device"], bool(pinned))
+
+
+def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_kernel, pool_stride=None,
+                                                      pool_padding=0, pool_mode="max", activation="relu", coef=None,
+                                                      pre=None, stride=1, padding=0, dilation=1, groups=1, out=None,
+                                                      memory_limit=None, backend="auto", device=0):
+    """(dx, dw, db) through a pooling, an activation and a convolution: for q = pool(y), y =
+    act(pre), pre = conv(x, w) + bias (conv_bias_activation_pooling_forward's chain), from one
+    out-of-core pass over dq.
+
+    Replaces the composition
+        dy = pool_backward(q, dq, y, pool_kernel, stride=pool_stride, padding=pool_padding, mode=pool_mode)
+        dz = activation_backward(y, dy, pre, activation, coef=coef)
+        dx, dw, db = conv_backward_data_filter_bias(x, dz, w, stride=, padding=, dilation=, groups=)
+    whose arguments it takes as they are (pre as activation_conv_backward_data_filter_bias takes it;
+    "identity" skips the activation): dy and dz are formed on the GPU tile by tile and never cross
+    the link. Each tile loads dq and q over the pooled rows whose windows reach it and y (and pre)
+    over those windows; dims the pooling pads are never split. The results are new arrays, or
+    out=(dx, dw, db)."""
+    x, dq, w = as_input(x, "x"), as_input(dq, "dq"), as_input(w, "w")
+    coef = _activation_coef(activation, coef)
+    o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
+    pool = _pool_geometry(_spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
+    y_shape = tuple(_native.conv_output_shape(x.shape, w.shape, *geometry))
+    pooled = tuple(_native.pooled_shape(x.shape, w.shape, *geometry, *pool))
+    inputs = {"q": as_input(q, "q"), "y": as_input(y, "y"), "pre": None if pre is None else as_input(pre, "pre")}
+    for name, a, shape in (("dq", dq, pooled), ("q", inputs["q"], pooled), ("y", inputs["y"], y_shape),
+                           ("pre", inputs["pre"], y_shape)):
+        if a is not None and a.shape != shape:
+            raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(shape)}")
+    if pre is None and activation in ("clipped_relu", "elu", "swish"):
+        raise ValueError(f"pre (the activation's input) is needed for the gradient of {activation}: y alone "
+                         "does not give it")
+    dx, dw, db = _backward_outputs(out, x, dq, w, inputs)
+    pre = inputs["pre"]
+    plan, stats = _native.pooling_activation_conv_backward_data_filter_bias(
+        x.reshape(-1), x.shape, dq.reshape(-1), w.reshape(-1), w.shape, inputs["q"].reshape(-1),
+        inputs["y"].reshape(-1), y_shape, None if pre is None else pre.reshape(-1), dx.reshape(-1), dw.reshape(-1),
+        db.reshape(-1), activation, coef, *geometry, *pool, pool_mode, o["memory_limit"], o["backend"], o["device"])
+    _record_stats(plan, stats)
+    return dx, dw, db
+
+
+def plan_pooling_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, pool_kernel,
+                                                           pool_stride=None, pool_padding=0, activation="relu",
+                                                           coef=None, pre=False, stride=1, padding=0, dilation=1,
+                                                           groups=1, dtype="float32", memory_limit=None,
+                                                           backend="auto", device=0, pinned=False):
+    """The Plan pooling_activation_conv_backward_data_filter_bias would run (dy_shape: y's, the
+    pooling's input), without running it: bytes_h2d counts dq and q over each tile's pooled rows and
+    y (and pre) over their windows."""
+    shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
+    _check_dtype(dtype)
+    coef = _activation_coef(activation, coef)
+    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    pool = _pool_geometry(_spatial_dims(shapes[2]), pool_kernel, pool_stride, pool_padding, "max")
+    return _native.plan_pooling_activation_conv_backward_data_filter_bias(
+        *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], *pool,
+        o["memory_limit"], o["backend"], o["device"], bool(pinned))

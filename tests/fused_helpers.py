@@ -211,6 +211,16 @@ def bias_grad_err(got, dy):
     return float(np.linalg.norm(np.asarray(got, dtype=np.float64) - ref) / max(np.linalg.norm(scale), 1e-300))
 
 
+def check_three_gradients(dx, dw, db, x, w, dz, tol, **geometry):
+    """Every output written, and (dx, dw, db) the float64 gradients of the convolution for dz."""
+    for grad, a in (("dx", dx), ("dw", dw), ("db", db)):
+        assert not np.isnan(a).any(), f"{grad}: {int(np.isnan(a).sum())} of {a.size} outputs were never written"
+    err_dx = rel_err(dx, reference_backward_data(dz, w, x.shape, **geometry))
+    err_dw = rel_err(dw, reference_backward_filter(x, dz, w.shape, **geometry))
+    err_db = bias_grad_err(db, dz)
+    assert max(err_dx, err_dw, err_db) < tol, f"relative errors dx {err_dx:.3e} dw {err_dw:.3e} db {err_db:.3e}"
+
+
 def run_fused_backward_checked(x, w, dy, *, memory_limit=None, backend="host", direct=False, out=None, tol=TOL,
                                activation=None, pre=None, pass_pre=True, **geometry):
     """conv_backward_data_filter_bias into NaN-poisoned outputs (or, with `activation`,
@@ -236,12 +246,7 @@ def run_fused_backward_checked(x, w, dy, *, memory_limit=None, backend="host", d
         if activation != "identity":
             dz = ref_activation_grad(pre, dy, activation, coef_of(activation))
     assert all(a is b for a, b in zip((dx, dw, db), out))
-    for grad, a in (("dx", dx), ("dw", dw), ("db", db)):
-        assert not np.isnan(a).any(), f"{grad}: {int(np.isnan(a).sum())} of {a.size} outputs were never written"
-    err_dx = rel_err(dx, reference_backward_data(dz, w, x.shape, **geometry))
-    err_dw = rel_err(dw, reference_backward_filter(x, dz, w.shape, **geometry))
-    err_db = bias_grad_err(db, dz)
-    assert max(err_dx, err_dw, err_db) < tol, f"relative errors dx {err_dx:.3e} dw {err_dw:.3e} db {err_db:.3e}"
+    check_three_gradients(dx, dw, db, x, w, dz, tol, **geometry)
     for a, a0 in zip(inputs, before):
         assert np.array_equal(a, a0), f"{name} wrote to an input"
     stats = pyooc.last_stats()
@@ -311,3 +316,92 @@ def expected_pooling_traffic(plan, *, direct, bias, beta):
         if ch["last_c"]:
             d2h += 4 * n * k * math.prod(size(r) for r in ch["pooled"])
     return h2d, d2h
+
+
+# --------------------------------------------------------------------------------------------
+# pooling_activation_conv_backward_data_filter_bias
+
+
+def ref_pool_backward(y, dq, kernel, stride, padding, mode):
+    """dy of pool_forward(y) for dq in float64: max routes each window's gradient to its first
+    largest element, avg spreads it over the window (by the whole window or, excluding padding, by
+    the part inside y)."""
+    y = np.asarray(y, dtype=np.float64)
+    dy = np.zeros_like(y)
+    sd = y.ndim - 2
+    for n, c in np.ndindex(*y.shape[:2]):
+        for idx in np.ndindex(*dq.shape[2:]):
+            sl = tuple(slice(max(i * s - p, 0), min(i * s - p + k, y.shape[2 + d]))
+                       for d, (i, k, s, p) in enumerate(zip(idx, kernel, stride, padding)))
+            g = float(dq[(n, c) + idx])
+            window = y[(n, c) + sl]
+            if mode == "max":
+                at = np.unravel_index(int(np.argmax(window)), window.shape)
+                dy[(n, c) + tuple(s.start + a for s, a in zip(sl, at))] += g
+            else:
+                count = np.prod(kernel) if mode == "avg" else window.size
+                dy[(n, c) + sl] += g / count
+    assert sd == len(kernel)
+    return dy
+
+
+def brute_pooled_rows(dy_rows, y_extent, pooled_extent, kernel, stride, whole, padding):
+    """(pooled rows, y rows) a dy tile's rows need, found by trying every pooled row (independent of
+    the library's pooled_rows): those whose window meets dy_rows, and those windows' y rows."""
+    if whole:
+        return (0, pooled_extent), (0, y_extent)
+    assert padding == 0
+    hits = [q for q in range(pooled_extent) if q * stride < dy_rows[1] and q * stride + kernel > dy_rows[0]]
+    if not hits:
+        return (0, 0), (dy_rows[0], dy_rows[0])
+    return (hits[0], hits[-1] + 1), (hits[0] * stride, hits[-1] * stride + kernel)
+
+
+def run_pooled_backward_checked(x, w, pre, dq_rng, activation, pool, *, pass_pre=True, memory_limit=None,
+                                backend="host", direct=False, tol=TOL, **geometry):
+    """pooling_activation_conv_backward_data_filter_bias for y = act(pre), q = pool(y) and a random dq,
+    into NaN-poisoned outputs, checked: the three float64 references of dz = act'(pre) *
+    pool_backward(q, dq, y), inputs unwritten, every output written, traffic against the chunk list
+    (dq and q over each tile's pooled rows, y and pre over their windows), budget held. Returns
+    ((dx, dw, db), plan)."""
+    kernel, stride, padding, mode = pool["pool_kernel"], pool["pool_stride"], pool["pool_padding"], pool["pool_mode"]
+    y = activated(pre, activation).astype(np.float32)
+    q = pyooc.pool_forward(y, kernel, stride=stride, padding=padding, mode=mode, backend="host")
+    dq = dq_rng.standard_normal(q.shape, dtype=np.float32)
+    inputs = [x, w, pre, y, q, dq]
+    before = [a.copy() for a in inputs]
+    out = tuple(np.full(s, np.nan, dtype=np.float32) for s in (x.shape, w.shape, (w.shape[0],)))
+    dx, dw, db = pyooc.pooling_activation_conv_backward_data_filter_bias(
+        x, dq, w, q, y, activation=activation, coef=coef_of(activation), pre=pre if pass_pre else None, out=out,
+        memory_limit=memory_limit, backend=backend, **pool, **geometry)
+    dy = ref_pool_backward(y, dq, kernel, stride, padding, mode)
+    dz = dy if activation == "identity" else ref_activation_grad(pre, dy, activation, coef_of(activation))
+    check_three_gradients(dx, dw, db, x, w, dz, tol, **geometry)
+    for a, a0 in zip(inputs, before):
+        assert np.array_equal(a, a0), "an input was written"
+    stats = pyooc.last_stats()
+    plan = stats["plan"]
+    assert plan.operation == "pooling_activation_conv_backward_data_filter_bias" and plan.pooled_inputs == 2
+    check_fused_backward_chunks(plan)
+    size = lambda r: max(r[1] - r[0], 0)  # noqa: E731
+    inside = lambda r, n: max(min(r[1], n) - max(r[0], 0), 0)  # noqa: E731
+    h2d = 0
+    for ch in plan.chunks:
+        n, c = size(ch["n"]), size(ch["c"])
+        if ch["load_dy"]:
+            rows = [brute_pooled_rows(r, y.shape[2 + d], q.shape[2 + d], kernel[d], stride[d],
+                                      plan.splits[name] == 1, padding[d])
+                    for d, (r, name) in enumerate(zip(ch["dy"], list(plan.splits)[3:]))]
+            h2d += 4 * n * w.shape[0] * (2 * math.prod(size(p) for p, _ in rows) +
+                                         plan.y_inputs * math.prod(size(yr) for _, yr in rows))
+        if ch["load_x"]:
+            h2d += 4 * n * c * math.prod(inside(r, x.shape[2 + d]) if direct else size(r)
+                                         for d, r in enumerate(ch["x"]))
+        if ch["load_w"]:
+            h2d += 4 * w.shape[0] * c * math.prod(w.shape[2:])
+    assert stats["bytes_h2d"] == h2d, "traffic disagrees with the chunk list"
+    if not direct:
+        assert stats["bytes_h2d"] == plan.bytes_h2d
+    assert stats["bytes_d2h"] == plan.bytes_d2h == dx.nbytes + dw.nbytes + db.nbytes
+    assert stats["device_bytes_reserved"] == plan.peak_device_bytes <= plan.memory_limit
+    return (dx, dw, db), plan

@@ -118,3 +118,21 @@ def test_deconv_bias_activation_cuda(rng, activation, limit):
         assert pyooc.last_stats()["plan"].num_chunks > 1
     pre = reference_backward_data(x, w, y.shape, stride=2, padding=1) + b.reshape(1, -1, 1, 1)
     assert activation_err(y, activated(pre, activation), pre) < TOL
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+@pytest.mark.parametrize("mode", ["max", "avg"])
+@pytest.mark.parametrize("pool", [dict(pool_kernel=(2, 2), pool_stride=(2, 2), pool_padding=(0, 0)),
+                                  dict(pool_kernel=(3, 3), pool_stride=(1, 1), pool_padding=(0, 0)),
+                                  dict(pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1))],
+                         ids=["tiles", "overlap", "padded"])
+def test_pooling_activation_backward_cuda(rng, pool, mode, limit):
+    """cuDNN's PoolingBackward and ActivationBackward on each tile's windows, then the gradients."""
+    from fused_helpers import run_pooled_backward_checked
+    x_shape, w_shape, geometry = (4, 16, 64, 40), (24, 16, 3, 3), dict(padding=1)
+    x, w, _ = random_backward(rng, x_shape, w_shape, **geometry)
+    pre = rng.standard_normal((4, 24, 64, 40), dtype=np.float32)
+    _, plan = run_pooled_backward_checked(x, w, pre, rng, "tanh", dict(pool, pool_mode=mode), pass_pre=False,
+                                          memory_limit=limit, backend="cuda", tol=TOL, **geometry)
+    if limit is not None:
+        assert plan.num_chunks > 1

@@ -227,6 +227,22 @@ inline size_t fused_backward_direct_h2d_bytes(const ooc::Plan& plan) {
   return bytes;
 }
 
+// Every output written, and (dx, dw, db) the float64 gradients of p's convolution for dz.
+inline void expect_three_gradients(const ooc::ConvProblem& p, const std::vector<float>& x, const std::vector<float>& w,
+                                   const std::vector<float>& dz, const std::vector<float>& dx,
+                                   const std::vector<float>& dw, const std::vector<float>& db, double tolerance,
+                                   const ooc::Plan& plan) {
+  const std::vector<float> none;
+  const std::pair<const char*, Comparison> results[] = {{"dx", compare(dx, reference_backward_data(p, dz, w, none))},
+                                                        {"dw", compare(dw, reference_backward_filter(p, x, dz, none))},
+                                                        {"db", compare(db, reference_backward_bias(p, dz, none))}};
+  for (const auto& [name, c] : results) {
+    EXPECT_EQ(c.non_finite, 0) << name << ": elements not written (NaN), first at " << c.first_bad << "\n"
+                               << plan.describe();
+    EXPECT_LT(c.relative_error, tolerance) << name << "\n" << plan.describe();
+  }
+}
+
 struct FusedBackwardResult {
   ooc::Plan plan;
   ooc::RunStats stats;
@@ -298,16 +314,7 @@ inline FusedBackwardResult run_fused_backward_and_check(const BackwardSpec& spec
     ADD_FAILURE() << "conv_backward_data_filter_bias threw: " << e.what();
     return r;
   }
-  const std::vector<float> none;
-  const std::pair<const char*, Comparison> results[] = {
-      {"dx", compare(dxc.contents(), reference_backward_data(p, dz, w, none))},
-      {"dw", compare(dwc.contents(), reference_backward_filter(p, x, dz, none))},
-      {"db", compare(dbc.contents(), reference_backward_bias(p, dz, none))}};
-  for (const auto& [name, c] : results) {
-    EXPECT_EQ(c.non_finite, 0) << name << ": elements not written (NaN), first at " << c.first_bad << "\n"
-                               << r.plan.describe();
-    EXPECT_LT(c.relative_error, tolerance) << name << "\n" << r.plan.describe();
-  }
+  expect_three_gradients(p, x, w, dz, dxc.contents(), dwc.contents(), dbc.contents(), tolerance, r.plan);
   EXPECT_EQ(xc.contents(), x) << "x was modified";
   EXPECT_EQ(wc.contents(), w) << "w was modified";
   EXPECT_EQ(dyc.contents(), dy) << "dy was modified";
@@ -371,35 +378,47 @@ inline std::vector<FusedBackwardCase> fused_backward_cases() {
 // --------------------------------------------------------------------------------------------
 // conv_bias_activation_pooling_forward
 
-// Pooling of a [n, c, spatial...] tensor in float64 (cuDNN's semantics: max over the window's part
-// inside the tensor, avg dividing by the whole window or, excluding padding, by that part).
-inline std::vector<double> reference_pool(const ooc::ConvProblem& pool, ooc::PoolMode mode, const std::vector<double>& y) {
-  std::vector<double> out(static_cast<size_t>(pool.y_elements()));
-  const int64_t planes = pool.n * pool.c;
+// Calls f(i, plane, lo, hi) for the i-th pooled element (of plane = n * c + channel): its window's
+// part inside the pooled tensor, [lo, hi) per spatial dim.
+template <typename F>
+void for_each_window(const ooc::ConvProblem& pool, F f) {
   size_t i = 0;
-  for (int64_t plane = 0; plane < planes; ++plane)
+  for (int64_t plane = 0; plane < pool.n * pool.c; ++plane)
     for (int64_t q0 = 0; q0 < pool.out[0]; ++q0)
       for (int64_t q1 = 0; q1 < pool.out[1]; ++q1)
         for (int64_t q2 = 0; q2 < pool.out[2]; ++q2) {
           const int64_t q[3] = {q0, q1, q2};
-          int64_t lo[3], hi[3];
+          std::array<int64_t, 3> lo{}, hi{};
           for (int d = 0; d < 3; ++d) {
             lo[d] = std::max<int64_t>(0, q[d] * pool.stride[d] - pool.padding[d]);
             hi[d] = std::min(pool.in[d], q[d] * pool.stride[d] - pool.padding[d] + pool.kernel[d]);
           }
-          double acc = mode == ooc::PoolMode::max ? -INFINITY : 0.0;
-          int64_t count = 0;
-          for (int64_t a = lo[0]; a < hi[0]; ++a)
-            for (int64_t b = lo[1]; b < hi[1]; ++b)
-              for (int64_t e = lo[2]; e < hi[2]; ++e) {
-                const double v = y[static_cast<size_t>(((plane * pool.in[0] + a) * pool.in[1] + b) * pool.in[2] + e)];
-                acc = mode == ooc::PoolMode::max ? std::max(acc, v) : acc + v;
-                ++count;
-              }
-          if (mode == ooc::PoolMode::avg) acc /= static_cast<double>(pool.kernel[0] * pool.kernel[1] * pool.kernel[2]);
-          if (mode == ooc::PoolMode::avg_exclude_pad) acc /= static_cast<double>(count);
-          out[i++] = acc;
+          f(i++, plane, lo, hi);
         }
+}
+
+// The index of element (a, b, e) of a plane of the pooling's input.
+inline size_t pooled_input_at(const ooc::ConvProblem& pool, int64_t plane, int64_t a, int64_t b, int64_t e) {
+  return static_cast<size_t>(((plane * pool.in[0] + a) * pool.in[1] + b) * pool.in[2] + e);
+}
+
+// Pooling of a [n, c, spatial...] tensor in float64 (cuDNN's semantics: max over the window's part
+// inside the tensor, avg dividing by the whole window or, excluding padding, by that part).
+inline std::vector<double> reference_pool(const ooc::ConvProblem& pool, ooc::PoolMode mode, const std::vector<double>& y) {
+  std::vector<double> out(static_cast<size_t>(pool.y_elements()));
+  const double window = static_cast<double>(pool.kernel[0] * pool.kernel[1] * pool.kernel[2]);
+  for_each_window(pool, [&](size_t i, int64_t plane, const auto& lo, const auto& hi) {
+    double acc = mode == ooc::PoolMode::max ? -INFINITY : 0.0;
+    int64_t count = 0;
+    for (int64_t a = lo[0]; a < hi[0]; ++a)
+      for (int64_t b = lo[1]; b < hi[1]; ++b)
+        for (int64_t e = lo[2]; e < hi[2]; ++e) {
+          const double v = y[pooled_input_at(pool, plane, a, b, e)];
+          acc = mode == ooc::PoolMode::max ? std::max(acc, v) : acc + v;
+          ++count;
+        }
+    out[i] = mode == ooc::PoolMode::max ? acc : acc / (mode == ooc::PoolMode::avg ? window : double(count));
+  });
   return out;
 }
 
@@ -547,6 +566,91 @@ inline RunResult run_deconv_and_check(const DeconvCase& dc, const ooc::FusedActi
     EXPECT_LE(r.stats.bytes_h2d, r.plan.bytes_h2d);
   }
   return r;
+}
+
+// --------------------------------------------------------------------------------------------
+// pooling_activation_conv_backward_data_filter_bias
+
+// dy of pooling y for dq in float64: max routes each window's gradient to its first largest
+// element; avg spreads it over the window (by its whole size, or excluding padding, its part in y).
+inline std::vector<double> reference_pool_backward(const ooc::ConvProblem& pool, ooc::PoolMode mode,
+                                                   const std::vector<float>& y, const std::vector<float>& dq) {
+  std::vector<double> dy(y.size(), 0.0);
+  const double window = static_cast<double>(pool.kernel[0] * pool.kernel[1] * pool.kernel[2]);
+  for_each_window(pool, [&](size_t i, int64_t plane, const auto& lo, const auto& hi) {
+    const double count = static_cast<double>((hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]));
+    size_t best = pooled_input_at(pool, plane, lo[0], lo[1], lo[2]);
+    for (int64_t a = lo[0]; a < hi[0]; ++a)
+      for (int64_t b = lo[1]; b < hi[1]; ++b)
+        for (int64_t e = lo[2]; e < hi[2]; ++e) {
+          const size_t at = pooled_input_at(pool, plane, a, b, e);
+          if (mode == ooc::PoolMode::max && y[at] > y[best]) best = at;
+          if (mode != ooc::PoolMode::max) dy[at] += dq[i] / (mode == ooc::PoolMode::avg ? window : count);
+        }
+    if (mode == ooc::PoolMode::max) dy[best] += dq[i];
+  });
+  return dy;
+}
+
+// (dx, dw, db) through pool(act(pre)) for spec's geometry (tanh: no flat stretch, so max pooling
+// has no ties), checked against the float64 references of dz = tanh'(pre) * pool_backward.
+inline FusedBackwardResult run_pooled_backward_and_check(const BackwardSpec& spec, const ooc::ConvProblem& pool,
+                                                         ooc::PoolMode mode, size_t memory_limit,
+                                                         ooc::BackendKind backend, unsigned seed,
+                                                         CallerMemory memory = CallerMemory::pageable,
+                                                         double tolerance = 1e-5) {
+  const ooc::ConvProblem p = spec.problem();
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", " + p.describe() + ", memory_limit " + std::to_string(memory_limit));
+  std::mt19937 rng(seed);
+  const auto x = random_vector(static_cast<size_t>(p.x_elements()), rng, 0.25);
+  const auto w = random_vector(static_cast<size_t>(p.w_elements()), rng, 0.25);
+  const auto pre = random_vector(static_cast<size_t>(p.y_elements()), rng);
+  const auto dq = random_vector(static_cast<size_t>(pool.y_elements()), rng, 0.25);
+  const auto tanh_act = ooc::fused_activation_from_name("tanh", 0);
+  std::vector<float> y(pre.size());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(std::tanh(static_cast<double>(pre[i])));
+  std::vector<double> y64(y.begin(), y.end());
+  const std::vector<double> q64 = reference_pool(pool, mode, y64);
+  const std::vector<float> q(q64.begin(), q64.end());
+  const std::vector<double> dy = reference_pool_backward(pool, mode, y, dq);
+  std::vector<float> dz(dy.size());
+  for (size_t i = 0; i < dz.size(); ++i) dz[i] = static_cast<float>(dy[i] * (1.0 - double(y[i]) * double(y[i])));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CallerCopy xc(x, memory), wc(w, memory), dqc(dq, memory), qc(q, memory), yc(y, memory),
+      dxc(std::vector<float>(x.size(), nan), memory), dwc(std::vector<float>(w.size(), nan), memory),
+      dbc(std::vector<float>(static_cast<size_t>(p.k), nan), memory);
+  ooc::Options options;
+  options.memory_limit = memory_limit;
+  options.backend = backend;
+  FusedBackwardResult r;
+  try {
+    ooc::pooling_activation_conv_backward_data_filter_bias(p, tanh_act, pool, mode, xc.data(), dqc.data(), wc.data(),
+                                                           qc.data(), yc.data(), nullptr, dxc.data(), dwc.data(),
+                                                           dbc.data(), options, &r.plan, &r.stats);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "pooling_activation_conv_backward_data_filter_bias threw: " << e.what();
+    return r;
+  }
+  expect_three_gradients(p, x, w, dz, dxc.contents(), dwc.contents(), dbc.contents(), tolerance, r.plan);
+  EXPECT_EQ(dqc.contents(), dq) << "dq was modified";
+  EXPECT_EQ(yc.contents(), y) << "y was modified";
+  EXPECT_EQ(r.plan.fused, "pooling_activation_conv_backward_data_filter_bias");
+  EXPECT_EQ(r.plan.pooled_inputs, 2);
+  EXPECT_LE(r.plan.peak_device_bytes, r.plan.memory_limit);
+  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
+  EXPECT_EQ(r.stats.bytes_d2h, r.plan.bytes_d2h);
+  if (memory == CallerMemory::pageable) {
+    EXPECT_EQ(r.stats.bytes_h2d, r.plan.bytes_h2d);
+  } else {
+    EXPECT_LE(r.stats.bytes_h2d, r.plan.bytes_h2d);
+  }
+  return r;
+}
+
+// The fused backward's split cases, pooled (overlapping, tiled and gapped windows; padded ones keep
+// their dims whole).
+inline std::vector<std::pair<const char*, ooc_test::Shape>> pooled_backward_windows() {
+  return {{"overlap", {3, 1, 0}}, {"tiles", {2, 2, 0}}, {"gapped", {1, 3, 0}}, {"padded", {3, 2, 1}}};
 }
 
 }  // namespace ooc_test

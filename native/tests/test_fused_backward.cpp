@@ -171,3 +171,48 @@ TEST(ActivationFusedBackward, ClippedReluEluAndSwishNeedTheActivationsInput) {
 }
 
 }  // namespace
+
+namespace {
+
+// pooling_activation_conv_backward_data_filter_bias: the fused backward's cases pooled with each
+// window kind and mode, under budgets from the smallest up.
+class PoolingFusedBackwardHost : public ::testing::TestWithParam<ooc_test::FusedBackwardCase> {};
+
+TEST_P(PoolingFusedBackwardHost, MatchesTheComposition) {
+  const FusedBackwardCase& fc = GetParam();
+  const ooc::ConvProblem p = fc.spec.problem();
+  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)) + 2000);
+  int ran = 0;
+  for (const auto& [name, window] : ooc_test::pooled_backward_windows()) {
+    ooc::ConvProblem pool;
+    try {
+      pool = ooc::pool_problem(p.y_shape(), {window[0]}, {window[1]}, {window[2]});
+    } catch (const ooc::invalid_argument&) {
+      continue;  // y too small for this window
+    }
+    const auto tanh_act = ooc::fused_activation_from_name("tanh", 0);
+    const size_t needed = ooc_test::needed_bytes_of(
+        [&](const ooc::ConvProblem& q, const ooc::Options& o) {
+          return ooc::plan_pooling_activation_conv_backward_data_filter_bias(q, tanh_act, pool, false, o);
+        },
+        p, BackendKind::host);
+    for (const ooc::PoolMode mode : {ooc::PoolMode::max, ooc::PoolMode::avg, ooc::PoolMode::avg_exclude_pad})
+      for (double factor : {1.0, 3.0}) {
+        SCOPED_TRACE(std::string(name) + " x" + std::to_string(factor));
+        const bool direct = ++seed % 2 == 0;
+        HostDirectAccess access(direct);
+        ooc_test::run_pooled_backward_and_check(fc.spec, pool, mode,
+                                                static_cast<size_t>(static_cast<double>(needed) * factor),
+                                                BackendKind::host, seed,
+                                                direct ? ooc_test::CallerMemory::host_direct
+                                                       : ooc_test::CallerMemory::pageable);
+        ++ran;
+      }
+  }
+  EXPECT_GT(ran, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, PoolingFusedBackwardHost, ::testing::ValuesIn(activation_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace

@@ -94,6 +94,34 @@ TEST_P(FusedBackwardCuda, ActivationFoldedIn) {
   }
 }
 
+// The pooling's backward folded in too: cuDNN's PoolingBackward and ActivationBackward on each
+// tile's windows, the tile's dy rows copied out on the device.
+TEST_P(FusedBackwardCuda, PoolingFoldedIn) {
+  const ooc_test::FusedBackwardCase& fc = GetParam();
+  const ooc::ConvProblem p = fc.spec.problem();
+  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)) + 31);
+  for (const auto& [name, window] : ooc_test::pooled_backward_windows()) {
+    ooc::ConvProblem pool;
+    try {
+      pool = ooc::pool_problem(p.y_shape(), {window[0]}, {window[1]}, {window[2]});
+    } catch (const ooc::invalid_argument&) {
+      continue;
+    }
+    SCOPED_TRACE(name);
+    const auto tanh_act = ooc::fused_activation_from_name("tanh", 0);
+    const size_t needed = ooc_test::needed_bytes_of(
+        [&](const ooc::ConvProblem& q, const ooc::Options& o) {
+          return ooc::plan_pooling_activation_conv_backward_data_filter_bias(q, tanh_act, pool, false, o);
+        },
+        p, BackendKind::cuda);
+    for (const ooc::PoolMode mode : {ooc::PoolMode::max, ooc::PoolMode::avg_exclude_pad}) {
+      const auto memory = ++seed % 2 ? ooc_test::CallerMemory::pinned : ooc_test::CallerMemory::pageable;
+      ooc_test::run_pooled_backward_and_check(fc.spec, pool, mode, needed * 13 / 10, BackendKind::cuda, seed, memory,
+                                              2e-5);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, FusedBackwardCuda, ::testing::ValuesIn(ooc_test::fused_backward_cases()),
                          [](const auto& info) { return std::string(info.param.name); });
 

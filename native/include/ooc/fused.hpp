@@ -88,4 +88,23 @@ void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const
                                                const float* pre, float* dx, float* dw, float* db,
                                                const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
 
+// And with a pooling's backward folded in too: for q = pool(y), y = act(pre) (conv_bias_activation_
+// pooling_forward's chain), dy = pool_backward(q, dq, y) and dz = act'(pre) * dy are formed on the
+// device per dy tile; (dx, dw, db) are dz's gradients. The composition pool_backward ->
+// activation_backward -> conv_backward_data_filter_bias. dq and q are pooled-shaped (pool's
+// output), y and pre y-shaped; pool = pool_problem(problem's dy shape, ...). Each tile loads dq and
+// q over the pooled rows reaching it and y (pre) over their windows (fused_planner.hpp's
+// pooled_rows); dimensions the pooling pads stay whole. pre as for
+// activation_conv_backward_data_filter_bias (identity: y is still read, as pooling's input).
+Plan plan_pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
+                                                            const FusedActivation& activation,
+                                                            const ConvProblem& pool, bool with_pre,
+                                                            const Options& options);
+void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
+                                                       const ConvProblem& pool, PoolMode mode, const float* x,
+                                                       const float* dq, const float* w, const float* q,
+                                                       const float* y, const float* pre, float* dx, float* dw,
+                                                       float* db, const Options& options, Plan* used = nullptr,
+                                                       RunStats* stats = nullptr);
+
 }  // namespace ooc

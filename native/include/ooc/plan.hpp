@@ -102,6 +102,8 @@ struct Plan {
   // dx rows two spatial tiles share, carried from one to the next; a pooled tile).
   std::string fused;
   int y_inputs = 1;  // y-shaped tensors streamed through y's slots, y_buffers each (dy; y; the activation's input)
+  int pooled_inputs = 0;  // pooled tensors (dq, q) streamed beside them, y_buffers slots of pooled_slot_bytes each
+  size_t pooled_slot_bytes = 0;
   int out_buffers = 0;
   size_t out_slot_bytes = 0, kept_bytes = 0, scratch_bytes = 0;
 

@@ -305,4 +305,56 @@ void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const
       used, stats);
 }
 
+namespace {
+
+// The fused backward's plan with the pooling folded in: y (and pre) and the pooled dq and q per tile.
+Plan plan_pooling_backward(const ConvProblem& p, const FusedActivation& a, const ConvProblem& pool, bool with_pre,
+                           const PlannerConfig& config) {
+  const int y_inputs = activation_y_inputs(a, with_pre) - (a.identity ? 0 : 1);  // y, and pre where given
+  return plan_conv_backward_data_filter_bias_for(p, config, y_inputs,
+                                                 "pooling_activation_conv_backward_data_filter_bias", &pool);
+}
+
+void require_pooled_backward(const ConvProblem& p, const ConvProblem& pool, const char* function) {
+  require_backward(p, function);
+  if (pool.op != Operation::pool_forward)
+    throw invalid_argument(std::string(function) + ": pool describes " + operation_name(pool.op) +
+                           " (make it with pool_problem)");
+  if (pool.x_shape() != p.y_shape())
+    throw invalid_argument(std::string(function) + ": pool pools a tensor of another shape than the convolution's y");
+}
+
+}  // namespace
+
+Plan plan_pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
+                                                            const FusedActivation& activation,
+                                                            const ConvProblem& pool, bool with_pre,
+                                                            const Options& options) {
+  require_pooled_backward(problem, pool, "plan_pooling_activation_conv_backward_data_filter_bias");
+  return plan_only(options, [&](const PlannerConfig& c) {
+    return plan_pooling_backward(problem, activation, pool, with_pre && !activation.identity, c);
+  });
+}
+
+void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
+                                                       const ConvProblem& pool, PoolMode mode, const float* x,
+                                                       const float* dq, const float* w, const float* q,
+                                                       const float* y, const float* pre, float* dx, float* dw,
+                                                       float* db, const Options& options, Plan* used,
+                                                       RunStats* stats) {
+  require_pooled_backward(problem, pool, "pooling_activation_conv_backward_data_filter_bias");
+  if (!x || !dq || !w || !q || !y || !dx || !dw || !db)
+    throw invalid_argument("pooling_activation_conv_backward_data_filter_bias: null data pointer");
+  const bool with_pre = pre && !activation.identity;
+  plan_and_run(
+      options, {x, dq, w, q, y, with_pre ? pre : nullptr, dx, dw, db},
+      [&](const PlannerConfig& c) { return plan_pooling_backward(problem, activation, pool, with_pre, c); },
+      [&](const Plan& plan, Backend& backend) {
+        return run_pooling_activation_conv_backward_data_filter_bias(plan, backend, activation, pool, mode, x, dq, w,
+                                                                     q, y, with_pre ? pre : nullptr, dx, dw, db,
+                                                                     ThreadPool::shared());
+      },
+      used, stats);
+}
+
 }  // namespace ooc

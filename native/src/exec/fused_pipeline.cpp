@@ -149,10 +149,11 @@ namespace {
 
 // The spec of the fused backward: dx, dw and db from each dy tile (fused_planner.hpp).
 OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, const float* dy, const float* w,
-                            float* dx, float* dw, float* db) {
+                            float* dx, float* dw, float* db,
+                            const ConvProblem* pool = nullptr) {
   using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
   const ConvProblem& p = plan.problem;
-  const FusedBackwardLayout layout = fused_backward_layout(plan);
+  const FusedBackwardLayout layout = fused_backward_layout(plan, pool);
   if (layout.kept_bytes != plan.kept_bytes || layout.scratch_bytes != plan.scratch_bytes)
     throw std::logic_error("fused backward: the plan's kept and carried memory disagree with its layout");
   const size_t es = dtype_size(p.dtype);
@@ -239,6 +240,115 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, 
 RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, const float* x, const float* dy,
                                             const float* w, float* dx, float* dw, float* db, ThreadPool& pool) {
   return run_chunks(plan, backend, pool, backward_spec(plan, backend, x, dy, w, dx, dw, db));
+}
+
+namespace {
+
+// The copy of rows `rows` (along dimension d) of a dense tile spanning rows `from` along d into one
+// spanning `to`; all other dims equal: `outer` elements before d (planes and leading dims), `inner`
+// after it.
+StridedCopy rows_copy(const float* src, Range from, float* dst, Range to, Range rows, int64_t outer, int64_t inner,
+                      size_t element_size) {
+  StridedCopy c;
+  c.src = reinterpret_cast<const char*>(src + (rows.begin - from.begin) * inner);
+  c.dst = reinterpret_cast<char*>(dst + (rows.begin - to.begin) * inner);
+  c.width_bytes = static_cast<size_t>(rows.size() * inner) * element_size;
+  c.height = static_cast<size_t>(outer);
+  c.src_pitch = static_cast<size_t>(from.size() * inner) * element_size;
+  c.dst_pitch = static_cast<size_t>(to.size() * inner) * element_size;
+  c.src_slice = c.src_pitch * c.height;
+  c.dst_slice = c.dst_pitch * c.height;
+  return c;
+}
+
+}  // namespace
+
+RunStats run_pooling_activation_conv_backward_data_filter_bias(
+    const Plan& plan, Backend& backend, const FusedActivation& activation, const ConvProblem& pool, PoolMode mode,
+    const float* x, const float* dq, const float* w, const float* q, const float* y, const float* pre, float* dx,
+    float* dw, float* db, ThreadPool& threads) {
+  using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
+  const ConvProblem& p = plan.problem;
+  const size_t es = dtype_size(p.dtype);
+  const FusedBackwardLayout layout = fused_backward_layout(plan, &pool);
+  OperationSpec spec = backward_spec(plan, backend, x, nullptr, w, dx, dw, db, &pool);
+  // Per dy tile: dq and q over the pooled rows reaching it, y (and pre) over their windows.
+  const auto rows_of = [&plan, &pool](const Chunk& ch, bool pooled) {
+    std::array<Range, kMaxSpatial> r;
+    for (int d = 0; d < kMaxSpatial; ++d) {
+      const PooledRows rows = pooled_rows(pool, d, ch.out[d], plan.splits_out[d] == 1);
+      r[d] = pooled ? rows.pooled : rows.y;
+    }
+    return r;
+  };
+  const TensorView dqv = TensorView::contiguous(dq, {pool.n, pool.c, pool.out[0], pool.out[1], pool.out[2]}, kMaxRank,
+                                                es);
+  const TensorView qv = TensorView::contiguous(q, {pool.n, pool.c, pool.out[0], pool.out[1], pool.out[2]}, kMaxRank,
+                                               es);
+  spec.a = {dq, plan.y_buffers, plan.pooled_slot_bytes};
+  spec.a_region = [dqv, rows_of](const Chunk& ch) { return Region{dqv, box_of(ch.n, ch.k, rows_of(ch, true))}; };
+  spec.extra.clear();
+  spec.extra.push_back({{q, plan.y_buffers, plan.pooled_slot_bytes},
+                        [qv, rows_of](const Chunk& ch) { return Region{qv, box_of(ch.n, ch.k, rows_of(ch, true))}; },
+                        [](const Chunk& ch) { return ch.load_y; }});
+  for (const float* t : {y, pre}) {
+    if (!t) continue;
+    const TensorView v = view_of(p, Family::y, t);
+    spec.extra.push_back({{t, plan.y_buffers, plan.y_slot_bytes},
+                          [v, rows_of](const Chunk& ch) { return Region{v, box_of(ch.n, ch.k, rows_of(ch, false))}; },
+                          [](const Chunk& ch) { return ch.load_y; }});
+  }
+  // A tile's first chunk: dy = pool_backward over the windows' y rows, dz = act'(pre) * dy there
+  // (in place), then the tile's own dy rows of it (zeros where no window reaches) into the scratch
+  // the three gradients read; nothing of it leaves the device.
+  spec.compute_fused = [gradients = spec.compute_fused, &backend, &p, &pool, &plan, mode, activation, layout, rows_of,
+                        es](const Chunk& ch, const ChunkBuffers& b) {
+    char* scratch = static_cast<char*>(b.scratch);
+    float* dz = reinterpret_cast<float*>(scratch + layout.dy_offset);
+    if (ch.load_y) {
+      float* pooled_dy = reinterpret_cast<float*>(scratch + layout.pooled_dy_offset);
+      const std::array<Range, kMaxSpatial> y_rows = rows_of(ch, false), q_rows = rows_of(ch, true);
+      ChunkConv window = chunk_shape(ch, p);
+      window.c = window.k = p.k;
+      int64_t y_elements = ch.n.size() * p.k, dz_elements = y_elements, q_elements = y_elements;
+      for (int d = 0; d < kMaxSpatial; ++d) {
+        window.in[d] = y_rows[d].size();
+        window.out[d] = q_rows[d].size();
+        window.kernel[d] = pool.kernel[d];
+        window.stride[d] = pool.stride[d];
+        window.dilation[d] = 1;
+        window.padding[d] = pooled_rows(pool, d, ch.out[d], plan.splits_out[d] == 1).padding;
+        y_elements *= window.in[d];
+        q_elements *= window.out[d];
+        dz_elements *= ch.out[d].size();
+      }
+      const float* y_tile = b.extra[1];
+      if (q_elements > 0) {
+        backend.pool_backward(window, mode, b.extra[0], b.a, y_tile, pooled_dy, 1.0, 0.0);
+        if (!activation.identity)
+          backend.activation_backward(tile_of(p, ch.n, ch.k, y_rows), activation.mode, activation.coef, y_tile,
+                                      pooled_dy, b.extra.size() > 2 ? b.extra[2] : y_tile, pooled_dy, 1.0, 0.0);
+      }
+      backend.zero_on_device(dz, static_cast<size_t>(dz_elements) * es);
+      int split = -1;
+      for (int d = 0; d < kMaxSpatial; ++d)
+        if (plan.splits_out[d] > 1) split = d;
+      const int d = split < 0 ? 0 : split;  // whole dims: the tile's rows are the windows' rows
+      const Range common{std::max(ch.out[d].begin, y_rows[d].begin), std::min(ch.out[d].end, y_rows[d].end)};
+      if (q_elements > 0 && common.size() > 0) {
+        int64_t outer = ch.n.size() * p.k, inner = 1;
+        for (int e = 0; e < kMaxSpatial; ++e) {
+          if (e < d) outer *= ch.out[e].size();
+          if (e > d) inner *= ch.out[e].size();
+        }
+        backend.copy_on_device(rows_copy(pooled_dy, y_rows[d], dz, ch.out[d], common, outer, inner, es));
+      }
+    }
+    ChunkBuffers with_dz = b;
+    with_dz.a = dz;
+    gradients(ch, with_dz);
+  };
+  return run_chunks(plan, backend, threads, spec);
 }
 
 RunStats run_activation_conv_backward_data_filter_bias(const Plan& plan, Backend& backend,

@@ -22,6 +22,11 @@ RunStats run_deconv_bias_activation_forward(const Plan& plan, Backend& backend, 
                                             float* y, ThreadPool& pool);
 RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, const float* x, const float* dy,
                                             const float* w, float* dx, float* dw, float* db, ThreadPool& pool);
+// pool: the pooling folded in (dq, q pooled-shaped; y, pre y-shaped).
+RunStats run_pooling_activation_conv_backward_data_filter_bias(
+    const Plan& plan, Backend& backend, const FusedActivation& activation, const ConvProblem& pool, PoolMode mode,
+    const float* x, const float* dq, const float* w, const float* q, const float* y, const float* pre, float* dx,
+    float* dw, float* db, ThreadPool& threads);
 // pre: the activation's input, or null where y alone gives its gradient.
 RunStats run_activation_conv_backward_data_filter_bias(const Plan& plan, Backend& backend,
                                                        const FusedActivation& activation, const float* x,

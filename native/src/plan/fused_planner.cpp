@@ -16,12 +16,25 @@ using namespace planner_parts;  // NOLINT: the shared planner pieces
 // The tiles of one spatial dimension: per tile the dy rows it owns (disjoint, covering dy), the dx
 // rows it computes from them with padding 0 (its x slab too), the dx rows it writes back (disjoint,
 // covering dx) and how many computed rows past those it carries to the next tile.
+// With a pooling folded in, also the extents the dy tile's pooled and y rows (pooled_rows) take.
 struct DimTiles {
   int64_t tile = 1, tiles = 1;
   std::vector<Range> dy, computed, target;
   std::vector<int64_t> carried;
   int64_t dy_max = 0, x_max = 0, x_sum = 0, carry_max = 0;
+  int64_t pooled_max = 0, pooled_sum = 0, y_max = 0, y_sum = 0;
 };
+
+// Adds the pooled and y rows of the tiles (pool: folded in, or null).
+void add_pooled_rows(DimTiles& t, const ConvProblem* pool, int d) {
+  for (const Range& dy : t.dy) {
+    const PooledRows r = pool ? pooled_rows(*pool, d, dy, t.tiles == 1) : PooledRows{dy, dy};
+    t.pooled_max = std::max(t.pooled_max, r.pooled.size());
+    t.pooled_sum += r.pooled.size();
+    t.y_max = std::max(t.y_max, r.y.size());
+    t.y_sum += r.y.size();
+  }
+}
 
 // Whole: cuDNN pads the dimension itself; nothing is carried.
 DimTiles whole_dim(const ConvProblem& p, int d) {
@@ -69,8 +82,10 @@ DimTiles split_dim(const ConvProblem& p, int d, int64_t tile) {
   return t;
 }
 
-// The kept outputs and carries (FusedBackwardLayout) of a tiling.
-FusedBackwardLayout layout_of(const ConvProblem& p, int64_t tn, int64_t tc, int split_dim, int64_t carry_rows) {
+// The kept outputs and carries (FusedBackwardLayout) of a tiling; with a pooling folded in, the
+// dy tile (dy_rows elements per n and k) and pool_backward's output (y_rows) after the carries.
+FusedBackwardLayout layout_of(const ConvProblem& p, int64_t tn, int64_t tc, int split_dim, int64_t carry_rows,
+                              int64_t dy_rows = 0, int64_t y_rows = 0) {
   const double es = static_cast<double>(dtype_size(p.dtype));
   const int64_t kernel = p.kernel[0] * p.kernel[1] * p.kernel[2];
   int64_t other = 1;  // the carry's extent along the spatial dims that are whole
@@ -87,6 +102,10 @@ FusedBackwardLayout layout_of(const ConvProblem& p, int64_t tn, int64_t tc, int 
   }
   l.db_offset = l.kept_bytes;
   l.kept_bytes += slot_bytes(p.k, es);
+  l.dy_offset = l.scratch_bytes;
+  l.scratch_bytes += slot_bytes(tn * p.k * dy_rows, es);
+  l.pooled_dy_offset = l.scratch_bytes;
+  l.scratch_bytes += slot_bytes(tn * p.k * y_rows, es);
   return l;
 }
 
@@ -96,7 +115,7 @@ struct Candidate {
   int64_t tn = 1, tc = 1, tiles_n = 1, tiles_c = 1;
   int buffers = 3, dy_slots = 1, x_slots = 1, w_slots = 1, dx_slots = 1;
   int64_t w_loads = 1;
-  size_t dy_slot = 0, x_slot = 0, w_slot = 0, peak = 0;
+  size_t dy_slot = 0, pooled_slot = 0, x_slot = 0, w_slot = 0, peak = 0;
   FusedBackwardLayout layout;
   double bytes_h2d = 0, bytes_d2h = 0, seconds = 0;
 };
@@ -128,7 +147,8 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const std::array<const Di
   return chunks;
 }
 
-Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int y_inputs, const std::string& fused) {
+Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int y_inputs, const std::string& fused,
+                         const ConvProblem* pool) {
   const double es = static_cast<double>(dtype_size(p.dtype));
   const int64_t kernel = p.kernel[0] * p.kernel[1] * p.kernel[2];
   const size_t budget = config.memory_limit;
@@ -136,8 +156,13 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
   std::array<std::vector<DimTiles>, kMaxSpatial> splits;
   for (int d = 0; d < kMaxSpatial; ++d) {
     whole[d] = whole_dim(p, d);
+    add_pooled_rows(whole[d], pool, d);
+    if (pool && pool->padding[d] != 0) continue;  // cuDNN pads the pooling's border only in a whole dim
     for (int64_t t : candidate_tiles(p.out[d]))
-      if (ceil_div(p.out[d], t) > 1) splits[d].push_back(split_dim(p, d, t));
+      if (ceil_div(p.out[d], t) > 1) {
+        splits[d].push_back(split_dim(p, d, t));
+        add_pooled_rows(splits[d].back(), pool, d);
+      }
   }
   const std::array<int64_t, 5> dy_extent{p.n, p.k, p.out[0], p.out[1], p.out[2]};
   const std::array<int64_t, 5> x_extent{p.n, p.c, p.in[0], p.in[1], p.in[2]};
@@ -148,12 +173,19 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
   std::array<const DimTiles*, kMaxSpatial> best_dims{};
   auto consider = [&](const std::array<const DimTiles*, kMaxSpatial>& dims) {
     const int64_t tiles_s = c.split ? c.split->tiles : 1;
-    int64_t dy_rows = 1, x_rows = 1, x_moved = 1;
+    // Per n and k: the rows of a tile's y-shaped inputs (dy, or y over the pooling windows) and of
+    // its pooled ones (dq, q), the most and all tiles together.
+    int64_t dy_rows = 1, x_rows = 1, x_moved = 1, y_rows = 1, y_moved = 1, pooled_rows = 1, pooled_moved = 1;
     for (int d = 0; d < kMaxSpatial; ++d) {
       dy_rows *= dims[d]->dy_max;
       x_rows *= dims[d]->x_max;
       x_moved *= dims[d]->x_sum;
+      y_rows *= dims[d]->y_max;
+      y_moved *= dims[d]->y_sum;
+      pooled_rows *= dims[d]->pooled_max;
+      pooled_moved *= dims[d]->pooled_sum;
     }
+    const int pooled_inputs = pool ? 2 : 0;
     for (int64_t tn : candidate_tiles(p.n))
       for (int64_t tc : candidate_tiles(p.c)) {
         c.tn = tn, c.tc = tc;
@@ -161,16 +193,19 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
         const double chunks = static_cast<double>(c.tiles_n) * static_cast<double>(tiles_s) * c.tiles_c;
         if (chunks > static_cast<double>(kMaxChunks)) continue;
         const int64_t dy_elems = tn * p.k * dy_rows, x_elems = tn * tc * x_rows, w_elems = p.k * tc * kernel;
-        if (std::max({dy_elems, x_elems, w_elems}) > kMaxChunkElements) continue;
-        c.dy_slot = slot_bytes(dy_elems, es);
+        if (std::max({dy_elems, x_elems, w_elems, tn * p.k * y_rows}) > kMaxChunkElements) continue;
+        c.dy_slot = slot_bytes(tn * p.k * y_rows, es);  // dy, or y over the pooling windows
+        c.pooled_slot = slot_bytes(tn * p.k * pooled_rows, es);
         c.x_slot = slot_bytes(x_elems, es);
         c.w_slot = slot_bytes(w_elems, es);
-        c.layout = layout_of(p, tn, tc, c.split_dim, c.split ? c.split->carry_max : 0);
+        c.layout = layout_of(p, tn, tc, c.split_dim, c.split ? c.split->carry_max : 0, pool ? dy_rows : 0,
+                             pool ? y_rows : 0);
         const int64_t dy_loads = c.tiles_n * tiles_s, total = static_cast<int64_t>(chunks);
         c.w_loads = c.tiles_c == 1 ? 1 : total;
         // dy (and y, ...) once; x once per chunk (halo rows included); w once, or once per chunk when C
         // is split.
-        c.bytes_h2d = static_cast<double>(y_inputs * p.y_elements()) * es + static_cast<double>(p.n * p.c * x_moved) * es +
+        c.bytes_h2d = static_cast<double>(p.n * p.k) * (y_inputs * y_moved + pooled_inputs * pooled_moved) * es +
+                      static_cast<double>(p.n * p.c * x_moved) * es +
                       static_cast<double>(p.w_elements()) * es * static_cast<double>(c.w_loads == 1 ? 1 : dy_loads);
         c.bytes_d2h = static_cast<double>(p.x_elements() + p.w_elements() + p.k) * es;
         TrafficEstimate t;
@@ -186,14 +221,16 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
                      {contiguous_run({tn, p.k, dims[0]->dy_max, dims[1]->dy_max, dims[2]->dy_max}, dy_extent),
                       contiguous_run({tn, tc, dims[0]->x_max, dims[1]->x_max, dims[2]->x_max}, x_extent),
                       contiguous_run({p.k, tc, p.kernel[0], p.kernel[1], p.kernel[2]}, w_extent)}));
-        t.first_load_bytes = static_cast<double>(y_inputs * c.dy_slot + c.x_slot + c.w_slot);
+        t.first_load_bytes = static_cast<double>(y_inputs * c.dy_slot + pooled_inputs * c.pooled_slot + c.x_slot +
+                                                 c.w_slot);
         t.last_store_bytes = static_cast<double>(c.x_slot + c.layout.kept_bytes);
         for (int buffers : {3, 2, 1}) {
           c.buffers = buffers;
           c.dy_slots = static_cast<int>(std::min<int64_t>(buffers, dy_loads));
           c.x_slots = c.dx_slots = static_cast<int>(std::min<int64_t>(buffers, total));
           c.w_slots = static_cast<int>(std::min<int64_t>(buffers, c.w_loads));
-          c.peak = y_inputs * c.dy_slots * c.dy_slot + c.x_slots * c.x_slot + c.dx_slots * c.x_slot +
+          c.peak = c.dy_slots * (y_inputs * c.dy_slot + pooled_inputs * c.pooled_slot) + c.x_slots * c.x_slot +
+                   c.dx_slots * c.x_slot +
                    c.w_slots * c.w_slot + c.layout.kept_bytes + c.layout.scratch_bytes + config.workspace_bytes;
           if (search.offer(c, t, buffers, config.machine)) best_dims = dims;
         }
@@ -219,6 +256,8 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
                                best.seconds);
   plan.fused = fused;
   plan.y_inputs = y_inputs;
+  plan.pooled_inputs = pool ? 2 : 0;
+  plan.pooled_slot_bytes = pool ? best.pooled_slot : 0;
   plan.tiling = Tiling{best.tn, p.k, best.tc, {best_dims[0]->tile, best_dims[1]->tile, best_dims[2]->tile}};
   plan.splits_n = best.tiles_n;
   plan.splits_c = best.tiles_c;
@@ -244,15 +283,22 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
 }  // namespace
 
 Plan plan_conv_backward_data_filter_bias_for(const ConvProblem& p, const PlannerConfig& config, int y_inputs,
-                                             const std::string& fused) {
+                                             const std::string& fused, const ConvProblem* pool) {
   if (p.op != Operation::backward_data) throw std::logic_error("fused backward planner: not a backward-data problem");
   return with_grown_workspace(
-      with_workspace_fallback(config,
-                              [&](const PlannerConfig& c) { return plan_with_workspace(p, c, y_inputs, fused); }),
+      with_workspace_fallback(
+          config, [&](const PlannerConfig& c) { return plan_with_workspace(p, c, y_inputs, fused, pool); }),
       config);
 }
 
-FusedBackwardLayout fused_backward_layout(const Plan& plan) {
+PooledRows pooled_rows(const ConvProblem& pool, int d, Range dy, bool whole) {
+  if (whole) return {Range{0, pool.out[d]}, Range{0, pool.in[d]}, pool.padding[d]};
+  const Range pooled = conv_output_range_reading(dy, pool.out[d], pool.kernel[d], pool.stride[d], 0, 1);
+  if (pooled.size() == 0) return {Range{0, 0}, Range{dy.begin, dy.begin}, 0};  // no window reaches dy
+  return {pooled, conv_input_range(pooled, pool.kernel[d], pool.stride[d], 0, 1), 0};
+}
+
+FusedBackwardLayout fused_backward_layout(const Plan& plan, const ConvProblem* pool) {
   const ConvProblem& p = plan.problem;
   int split = -1;
   for (int d = 0; d < kMaxSpatial; ++d)
@@ -261,7 +307,18 @@ FusedBackwardLayout fused_backward_layout(const Plan& plan) {
   if (split >= 0)
     for (const Chunk& ch : plan.chunks)
       carry_rows = std::max(carry_rows, std::min(ch.in[split].end, p.in[split]) - ch.target[split].end);
-  return layout_of(p, plan.tiling.n, plan.tiling.c, split, carry_rows);
+  if (!pool) return layout_of(p, plan.tiling.n, plan.tiling.c, split, carry_rows);
+  int64_t dy_rows = 1, y_rows = 1;  // the largest tile's, per n and k
+  for (int d = 0; d < kMaxSpatial; ++d) {
+    int64_t dy_max = 0, y_max = 0;
+    for (const Chunk& ch : plan.chunks) {
+      dy_max = std::max(dy_max, ch.out[d].size());
+      y_max = std::max(y_max, pooled_rows(*pool, d, ch.out[d], plan.splits_out[d] == 1).y.size());
+    }
+    dy_rows *= dy_max;
+    y_rows *= y_max;
+  }
+  return layout_of(p, plan.tiling.n, plan.tiling.c, split, carry_rows, dy_rows, y_rows);
 }
 
 }  // namespace ooc

@@ -26,9 +26,24 @@ namespace ooc {
 // problem: a backward-data problem (ConvProblem::backward_data); throws out_of_budget when nothing fits.
 // y_inputs: the y-shaped tensors each dy tile loads (1: dy; 2 or 3 when an activation's backward is
 // folded in: dy, y and maybe the activation's input); `fused` names the function.
+// pool: a pooling folded in (dy = pool_backward(q, dq, y) per tile, pool: pool_problem of y's
+// shape): then each tile loads dq and q over the pooled rows reaching its dy rows and y_inputs
+// y-shaped tensors (y, the activation's input) over those rows' windows (pooled_rows); dims the
+// pooling pads are never split.
 Plan plan_conv_backward_data_filter_bias_for(const ConvProblem& problem, const PlannerConfig& config,
                                              int y_inputs = 1,
-                                             const std::string& fused = "conv_backward_data_filter_bias");
+                                             const std::string& fused = "conv_backward_data_filter_bias",
+                                             const ConvProblem* pool = nullptr);
+
+// One spatial dim of a dy tile's rows `dy` when a pooling's backward is folded in: the pooled rows
+// whose windows reach them (dq, q), and those windows' y rows, over which pool_backward computes dy
+// with `padding` (cuDNN's own where the dimension is whole; 0 where split, as the pooling has none
+// there). dy rows no window reaches (stride > kernel) get no gradient: zeros.
+struct PooledRows {
+  Range pooled, y;
+  int64_t padding = 0;
+};
+PooledRows pooled_rows(const ConvProblem& pool, int d, Range dy, bool whole);
 
 // The planner of conv_bias_activation_pooling_forward (plan/fused_pool_planner.cpp): the forward
 // planner's loop nest (for n/spatial tile { for k-tile { for c-tile } }, the reduction innermost)
@@ -44,11 +59,14 @@ Plan plan_conv_bias_activation_pooling_forward_for(const ConvProblem& conv, cons
 // Where the kept outputs and the carries live: dw's block of c-tile j (dense [K, c-tile j,
 // kernel...]) at dw_offset[j] and db at db_offset, bytes into the kept memory; c-tile j's carry
 // (dense [n-tile, c-tile j, carried rows, other spatial dims]) at carry_offset[j] into the scratch.
+// With a pooling folded in, the scratch also holds the tile's dy (dense [n-tile, K, dy rows...], at
+// dy_offset) and pool_backward's output over the windows' y rows (at pooled_dy_offset).
 struct FusedBackwardLayout {
   int split_dim = -1;  // the spatial dimension split into tiles, -1: none
   std::vector<size_t> dw_offset, carry_offset;
   size_t db_offset = 0, kept_bytes = 0, scratch_bytes = 0;
+  size_t dy_offset = 0, pooled_dy_offset = 0;
 };
-FusedBackwardLayout fused_backward_layout(const Plan& plan);
+FusedBackwardLayout fused_backward_layout(const Plan& plan, const ConvProblem* pool = nullptr);
 
 }  // namespace ooc

@@ -62,7 +62,7 @@ std::string Plan::describe() const {
   const int sd = problem.spatial_dims;
   // A fused backward streams x in and dx out beside each other (out_buffers).
   const SlotNames names =
-      !fused.empty() && problem.op == Operation::backward_data ? SlotNames{"x", "w", "dy", "", "dx"} : slot_names(problem.op);
+      out_buffers > 0 && problem.op == Operation::backward_data ? SlotNames{"x", "w", "dy", "", "dx"} : slot_names(problem.op);
   std::vector<int64_t> tile_out(tiling.out.begin(), tiling.out.begin() + sd);
   std::vector<int64_t> split_out(splits_out.begin(), splits_out.begin() + sd);
   const bool reduces_over_c = problem.op == Operation::forward || problem.op == Operation::matmul;
@@ -97,8 +97,11 @@ std::string Plan::describe() const {
   } else {
     slot(x_buffers, x_slot_bytes, names.x);
     slot(w_buffers, w_slot_bytes, names.w);
-    slot(y_inputs * y_buffers, y_slot_bytes, y_inputs > 1 ? "dy, y, ..." : names.y);
-    slot(bias_buffers, bias_buffers ? bias_bytes / bias_buffers : 0, names.bias);
+    // Fused backwards stream more y-shaped tensors per tile (dy, y, pre) and the pooled dq and q.
+    const char* y_names = pooled_inputs ? (y_inputs > 1 ? "y, pre" : "y") : y_inputs > 1 ? "dy, y, ..." : names.y;
+    slot(y_inputs * y_buffers, y_slot_bytes, y_names);
+    if (pooled_inputs) slot(pooled_inputs * y_buffers, pooled_slot_bytes, "dq, q");
+    slot(bias_buffers, bias_buffers ? bias_bytes / bias_buffers : 0, *names.bias ? names.bias : "bias");
   }
   if (out_buffers) slot(out_buffers, out_slot_bytes, names.output);
   if (kept_bytes) slot(1, kept_bytes, "outputs kept on the device");
