@@ -115,6 +115,135 @@ cudnnStatus_t ooc_cudnnConvolutionBackwardBias(cudnnHandle_t handle,
                                                const cudnnTensorDescriptor_t dbDesc,
                                                void *db);
 
+/* --- Fused calls (pyooc's own; no single cuDNN call does any of them) ---
+ *
+ * Each does, in one pass over the chunks, what the composition of cuDNN calls named with it does,
+ * keeping the intermediates on the device: only its inputs cross the link once and its outputs
+ * once. They always run out of core (on any mix of device, pinned and pageable pointers) and
+ * record their plan like the calls above. Tensors: float32, fully-packed NCHW, 4-D or 5-D;
+ * convolutions: cross-correlation, float compute, group count 1 (as above). Activation modes: all
+ * of ooc_cudnnActivationForward's and CUDNN_ACTIVATION_IDENTITY (nothing applied); pooling modes as
+ * ooc_cudnnPoolingForward's. */
+
+/* y = pool(act(alpha1 * conv(x, w) + alpha2 * z + bias)); y has the pooled shape.
+ * Replaces cudnnConvolutionBiasActivationForward (into a conv-output-shaped temporary t, zDesc's
+ * shape) followed by cudnnPoolingForward(poolingDesc, t -> y); t never exists. z is read only when
+ * *alpha2 != 0 (then required; otherwise z may be NULL). bias: [1, K, 1, 1(, 1)]. */
+cudnnStatus_t ooc_cudnnConvolutionBiasActivationPoolingForward(cudnnHandle_t handle,
+                                                               const void *alpha1,
+                                                               const cudnnTensorDescriptor_t xDesc,
+                                                               const void *x,
+                                                               const cudnnFilterDescriptor_t wDesc,
+                                                               const void *w,
+                                                               const cudnnConvolutionDescriptor_t convDesc,
+                                                               const void *alpha2,
+                                                               const cudnnTensorDescriptor_t zDesc,
+                                                               const void *z,
+                                                               const cudnnTensorDescriptor_t biasDesc,
+                                                               const void *bias,
+                                                               const cudnnActivationDescriptor_t activationDesc,
+                                                               const cudnnPoolingDescriptor_t poolingDesc,
+                                                               const cudnnTensorDescriptor_t yDesc,
+                                                               void *y);
+
+/* y = act(alpha1 * conv_transpose(x, w) + alpha2 * z + bias): a transposed convolution (torch's
+ * ConvTranspose) with bias and activation. Replaces cudnnConvolutionBackwardData(alpha1, wDesc, w,
+ * dyDesc = xDesc, x, convDesc, beta = alpha2, dxDesc = yDesc, y = z) -> cudnnAddTensor(bias) ->
+ * cudnnActivationForward. wDesc: [C_in, C_out, kernel...] (x's channels first, cuDNN's filter of the
+ * forward convolution that y -> x would be); y: [N, C_out, out...] with out = (in - 1) * stride -
+ * 2 * padding + dilation * (kernel - 1) + 1 + output_padding, where output_padding (0 <= it <
+ * stride) is implied by yDesc's shape; bias [1, C_out, 1, 1(, 1)]. z as above (y-shaped). */
+cudnnStatus_t ooc_cudnnDeconvolutionBiasActivationForward(cudnnHandle_t handle,
+                                                          const void *alpha1,
+                                                          const cudnnTensorDescriptor_t xDesc,
+                                                          const void *x,
+                                                          const cudnnFilterDescriptor_t wDesc,
+                                                          const void *w,
+                                                          const cudnnConvolutionDescriptor_t convDesc,
+                                                          const void *alpha2,
+                                                          const cudnnTensorDescriptor_t zDesc,
+                                                          const void *z,
+                                                          const cudnnTensorDescriptor_t biasDesc,
+                                                          const void *bias,
+                                                          const cudnnActivationDescriptor_t activationDesc,
+                                                          const cudnnTensorDescriptor_t yDesc,
+                                                          void *y);
+
+/* dx, dw, db of a convolution y = conv(x, w) (+ bias) from one pass over dy, all three fresh
+ * (alpha 1, beta 0). Replaces cudnnConvolutionBackwardData(w, dy -> dx),
+ * cudnnConvolutionBackwardFilter(x, dy -> dw) and cudnnConvolutionBackwardBias(dy -> db): dy
+ * crosses the link once instead of three times. dxDesc like xDesc, dwDesc like wDesc, dbDesc
+ * [1, K, 1, 1(, 1)]; no output may alias an input. */
+cudnnStatus_t ooc_cudnnConvolutionBackwardDataFilterBias(cudnnHandle_t handle,
+                                                         const cudnnTensorDescriptor_t xDesc,
+                                                         const void *x,
+                                                         const cudnnTensorDescriptor_t dyDesc,
+                                                         const void *dy,
+                                                         const cudnnFilterDescriptor_t wDesc,
+                                                         const void *w,
+                                                         const cudnnConvolutionDescriptor_t convDesc,
+                                                         const cudnnTensorDescriptor_t dxDesc,
+                                                         void *dx,
+                                                         const cudnnFilterDescriptor_t dwDesc,
+                                                         void *dw,
+                                                         const cudnnTensorDescriptor_t dbDesc,
+                                                         void *db);
+
+/* The same for y = act(pre), pre = conv(x, w) + bias: dz = act'(pre) * dy is formed per chunk on
+ * the device and never leaves it. Replaces cudnnActivationBackward(activationDesc, y, dy, pre -> dz)
+ * followed by the three calls above on dz. y, pre and dy are conv-output-shaped. pre may be NULL
+ * (preDesc then unread) for RELU, SIGMOID and TANH, whose gradients y alone gives; CLIPPED_RELU, ELU
+ * and SWISH need it (BAD_PARAM otherwise). IDENTITY: y and pre unread (may be NULL). */
+cudnnStatus_t ooc_cudnnActivationConvolutionBackwardDataFilterBias(cudnnHandle_t handle,
+                                                                   const cudnnActivationDescriptor_t activationDesc,
+                                                                   const cudnnTensorDescriptor_t xDesc,
+                                                                   const void *x,
+                                                                   const cudnnFilterDescriptor_t wDesc,
+                                                                   const void *w,
+                                                                   const cudnnConvolutionDescriptor_t convDesc,
+                                                                   const cudnnTensorDescriptor_t yDesc,
+                                                                   const void *y,
+                                                                   const cudnnTensorDescriptor_t preDesc,
+                                                                   const void *pre,
+                                                                   const cudnnTensorDescriptor_t dyDesc,
+                                                                   const void *dy,
+                                                                   const cudnnTensorDescriptor_t dxDesc,
+                                                                   void *dx,
+                                                                   const cudnnFilterDescriptor_t dwDesc,
+                                                                   void *dw,
+                                                                   const cudnnTensorDescriptor_t dbDesc,
+                                                                   void *db);
+
+/* And with a pooling's backward folded in, for q = pool(y), y = act(pre), pre = conv(x, w) + bias
+ * (ooc_cudnnConvolutionBiasActivationPoolingForward's chain): replaces
+ * cudnnPoolingBackward(poolingDesc, q, dq, y -> dy) -> cudnnActivationBackward(y, dy, pre -> dz) ->
+ * the three convolution gradients of dz; dy and dz never leave the device. q and dq pooled-shaped,
+ * y and pre conv-output-shaped (yDesc stands for the convolution's dy). pre as above; y is always
+ * read (the pooling's input). */
+cudnnStatus_t ooc_cudnnPoolingActivationConvolutionBackwardDataFilterBias(
+    cudnnHandle_t handle,
+    const cudnnPoolingDescriptor_t poolingDesc,
+    const cudnnActivationDescriptor_t activationDesc,
+    const cudnnTensorDescriptor_t xDesc,
+    const void *x,
+    const cudnnFilterDescriptor_t wDesc,
+    const void *w,
+    const cudnnConvolutionDescriptor_t convDesc,
+    const cudnnTensorDescriptor_t yDesc,
+    const void *y,
+    const cudnnTensorDescriptor_t preDesc,
+    const void *pre,
+    const cudnnTensorDescriptor_t qDesc,
+    const void *q,
+    const cudnnTensorDescriptor_t dqDesc,
+    const void *dq,
+    const cudnnTensorDescriptor_t dxDesc,
+    void *dx,
+    const cudnnFilterDescriptor_t dwDesc,
+    void *dw,
+    const cudnnTensorDescriptor_t dbDesc,
+    void *db);
+
 /* --- Layers (cuDNN's legacy ops API, cudnn_ops.h) ---
  *
  * Same contract as the convolutions above: exactly cuDNN's arguments, any pointer device, pinned or

@@ -11,13 +11,6 @@
 namespace ooc::capi {
 namespace {
 
-// [1, K, 1, 1(, 1)]: the bias-shaped descriptors (bias, db) of a rank-`rank` convolution.
-Shape bias_shape(size_t rank, int64_t k) {
-  Shape s(rank, 1);
-  s[1] = k;
-  return s;
-}
-
 ConvProblem forward_problem(cudnnTensorDescriptor_t xDesc, cudnnFilterDescriptor_t wDesc,
                             cudnnConvolutionDescriptor_t convDesc, cudnnTensorDescriptor_t yDesc, double alpha,
                             double beta, bool has_bias) {
@@ -33,6 +26,12 @@ ConvProblem forward_problem(cudnnTensorDescriptor_t xDesc, cudnnFilterDescriptor
 }
 
 }  // namespace
+
+Shape bias_shape(size_t rank, int64_t k) {
+  Shape s(rank, 1);
+  s[1] = k;
+  return s;
+}
 
 }  // namespace ooc::capi
 

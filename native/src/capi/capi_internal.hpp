@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ooc/ooc.hpp"
+#include "ooc/pool_activation_softmax.hpp"
 
 namespace ooc::capi {
 
@@ -101,6 +102,26 @@ struct PoolingSetting {
 };
 // `spatial_dims` dimensions (the tensors'); invalid_argument otherwise.
 PoolingSetting pooling_setting(cudnnPoolingDescriptor_t desc, size_t spatial_dims);
+
+// --- capi_layers.cpp: descriptors as the library's layers take them ---
+
+struct Activation {
+  ActivationMode mode;
+  double coef;  // clipped ReLU's ceiling, ELU's alpha, swish's beta
+};
+// activationDesc's mode (invalid_argument for IDENTITY, which only the fused calls take).
+Activation activation(cudnnActivationDescriptor_t desc);
+
+struct Pooling {
+  ConvProblem problem;  // pool_forward's, with the call's alpha and beta
+  PoolMode mode;
+};
+// poolingDesc over an x of shape `x`: invalid_argument when the window does not fit, not_supported
+// for padding above half the window.
+Pooling pooling(cudnnPoolingDescriptor_t desc, const Shape& x, double alpha, double beta);
+
+// [1, K, 1, 1(, 1)]: the bias-shaped descriptors (bias, db) of a rank-`rank` convolution.
+Shape bias_shape(size_t rank, int64_t k);
 
 // Throws invalid_argument unless a and b have the same rank, naming both.
 void same_rank(const Shape& a, const char* a_name, const Shape& b, const char* b_name);

@@ -29,28 +29,6 @@ Shape flattened(const Shape& s) {
   return f;
 }
 
-struct Activation {
-  ActivationMode mode;
-  double coef;  // clipped ReLU's ceiling, ELU's alpha, swish's beta
-};
-
-Activation activation(cudnnActivationDescriptor_t desc) {
-  const ActivationSetting a = activation_setting(desc, "activationDesc");
-  switch (a.mode) {
-    case CUDNN_ACTIVATION_SIGMOID: return {ActivationMode::sigmoid, 0};
-    case CUDNN_ACTIVATION_RELU: return {ActivationMode::relu, 0};
-    case CUDNN_ACTIVATION_TANH: return {ActivationMode::tanh, 0};
-    case CUDNN_ACTIVATION_CLIPPED_RELU: return {ActivationMode::clipped_relu, a.coef};
-    case CUDNN_ACTIVATION_ELU: return {ActivationMode::elu, a.coef};
-    case CUDNN_ACTIVATION_SWISH: return {ActivationMode::swish, a.swish_beta};
-    case CUDNN_ACTIVATION_IDENTITY:
-      throw invalid_argument(
-          "activationDesc: CUDNN_ACTIVATION_IDENTITY works only with cudnnConvolutionBiasActivationForward");
-    default:
-      throw invalid_argument("activationDesc has an unknown mode " + std::to_string(static_cast<int>(a.mode)));
-  }
-}
-
 bool softmax_log(cudnnSoftmaxAlgorithm_t algo) {
   switch (algo) {
     case CUDNN_SOFTMAX_FAST:
@@ -68,10 +46,24 @@ SoftmaxMode softmax_mode(cudnnSoftmaxMode_t mode) {
   }
 }
 
-struct Pooling {
-  ConvProblem problem;  // pool_forward's, with the call's alpha and beta
-  PoolMode mode;
-};
+}  // namespace
+
+Activation activation(cudnnActivationDescriptor_t desc) {
+  const ActivationSetting a = activation_setting(desc, "activationDesc");
+  switch (a.mode) {
+    case CUDNN_ACTIVATION_SIGMOID: return {ActivationMode::sigmoid, 0};
+    case CUDNN_ACTIVATION_RELU: return {ActivationMode::relu, 0};
+    case CUDNN_ACTIVATION_TANH: return {ActivationMode::tanh, 0};
+    case CUDNN_ACTIVATION_CLIPPED_RELU: return {ActivationMode::clipped_relu, a.coef};
+    case CUDNN_ACTIVATION_ELU: return {ActivationMode::elu, a.coef};
+    case CUDNN_ACTIVATION_SWISH: return {ActivationMode::swish, a.swish_beta};
+    case CUDNN_ACTIVATION_IDENTITY:
+      throw invalid_argument(
+          "activationDesc: CUDNN_ACTIVATION_IDENTITY works only with cudnnConvolutionBiasActivationForward");
+    default:
+      throw invalid_argument("activationDesc has an unknown mode " + std::to_string(static_cast<int>(a.mode)));
+  }
+}
 
 Pooling pooling(cudnnPoolingDescriptor_t desc, const Shape& x, double alpha, double beta) {
   const PoolingSetting s = pooling_setting(desc, x.size() - 2);
@@ -98,7 +90,6 @@ Pooling pooling(cudnnPoolingDescriptor_t desc, const Shape& x, double alpha, dou
   return p;
 }
 
-}  // namespace
 }  // namespace ooc::capi
 
 using namespace ooc;
