@@ -10,6 +10,8 @@
 #include "exec/thread_pool.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/fused_planner.hpp"
+#include "plan/plan_cache.hpp"
+#include "plan/staging_cost.hpp"
 #include "plan/planner.hpp"
 #include "plan/planner_parts.hpp"
 #include "plan/shape_format.hpp"
@@ -17,38 +19,37 @@
 namespace ooc {
 namespace {
 
-// The planner configuration for a fused call: when every tensor it is given is pinned (or device)
-// memory it moves by DMA alone, so the plan is made without the host gather/scatter cost.
-PlannerConfig fused_config(Backend& backend, PlannerConfig config, bool assume_pinned,
-                           std::initializer_list<const void*> tensors) {
-  const bool all_pinned = std::all_of(tensors.begin(), tensors.end(), [&](const void* t) {
-    return !t || backend.host_is_device_accessible(t);
-  });
-  if (assume_pinned || (tensors.size() > 0 && all_pinned))
-    config.machine.host_copy_bytes_per_s = std::numeric_limits<double>::infinity();
-  return config;
-}
-
-// A plan_* twin: the plan for pageable tensors (pinned ones with options.assume_pinned).
+// Fused plans are cached as conv plans are (plan_cache.hpp): `key` names the function and its
+// problem(s), the configuration is added here.
 template <typename Planner>
-Plan plan_only(const Options& options, Planner planner) {
+Plan plan_only(const Options& options, PlanKey key, Planner planner) {
   Plan plan;
-  with_backend(options, [&](Backend& backend, const PlannerConfig& config) {
-    plan = planner(fused_config(backend, config, options.assume_pinned, {}));
+  with_backend(options, [&](Backend&, const PlannerConfig& base) {
+    // A plan_* twin sees no pointers: it plans for pageable tensors, or pinned ones when asked.
+    PlannerConfig config = base;
+    if (options.assume_pinned) config.machine.host_copy_bytes_per_s = std::numeric_limits<double>::infinity();
+    plan = *cached_plan(key.add(config), [&] { return planner(config); });
   });
   return plan;
 }
 
-// Plans for the call's tensors and runs the plan: run(plan, backend) returns what it measured.
+// Plans for the call's tensors (host gather/scatter costed for the pageable ones only) and runs the
+// plan: run(plan, backend) returns what it measured.
 template <typename Planner, typename Run>
-void plan_and_run(const Options& options, std::initializer_list<const void*> tensors, Planner planner, Run run,
-                  Plan* used, RunStats* stats) {
-  with_backend(options, [&](Backend& backend, const PlannerConfig& config) {
-    Plan plan = planner(fused_config(backend, config, false, tensors));
-    RunStats s = run(plan, backend);
+void plan_and_run(const Options& options, PlanKey key, std::initializer_list<HostTensor> tensors, Planner planner,
+                  Run run, Plan* used, RunStats* stats) {
+  with_backend(options, [&](Backend& backend, const PlannerConfig& base) {
+    const PlannerConfig config =
+        with_staged_share(base, tensors, [&](const void* t) { return backend.host_is_device_accessible(t); });
+    const std::shared_ptr<const Plan> plan = cached_plan(key.add(config), [&] { return planner(config); });
+    RunStats s = run(*plan, backend);
     if (stats) *stats = s;
-    if (used) *used = std::move(plan);
+    if (used) *used = *plan;
   });
+}
+
+PlanKey& add_activation(PlanKey& key, const FusedActivation& a, bool with_pre) {
+  return key.add(a.identity).add(a.mode).add(a.coef).add(with_pre);
 }
 
 void require_forward(const ConvProblem& p, const char* function) {
@@ -119,7 +120,8 @@ FusedActivation fused_activation_from_name(const std::string& name, double coef)
 
 Plan plan_conv_bias_activation_forward(const ConvProblem& problem, const Options& options) {
   require_forward(problem, "plan_conv_bias_activation_forward");
-  return plan_only(options, [&](const PlannerConfig& c) { return plan_bias_activation(problem, c); });
+  return plan_only(options, PlanKey("conv_bias_activation_forward").add(problem),
+                   [&](const PlannerConfig& c) { return plan_bias_activation(problem, c); });
 }
 
 void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
@@ -130,7 +132,10 @@ void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivat
     throw invalid_argument("conv_bias_activation_forward: null data pointer");
   const float* z_read = problem.beta != 0.0 ? z : nullptr;
   plan_and_run(
-      options, {x, w, z_read, bias, y}, [&](const PlannerConfig& c) { return plan_bias_activation(problem, c); },
+      options, PlanKey("conv_bias_activation_forward").add(problem),
+      {{x, x_bytes(problem)}, {w, w_bytes(problem)}, {z_read, y_bytes(problem)}, {bias, bias_bytes(problem)},
+       {y, y_bytes(problem)}},
+      [&](const PlannerConfig& c) { return plan_bias_activation(problem, c); },
       [&](const Plan& plan, Backend& backend) {
         return run_conv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y, ThreadPool::shared());
       },
@@ -153,7 +158,7 @@ void require_pooling_of(const ConvProblem& conv, const ConvProblem& pool, const 
 Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const ConvProblem& pool,
                                                const Options& options) {
   require_pooling_of(conv, pool, "plan_conv_bias_activation_pooling_forward");
-  return plan_only(options,
+  return plan_only(options, PlanKey("conv_bias_activation_pooling_forward").add(conv).add(pool),
                    [&](const PlannerConfig& c) { return plan_conv_bias_activation_pooling_forward_for(conv, pool, c); });
 }
 
@@ -166,7 +171,9 @@ void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedAc
     throw invalid_argument("conv_bias_activation_pooling_forward: null data pointer");
   const float* z_read = conv.beta != 0.0 ? z : nullptr;
   plan_and_run(
-      options, {x, w, z_read, bias, out},
+      options, PlanKey("conv_bias_activation_pooling_forward").add(conv).add(pool),
+      {{x, x_bytes(conv)}, {w, w_bytes(conv)}, {z_read, y_bytes(conv)}, {bias, bias_bytes(conv)},
+       {out, y_bytes(pool)}},
       [&](const PlannerConfig& c) { return plan_conv_bias_activation_pooling_forward_for(conv, pool, c); },
       [&](const Plan& plan, Backend& backend) {
         return run_conv_bias_activation_pooling_forward(plan, backend, activation, pool, mode, x, w, z, bias, out,
@@ -240,7 +247,8 @@ Plan plan_deconv(const ConvProblem& p, const PlannerConfig& config) {
 
 Plan plan_deconv_bias_activation_forward(const ConvProblem& deconv, const Options& options) {
   require_deconv(deconv, "plan_deconv_bias_activation_forward");
-  return plan_only(options, [&](const PlannerConfig& c) { return plan_deconv(deconv, c); });
+  return plan_only(options, PlanKey("deconv_bias_activation_forward").add(deconv),
+                   [&](const PlannerConfig& c) { return plan_deconv(deconv, c); });
 }
 
 void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const float* x,
@@ -251,7 +259,9 @@ void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActiva
     throw invalid_argument("deconv_bias_activation_forward: null data pointer");
   const float* z_read = deconv.beta != 0.0 ? z : nullptr;
   plan_and_run(
-      options, {x, w, z_read, bias, y}, [&](const PlannerConfig& c) { return plan_deconv(deconv, c); },
+      options, PlanKey("deconv_bias_activation_forward").add(deconv),
+      {{x, y_bytes(deconv)}, {w, w_bytes(deconv)}, {z_read, x_bytes(deconv)}, {bias, 0}, {y, x_bytes(deconv)}},
+      [&](const PlannerConfig& c) { return plan_deconv(deconv, c); },
       [&](const Plan& plan, Backend& backend) {
         return run_deconv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y, ThreadPool::shared());
       },
@@ -260,7 +270,8 @@ void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActiva
 
 Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem, const Options& options) {
   require_backward(problem, "plan_conv_backward_data_filter_bias");
-  return plan_only(options, [&](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(problem, c); });
+  return plan_only(options, PlanKey("conv_backward_data_filter_bias").add(problem),
+                   [&](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(problem, c); });
 }
 
 void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
@@ -269,7 +280,9 @@ void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, 
   require_backward(problem, "conv_backward_data_filter_bias");
   if (!x || !dy || !w || !dx || !dw || !db) throw invalid_argument("conv_backward_data_filter_bias: null data pointer");
   plan_and_run(
-      options, {x, dy, w, dx, dw, db},
+      options, PlanKey("conv_backward_data_filter_bias").add(problem),
+      {{x, x_bytes(problem)}, {dy, y_bytes(problem)}, {w, w_bytes(problem)}, {dx, x_bytes(problem)},
+       {dw, w_bytes(problem)}, {db, bias_bytes(problem)}},
       [&](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(problem, c); },
       [&](const Plan& plan, Backend& backend) {
         return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db, ThreadPool::shared());
@@ -280,7 +293,8 @@ void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, 
 Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
                                                     bool with_pre, const Options& options) {
   require_backward(problem, "plan_activation_conv_backward_data_filter_bias");
-  return plan_only(options,
+  PlanKey key("activation_conv_backward_data_filter_bias");
+  return plan_only(options, add_activation(key.add(problem), activation, with_pre),
                    [&](const PlannerConfig& c) { return plan_activation_backward(problem, activation, with_pre, c); });
 }
 
@@ -292,8 +306,12 @@ void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const
   if (!x || !dy || !w || !dx || !dw || !db || (!activation.identity && !y))
     throw invalid_argument("activation_conv_backward_data_filter_bias: null data pointer");
   const bool with_pre = pre && !activation.identity;
+  PlanKey key("activation_conv_backward_data_filter_bias");
   plan_and_run(
-      options, {x, dy, w, activation.identity ? nullptr : y, with_pre ? pre : nullptr, dx, dw, db},
+      options, add_activation(key.add(problem), activation, with_pre),
+      {{x, x_bytes(problem)}, {dy, y_bytes(problem)}, {w, w_bytes(problem)},
+       {activation.identity ? nullptr : y, y_bytes(problem)}, {with_pre ? pre : nullptr, y_bytes(problem)},
+       {dx, x_bytes(problem)}, {dw, w_bytes(problem)}, {db, bias_bytes(problem)}},
       [&](const PlannerConfig& c) { return plan_activation_backward(problem, activation, with_pre, c); },
       [&](const Plan& plan, Backend& backend) {
         if (activation.identity)
@@ -331,9 +349,10 @@ Plan plan_pooling_activation_conv_backward_data_filter_bias(const ConvProblem& p
                                                             const ConvProblem& pool, bool with_pre,
                                                             const Options& options) {
   require_pooled_backward(problem, pool, "plan_pooling_activation_conv_backward_data_filter_bias");
-  return plan_only(options, [&](const PlannerConfig& c) {
-    return plan_pooling_backward(problem, activation, pool, with_pre && !activation.identity, c);
-  });
+  const bool pre_used = with_pre && !activation.identity;
+  PlanKey key("pooling_activation_conv_backward_data_filter_bias");
+  return plan_only(options, add_activation(key.add(problem).add(pool), activation, pre_used),
+                   [&](const PlannerConfig& c) { return plan_pooling_backward(problem, activation, pool, pre_used, c); });
 }
 
 void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
@@ -346,8 +365,12 @@ void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& proble
   if (!x || !dq || !w || !q || !y || !dx || !dw || !db)
     throw invalid_argument("pooling_activation_conv_backward_data_filter_bias: null data pointer");
   const bool with_pre = pre && !activation.identity;
+  PlanKey key("pooling_activation_conv_backward_data_filter_bias");
   plan_and_run(
-      options, {x, dq, w, q, y, with_pre ? pre : nullptr, dx, dw, db},
+      options, add_activation(key.add(problem).add(pool), activation, with_pre),
+      {{x, x_bytes(problem)}, {dq, y_bytes(pool)}, {w, w_bytes(problem)}, {q, y_bytes(pool)}, {y, y_bytes(problem)},
+       {with_pre ? pre : nullptr, y_bytes(problem)}, {dx, x_bytes(problem)}, {dw, w_bytes(problem)},
+       {db, bias_bytes(problem)}},
       [&](const PlannerConfig& c) { return plan_pooling_backward(problem, activation, pool, with_pre, c); },
       [&](const Plan& plan, Backend& backend) {
         return run_pooling_activation_conv_backward_data_filter_bias(plan, backend, activation, pool, mode, x, dq, w,
