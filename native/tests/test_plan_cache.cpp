@@ -1,6 +1,6 @@
-// The plan cache and the staging share: a cached plan is exactly the plan the planner makes, every
-// input the planner reads is part of the key, a failed plan is not kept, old plans go when the cache
-// is full; and the host copy cost covers the pageable share of a call's bytes only.
+// The plan cache: a cached plan is exactly the plan the planner makes, every input the planner reads
+// is part of the key, a failed plan is not kept, old plans go when the cache is full. And the host
+// staging rule: a call plans without staging cost only when all its tensors are pinned.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -111,45 +111,16 @@ TEST_F(PlanCache, LeastRecentlyUsedPlansGoWhenFull) {
   EXPECT_EQ(a->chunks.size(), 100000u);  // a caller's plan outlives its eviction
 }
 
-TEST(StagingShare, OnlyThePageableShareOfTheBytesIsStaged) {
+TEST(HostStaging, OnlyCallsWhoseTensorsAreAllDirectPlanWithoutStagingCost) {
   PlannerConfig base = ooc_test::config(1 << 20);
   base.machine.host_copy_bytes_per_s = 10e9;
   const char x = 0, w = 0, y = 0;
   auto pinned_xy = [&](const void* t) { return t == &x || t == &y; };
-  auto none = [](const void*) { return false; };
   auto all = [](const void*) { return true; };
-  const auto tensors = {ooc::HostTensor{&x, 4e9}, ooc::HostTensor{&w, 1e5}, ooc::HostTensor{nullptr, 7e9},
-                        ooc::HostTensor{&y, 4e9}};
-  EXPECT_DOUBLE_EQ(ooc::with_staged_share(base, tensors, none).machine.host_copy_bytes_per_s, 10e9);
-  EXPECT_TRUE(std::isinf(ooc::with_staged_share(base, tensors, all).machine.host_copy_bytes_per_s));
-  // Pinned x and y, pageable w: the staged share is w's 1e5 of 8.0001e9 bytes.
-  EXPECT_DOUBLE_EQ(ooc::with_staged_share(base, tensors, pinned_xy).machine.host_copy_bytes_per_s,
-                   10e9 * (8.0001e9 / 1e5));
-}
-
-TEST(StagingShare, PinnedActivationsWithAPageableWeightPlanAsPinned) {
-  // A link-bound 3D layer: when x and y are pinned, the plan must not be shaped by w's staging.
-  const ConvProblem p =
-      ConvProblem::forward({2, 32, 64, 64, 64}, {32, 32, 3, 3, 3}, {1}, {1}, {1}, 1, 1.0, 0.0, false);
-  PlannerConfig base = ooc_test::config(16 << 20);
-  base.machine.h2d_bytes_per_s = base.machine.d2h_bytes_per_s = 50e9;  // an H200's link, fast compute
-  base.machine.bidir_bytes_per_s = 90e9;
-  base.machine.flops_per_s = 50e12;
-  base.machine.host_copy_bytes_per_s = 10e9;  // staging slower than the link
-  PlannerConfig pinned = base;
-  pinned.machine.host_copy_bytes_per_s = INFINITY;
-  const char x = 0, w = 0, y = 0;
-  const PlannerConfig mixed = ooc::with_staged_share(
-      base, {{&x, ooc::x_bytes(p)}, {&w, ooc::w_bytes(p)}, {&y, ooc::y_bytes(p)}},
-      [&](const void* t) { return t != &w; });
-  const ooc::Plan from_mixed = ooc::plan_conv_forward_for(p, mixed);
-  const ooc::Plan from_pinned = ooc::plan_conv_forward_for(p, pinned);
-  EXPECT_EQ(from_mixed.tiling.n, from_pinned.tiling.n);
-  EXPECT_EQ(from_mixed.tiling.c, from_pinned.tiling.c);
-  EXPECT_EQ(from_mixed.tiling.out, from_pinned.tiling.out);
-  // Planned as all pageable, staging dominates: the mixed call must not pay for it.
-  EXPECT_GT(ooc::plan_conv_forward_for(p, base).predicted_seconds, 2 * from_pinned.predicted_seconds);
-  EXPECT_NEAR(from_mixed.predicted_seconds, from_pinned.predicted_seconds, 1e-3 * from_pinned.predicted_seconds);
+  EXPECT_DOUBLE_EQ(ooc::with_host_staging(base, {&x, &w, &y}, pinned_xy).machine.host_copy_bytes_per_s, 10e9);
+  EXPECT_TRUE(std::isinf(ooc::with_host_staging(base, {&x, &w, &y}, all).machine.host_copy_bytes_per_s));
+  // Absent tensors (nullptr) do not count: pinned x and y alone plan as pinned.
+  EXPECT_TRUE(std::isinf(ooc::with_host_staging(base, {&x, nullptr, &y}, pinned_xy).machine.host_copy_bytes_per_s));
 }
 
 }  // namespace

@@ -33,14 +33,14 @@ Plan plan_only(const Options& options, PlanKey key, Planner planner) {
   return plan;
 }
 
-// Plans for the call's tensors (host gather/scatter costed for the pageable ones only) and runs the
-// plan: run(plan, backend) returns what it measured.
+// Plans for the call's tensors (without host staging cost when all are pinned: staging_cost.hpp)
+// and runs the plan: run(plan, backend) returns what it measured.
 template <typename Planner, typename Run>
-void plan_and_run(const Options& options, PlanKey key, std::initializer_list<HostTensor> tensors, Planner planner,
+void plan_and_run(const Options& options, PlanKey key, std::initializer_list<const void*> tensors, Planner planner,
                   Run run, Plan* used, RunStats* stats) {
   with_backend(options, [&](Backend& backend, const PlannerConfig& base) {
     const PlannerConfig config =
-        with_staged_share(base, tensors, [&](const void* t) { return backend.host_is_device_accessible(t); });
+        with_host_staging(base, tensors, [&](const void* t) { return backend.host_is_device_accessible(t); });
     const std::shared_ptr<const Plan> plan = cached_plan(key.add(config), [&] { return planner(config); });
     RunStats s = run(*plan, backend);
     if (stats) *stats = s;
@@ -133,8 +133,7 @@ void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivat
   const float* z_read = problem.beta != 0.0 ? z : nullptr;
   plan_and_run(
       options, PlanKey("conv_bias_activation_forward").add(problem),
-      {{x, x_bytes(problem)}, {w, w_bytes(problem)}, {z_read, y_bytes(problem)}, {bias, bias_bytes(problem)},
-       {y, y_bytes(problem)}},
+      {x, w, z_read, bias, y},
       [&](const PlannerConfig& c) { return plan_bias_activation(problem, c); },
       [&](const Plan& plan, Backend& backend) {
         return run_conv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y, ThreadPool::shared());
@@ -172,8 +171,7 @@ void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedAc
   const float* z_read = conv.beta != 0.0 ? z : nullptr;
   plan_and_run(
       options, PlanKey("conv_bias_activation_pooling_forward").add(conv).add(pool),
-      {{x, x_bytes(conv)}, {w, w_bytes(conv)}, {z_read, y_bytes(conv)}, {bias, bias_bytes(conv)},
-       {out, y_bytes(pool)}},
+      {x, w, z_read, bias, out},
       [&](const PlannerConfig& c) { return plan_conv_bias_activation_pooling_forward_for(conv, pool, c); },
       [&](const Plan& plan, Backend& backend) {
         return run_conv_bias_activation_pooling_forward(plan, backend, activation, pool, mode, x, w, z, bias, out,
@@ -260,7 +258,7 @@ void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActiva
   const float* z_read = deconv.beta != 0.0 ? z : nullptr;
   plan_and_run(
       options, PlanKey("deconv_bias_activation_forward").add(deconv),
-      {{x, y_bytes(deconv)}, {w, w_bytes(deconv)}, {z_read, x_bytes(deconv)}, {bias, 0}, {y, x_bytes(deconv)}},
+      {x, w, z_read, bias, y},
       [&](const PlannerConfig& c) { return plan_deconv(deconv, c); },
       [&](const Plan& plan, Backend& backend) {
         return run_deconv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y, ThreadPool::shared());
@@ -281,8 +279,7 @@ void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, 
   if (!x || !dy || !w || !dx || !dw || !db) throw invalid_argument("conv_backward_data_filter_bias: null data pointer");
   plan_and_run(
       options, PlanKey("conv_backward_data_filter_bias").add(problem),
-      {{x, x_bytes(problem)}, {dy, y_bytes(problem)}, {w, w_bytes(problem)}, {dx, x_bytes(problem)},
-       {dw, w_bytes(problem)}, {db, bias_bytes(problem)}},
+      {x, dy, w, dx, dw, db},
       [&](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(problem, c); },
       [&](const Plan& plan, Backend& backend) {
         return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db, ThreadPool::shared());
@@ -309,9 +306,7 @@ void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const
   PlanKey key("activation_conv_backward_data_filter_bias");
   plan_and_run(
       options, add_activation(key.add(problem), activation, with_pre),
-      {{x, x_bytes(problem)}, {dy, y_bytes(problem)}, {w, w_bytes(problem)},
-       {activation.identity ? nullptr : y, y_bytes(problem)}, {with_pre ? pre : nullptr, y_bytes(problem)},
-       {dx, x_bytes(problem)}, {dw, w_bytes(problem)}, {db, bias_bytes(problem)}},
+      {x, dy, w, activation.identity ? nullptr : y, with_pre ? pre : nullptr, dx, dw, db},
       [&](const PlannerConfig& c) { return plan_activation_backward(problem, activation, with_pre, c); },
       [&](const Plan& plan, Backend& backend) {
         if (activation.identity)
@@ -368,9 +363,7 @@ void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& proble
   PlanKey key("pooling_activation_conv_backward_data_filter_bias");
   plan_and_run(
       options, add_activation(key.add(problem).add(pool), activation, with_pre),
-      {{x, x_bytes(problem)}, {dq, y_bytes(pool)}, {w, w_bytes(problem)}, {q, y_bytes(pool)}, {y, y_bytes(problem)},
-       {with_pre ? pre : nullptr, y_bytes(problem)}, {dx, x_bytes(problem)}, {dw, w_bytes(problem)},
-       {db, bias_bytes(problem)}},
+      {x, dq, w, q, y, with_pre ? pre : nullptr, dx, dw, db},
       [&](const PlannerConfig& c) { return plan_pooling_backward(problem, activation, pool, with_pre, c); },
       [&](const Plan& plan, Backend& backend) {
         return run_pooling_activation_conv_backward_data_filter_bias(plan, backend, activation, pool, mode, x, dq, w,

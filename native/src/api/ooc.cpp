@@ -118,16 +118,15 @@ Plan plan_operation(const ConvProblem& problem, Operation op, const Options& opt
 }
 
 // Plans (or reuses the plan for) one operation on the process-wide backend and runs it: `run`
-// executes the plan. The plan's host gather/scatter cost covers only the tensors of the call that
-// are pageable (pinned and device memory move by DMA alone), so pinned activations with a pageable
-// weight plan as pinned ones.
+// executes the plan. When every tensor of the call is pinned (or device) memory it moves by DMA
+// alone, so the plan is made without the host gather/scatter cost (staging_cost.hpp).
 template <typename Run>
 void run_operation(const ConvProblem& problem, Operation op, const Options& options, Plan* used, RunStats* stats,
-                   std::initializer_list<HostTensor> tensors, Run run) {
+                   std::initializer_list<const void*> tensors, Run run) {
   check_operation(problem, op);
   BackendSlot& slot = backend_slot(options);
   std::lock_guard<std::mutex> lock(slot.mutex);
-  const PlannerConfig config = with_staged_share(planner_config(*slot.backend, options), tensors, [&](const void* t) {
+  const PlannerConfig config = with_host_staging(planner_config(*slot.backend, options), tensors, [&](const void* t) {
     return slot.backend->host_is_device_accessible(t);
   });
   const std::shared_ptr<const Plan> plan =
@@ -155,8 +154,7 @@ Plan plan_conv_backward_bias(const ConvProblem& problem, const Options& options)
 void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
                   const Options& options, Plan* used, RunStats* stats) {
   if (!x || !w || !y || (problem.has_bias && !bias)) throw invalid_argument("conv_forward: null data pointer");
-  run_operation(problem, Operation::forward, options, used, stats, {{x, x_bytes(problem)}, {w, w_bytes(problem)}, {bias, bias_bytes(problem)}, {y, y_bytes(problem)}},
-                [&](const Plan& plan, Backend& backend) {
+  run_operation(problem, Operation::forward, options, used, stats, {x, w, bias, y}, [&](const Plan& plan, Backend& backend) {
     return run_conv_forward(plan, backend, x, w, bias, y, ThreadPool::shared());
   });
 }
@@ -164,8 +162,7 @@ void conv_forward(const ConvProblem& problem, const float* x, const float* w, co
 void conv_backward_data(const ConvProblem& problem, const float* dy, const float* w, float* dx, const Options& options,
                         Plan* used, RunStats* stats) {
   if (!dy || !w || !dx) throw invalid_argument("conv_backward_data: null data pointer");
-  run_operation(problem, Operation::backward_data, options, used, stats, {{dy, y_bytes(problem)}, {w, w_bytes(problem)}, {dx, x_bytes(problem)}},
-                [&](const Plan& plan, Backend& backend) {
+  run_operation(problem, Operation::backward_data, options, used, stats, {dy, w, dx}, [&](const Plan& plan, Backend& backend) {
     return run_conv_backward_data(plan, backend, dy, w, dx, ThreadPool::shared());
   });
 }
@@ -173,8 +170,7 @@ void conv_backward_data(const ConvProblem& problem, const float* dy, const float
 void conv_backward_filter(const ConvProblem& problem, const float* x, const float* dy, float* dw,
                           const Options& options, Plan* used, RunStats* stats) {
   if (!x || !dy || !dw) throw invalid_argument("conv_backward_filter: null data pointer");
-  run_operation(problem, Operation::backward_filter, options, used, stats, {{x, x_bytes(problem)}, {dy, y_bytes(problem)}, {dw, w_bytes(problem)}},
-                [&](const Plan& plan, Backend& backend) {
+  run_operation(problem, Operation::backward_filter, options, used, stats, {x, dy, dw}, [&](const Plan& plan, Backend& backend) {
     return run_conv_backward_filter(plan, backend, x, dy, dw, ThreadPool::shared());
   });
 }
@@ -182,8 +178,7 @@ void conv_backward_filter(const ConvProblem& problem, const float* x, const floa
 void conv_backward_bias(const ConvProblem& problem, const float* dy, float* db, const Options& options, Plan* used,
                         RunStats* stats) {
   if (!dy || !db) throw invalid_argument("conv_backward_bias: null data pointer");
-  run_operation(problem, Operation::backward_bias, options, used, stats, {{dy, y_bytes(problem)}, {db, bias_bytes(problem)}},
-                [&](const Plan& plan, Backend& backend) {
+  run_operation(problem, Operation::backward_bias, options, used, stats, {dy, db}, [&](const Plan& plan, Backend& backend) {
     return run_conv_backward_bias(plan, backend, dy, db, ThreadPool::shared());
   });
 }
