@@ -5,13 +5,11 @@
 #include <initializer_list>
 #include <limits>
 
-#include "api/backend_access.hpp"
+#include "api/run_operation.hpp"
 #include "exec/fused_pipeline.hpp"
 #include "exec/thread_pool.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/fused_planner.hpp"
-#include "plan/plan_cache.hpp"
-#include "plan/staging_cost.hpp"
 #include "plan/planner.hpp"
 #include "plan/planner_parts.hpp"
 #include "plan/shape_format.hpp"
@@ -19,33 +17,16 @@
 namespace ooc {
 namespace {
 
-// Fused plans are cached as conv plans are (plan_cache.hpp): `key` names the function and its
-// problem(s), the configuration is added here.
-template <typename Planner>
+using Planner = std::function<Plan(const PlannerConfig&)>;
+
+// A fused function's plan twin: `key` names the function and its problem(s).
 Plan plan_only(const Options& options, PlanKey key, Planner planner) {
-  Plan plan;
-  with_backend(options, [&](Backend&, const PlannerConfig& base) {
-    // A plan_* twin sees no pointers: it plans for pageable tensors, or pinned ones when asked.
-    PlannerConfig config = base;
-    if (options.assume_pinned) config.machine.host_copy_bytes_per_s = std::numeric_limits<double>::infinity();
-    plan = *cached_plan(key.add(config), [&] { return planner(config); });
-  });
-  return plan;
+  return plan_operation({std::move(key), std::move(planner), {}, {}}, options);
 }
 
-// Plans for the call's tensors (without host staging cost when all are pinned: staging_cost.hpp)
-// and runs the plan: run(plan, backend) returns what it measured.
-template <typename Planner, typename Run>
-void plan_and_run(const Options& options, PlanKey key, std::initializer_list<const void*> tensors, Planner planner,
-                  Run run, Plan* used, RunStats* stats) {
-  with_backend(options, [&](Backend& backend, const PlannerConfig& base) {
-    const PlannerConfig config =
-        with_host_staging(base, tensors, [&](const void* t) { return backend.host_is_device_accessible(t); });
-    const std::shared_ptr<const Plan> plan = cached_plan(key.add(config), [&] { return planner(config); });
-    RunStats s = run(*plan, backend);
-    if (stats) *stats = s;
-    if (used) *used = *plan;
-  });
+void plan_and_run(const Options& options, PlanKey key, std::vector<const void*> tensors, Planner planner,
+                  std::function<RunStats(const Plan&, Backend&)> run, Plan* used, RunStats* stats) {
+  run_operation({std::move(key), std::move(planner), std::move(tensors), std::move(run)}, options, used, stats);
 }
 
 PlanKey& add_activation(PlanKey& key, const FusedActivation& a, bool with_pre) {

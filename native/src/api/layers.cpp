@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "api/backend_access.hpp"
+#include "api/run_operation.hpp"
 #include "exec/layer_pipeline.hpp"
 #include "exec/thread_pool.hpp"
 #include "plan/layer_planners.hpp"
@@ -26,23 +26,24 @@ void check_eps(double eps) {
   if (!(eps > 0) || !std::isfinite(eps)) throw invalid_argument("eps must be positive, got " + std::to_string(eps));
 }
 
-template <typename Run>
-void run_layer(const ConvProblem& p, const Options& options, Plan* used, RunStats* stats, Run run) {
-  with_backend(options, [&](Backend& backend, const PlannerConfig& cfg) {
-    Plan plan = p.op == Operation::matmul ? plan_matmul_for(p, cfg) : plan_batchnorm_for(p, cfg);
-    RunStats s = run(plan, backend);
-    if (stats) *stats = s;
-    if (used) *used = std::move(plan);
-  });
+OperationCall matmul_call(const ConvProblem& p, std::vector<const void*> tensors,
+                          std::function<RunStats(const Plan&, Backend&)> run) {
+  return {PlanKey("matmul").add(p), [&p](const PlannerConfig& c) { return plan_matmul_for(p, c); },
+          std::move(tensors), std::move(run)};
+}
+
+OperationCall batchnorm_call(const ConvProblem& p, const BatchnormTensors& t) {
+  return {PlanKey("batchnorm").add(p), [&p](const PlannerConfig& c) { return plan_batchnorm_for(p, c); },
+          // The streamed tensors; the per-channel ones are read and written by the host.
+          {t.x, t.dy, t.out},
+          [&p, &t](const Plan& plan, Backend& backend) { return run_batchnorm(plan, backend, t, ThreadPool::shared()); }};
 }
 
 }  // namespace
 
 Plan plan_matmul(const ConvProblem& problem, const Options& options) {
   check_op(problem, problem.op == Operation::matmul, "plan_matmul");
-  Plan plan;
-  with_backend(options, [&](Backend&, const PlannerConfig& cfg) { plan = plan_matmul_for(problem, cfg); });
-  return plan;
+  return plan_operation(matmul_call(problem, {}, {}), options);
 }
 
 void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, const float* b, const float* bias,
@@ -55,7 +56,7 @@ void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float*
             int64_t ldb, const float* bias, float* c, int64_t ldc, const Options& options, Plan* used,
             RunStats* stats) {
   check_op(problem, problem.op == Operation::matmul, "matmul");
-  if (!a || !b || !c || (problem.has_bias && !bias)) throw invalid_argument("matmul: null data pointer");
+  require_data({a, b, c, problem.has_bias ? bias : a}, "matmul");
   const int64_t M = problem.n, K = problem.c, N = problem.k;
   auto check_ld = [](const char* name, int64_t ld, int64_t row) {
     if (ld < row)
@@ -65,16 +66,17 @@ void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float*
   check_ld("lda", lda, trans_a ? M : K);
   check_ld("ldb", ldb, trans_b ? K : N);
   check_ld("ldc", ldc, N);
-  run_layer(problem, options, used, stats, [&](const Plan& plan, Backend& backend) {
-    return run_matmul(plan, backend, trans_a, trans_b, a, lda, b, ldb, bias, c, ldc, ThreadPool::shared());
-  });
+  run_operation(matmul_call(problem, {a, b, bias, c},
+                            [&](const Plan& plan, Backend& backend) {
+                              return run_matmul(plan, backend, trans_a, trans_b, a, lda, b, ldb, bias, c, ldc,
+                                                ThreadPool::shared());
+                            }),
+                options, used, stats);
 }
 
 Plan plan_batchnorm(const ConvProblem& problem, const Options& options) {
   check_op(problem, is_batchnorm(problem.op), "plan_batchnorm");
-  Plan plan;
-  with_backend(options, [&](Backend&, const PlannerConfig& cfg) { plan = plan_batchnorm_for(problem, cfg); });
-  return plan;
+  return plan_operation(batchnorm_call(problem, BatchnormTensors{}), options);
 }
 
 void batchnorm_forward_training(const ConvProblem& problem, const float* x, const float* scale, const float* bias,
@@ -99,9 +101,7 @@ void batchnorm_forward_training(const ConvProblem& problem, const float* x, cons
   t.running_var = running_var;
   t.eps = eps;
   t.momentum = momentum;
-  run_layer(problem, options, used, stats, [&](const Plan& plan, Backend& backend) {
-    return run_batchnorm(plan, backend, t, ThreadPool::shared());
-  });
+  run_operation(batchnorm_call(problem, t), options, used, stats);
 }
 
 void batchnorm_forward_inference(const ConvProblem& problem, const float* x, const float* scale, const float* bias,
@@ -109,7 +109,7 @@ void batchnorm_forward_inference(const ConvProblem& problem, const float* x, con
                                  Plan* used, RunStats* stats) {
   check_op(problem, problem.op == Operation::batchnorm_forward_inference, "batchnorm_forward_inference");
   check_eps(eps);
-  if (!x || !scale || !bias || !mean || !var || !y) throw invalid_argument("batchnorm_forward_inference: null data pointer");
+  require_data({x, scale, bias, mean, var, y}, "batchnorm_forward_inference");
   BatchnormTensors t;
   t.x = x;
   t.scale = scale;
@@ -118,17 +118,14 @@ void batchnorm_forward_inference(const ConvProblem& problem, const float* x, con
   t.var = var;
   t.out = y;
   t.eps = eps;
-  run_layer(problem, options, used, stats, [&](const Plan& plan, Backend& backend) {
-    return run_batchnorm(plan, backend, t, ThreadPool::shared());
-  });
+  run_operation(batchnorm_call(problem, t), options, used, stats);
 }
 
 void batchnorm_backward(const ConvProblem& problem, const float* x, const float* dy, const float* scale,
                         const float* saved_mean, const float* saved_invstd, float* dx, float* dscale, float* dbias,
                         const Options& options, Plan* used, RunStats* stats) {
   check_op(problem, problem.op == Operation::batchnorm_backward, "batchnorm_backward");
-  if (!x || !dy || !scale || !saved_mean || !saved_invstd || !dx || !dscale || !dbias)
-    throw invalid_argument("batchnorm_backward: null data pointer");
+  require_data({x, dy, scale, saved_mean, saved_invstd, dx, dscale, dbias}, "batchnorm_backward");
   BatchnormTensors t;
   t.x = x;
   t.dy = dy;
@@ -138,9 +135,7 @@ void batchnorm_backward(const ConvProblem& problem, const float* x, const float*
   t.out = dx;
   t.dscale = dscale;
   t.dbias = dbias;
-  run_layer(problem, options, used, stats, [&](const Plan& plan, Backend& backend) {
-    return run_batchnorm(plan, backend, t, ThreadPool::shared());
-  });
+  run_operation(batchnorm_call(problem, t), options, used, stats);
 }
 
 }  // namespace ooc

@@ -125,46 +125,37 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     r.free = res.events(t.slots);
     return r;
   };
-  SlotRing ar = make_ring(spec.a);
-  SlotRing br = make_ring(spec.b);
+  if (spec.inputs.size() > static_cast<size_t>(kMaxStreamedInputs))
+    throw std::logic_error("pipeline: more streamed inputs than ChunkBuffers holds");
+  std::vector<SlotRing> in_rings;
+  for (const StreamedInput& in : spec.inputs) in_rings.push_back(make_ring(in.tensor));
   SlotRing outr = make_ring(spec.out);
-  SlotRing thirdr = make_ring(spec.third);
-  std::vector<SlotRing> extra_rings;
-  for (const auto& e : spec.extra) extra_rings.push_back(make_ring(e.tensor));
-  if (!spec.extra.empty() && !spec.compute_fused) throw std::logic_error("pipeline: extra inputs need compute_fused");
   void* resident_dev = arena.take(spec.resident_bytes);
   void* workspace = arena.take(spec.workspace_bytes);
   char* kept_dev = static_cast<char*>(arena.take(spec.kept_bytes));
   void* scratch = arena.take(spec.scratch_bytes);
   std::vector<Backend::Event> out_computed = res.events(spec.out.slots);
-  const bool has_third = spec.third.slots > 0;
-  const bool has_b = spec.b.slots > 0, has_resident = spec.resident_bytes > 0, load_out = spec.beta != 0.0;
+  const bool has_resident = spec.resident_bytes > 0, load_out = spec.beta != 0.0;
   // The output's first chunks load from init_data when the operation has one (fused forward's z).
   const void* init_data = spec.init_data ? spec.init_data : spec.out.data;
   const auto& init_region = spec.init_data ? spec.init_region : spec.out_region;
 
   // Pinned (or registered) caller memory is DMA'd directly; only pageable tensors need staging.
-  auto direct = [&](const StreamedTensor& t) { return backend.host_is_device_accessible(t.data); };
-  const bool a_direct = direct(spec.a), b_direct = has_b && direct(spec.b), out_direct = direct(spec.out);
-  const bool init_direct = backend.host_is_device_accessible(init_data);
-  const bool resident_direct = has_resident && backend.host_is_device_accessible(spec.resident.view.data);
-  const bool third_direct = has_third && direct(spec.third);
-  std::vector<bool> extra_direct;
-  for (const auto& e : spec.extra) extra_direct.push_back(direct(e.tensor));
+  auto direct = [&](const void* data) { return backend.host_is_device_accessible(data); };
+  std::vector<bool> in_direct;
+  for (const StreamedInput& in : spec.inputs) in_direct.push_back(direct(in.tensor.data));
+  const bool out_direct = direct(spec.out.data), init_direct = direct(init_data);
+  const bool resident_direct = has_resident && direct(spec.resident.view.data);
 
   // Input staging: a ring of buffers, each free again once its H2D copy has run, as large as the
   // largest slot that is staged (pinned x with pageable w stages only w's small slices).
   const int in_stages = 3;
-  size_t in_stage_bytes = std::max({a_direct ? size_t{0} : spec.a.slot_bytes,
-                                    has_b && !b_direct ? spec.b.slot_bytes : size_t{0},
-                                    has_third && !third_direct ? spec.third.slot_bytes : size_t{0},
-                                    has_resident && !resident_direct ? spec.resident_bytes : size_t{0},
-                                    load_out && !init_direct ? spec.out.slot_bytes : size_t{0}});
-  for (size_t i = 0; i < spec.extra.size(); ++i)
-    if (!extra_direct[i]) in_stage_bytes = std::max(in_stage_bytes, spec.extra[i].tensor.slot_bytes);
-  const bool inputs_direct =
-      a_direct && (!has_b || b_direct) && (!has_third || third_direct) && (!has_resident || resident_direct) &&
-      (!load_out || init_direct) && std::all_of(extra_direct.begin(), extra_direct.end(), [](bool d) { return d; });
+  size_t in_stage_bytes = std::max(has_resident && !resident_direct ? spec.resident_bytes : size_t{0},
+                                   load_out && !init_direct ? spec.out.slot_bytes : size_t{0});
+  for (size_t i = 0; i < spec.inputs.size(); ++i)
+    if (!in_direct[i]) in_stage_bytes = std::max(in_stage_bytes, spec.inputs[i].tensor.slot_bytes);
+  const bool inputs_direct = (!has_resident || resident_direct) && (!load_out || init_direct) &&
+                             std::all_of(in_direct.begin(), in_direct.end(), [](bool d) { return d; });
   std::vector<void*> stage_in;
   if (!inputs_direct)
     for (int i = 0; i < in_stages; ++i) stage_in.push_back(res.staging(in_stage_bytes));
@@ -242,24 +233,19 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   Backend::Event resident_ready = res.event();
   if (has_resident) load(spec.resident, resident_direct, resident_dev, resident_ready, resident_ready);
 
+  ChunkBuffers buffers;
+  buffers.inputs = static_cast<int>(spec.inputs.size());
+  buffers.resident = static_cast<const float*>(resident_dev);
+  buffers.kept = kept_dev;
+  buffers.scratch = scratch;
+  buffers.workspace = workspace;
   for (const Chunk& ch : plan.chunks) {
-    if (spec.a_loads(ch)) {
-      const int s = ar.advance();
-      load(spec.a_region(ch), a_direct, ar.slots[s], ar.free[s], ar.ready[s]);
-    }
-    if (has_b && spec.b_loads(ch)) {
-      const int s = br.advance();
-      load(spec.b_region(ch), b_direct, br.slots[s], br.free[s], br.ready[s]);
-    }
-    if (has_third && (!spec.third_loads || spec.third_loads(ch))) {
-      const int s = thirdr.advance();
-      load(spec.third_region(ch), third_direct, thirdr.slots[s], thirdr.free[s], thirdr.ready[s]);
-    }
-    for (size_t i = 0; i < spec.extra.size(); ++i) {
-      if (!spec.extra[i].loads(ch)) continue;
-      SlotRing& r = extra_rings[i];
+    for (size_t i = 0; i < spec.inputs.size(); ++i) {
+      const StreamedInput& in = spec.inputs[i];
+      if (in.loads && !in.loads(ch)) continue;
+      SlotRing& r = in_rings[i];
       const int s = r.advance();
-      load(spec.extra[i].region(ch), extra_direct[i], r.slots[s], r.free[s], r.ready[s]);
+      load(in.region(ch), in_direct[i], r.slots[s], r.free[s], r.ready[s]);
     }
     if (ch.first_c) {
       const int s = outr.advance();
@@ -273,36 +259,14 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
       backend.wait(Queue::compute, outr.free[s]);
     }
     const int os = outr.current;
-    backend.wait(Queue::compute, ar.ready[ar.current]);
-    if (has_b) backend.wait(Queue::compute, br.ready[br.current]);
+    for (const SlotRing& r : in_rings) backend.wait(Queue::compute, r.ready[r.current]);
     if (ch.first_c && load_out) backend.wait(Queue::compute, outr.ready[os]);
     if (has_resident) backend.wait(Queue::compute, resident_ready);
-    if (has_third) backend.wait(Queue::compute, thirdr.ready[thirdr.current]);
-    for (const SlotRing& r : extra_rings) backend.wait(Queue::compute, r.ready[r.current]);
-    if (spec.compute_fused) {
-      ChunkBuffers buffers;
-      buffers.a = ar.current_data();
-      buffers.b = br.current_data();
-      buffers.third = thirdr.current_data();
-      buffers.resident = static_cast<const float*>(resident_dev);
-      buffers.out = static_cast<float*>(outr.slots[os]);
-      for (const SlotRing& r : extra_rings) buffers.extra.push_back(r.current_data());
-      buffers.kept = kept_dev;
-      buffers.scratch = scratch;
-      buffers.workspace = workspace;
-      buffers.beta = ch.first_c ? spec.beta : 1.0;
-      spec.compute_fused(ch, buffers);
-    } else if (has_third) {
-      spec.compute3(ch, ar.current_data(), br.current_data(), thirdr.current_data(),
-                    static_cast<float*>(outr.slots[os]), ch.first_c ? spec.beta : 1.0);
-    } else {
-      spec.compute(ch, ar.current_data(), br.current_data(), static_cast<const float*>(resident_dev),
-                   static_cast<float*>(outr.slots[os]), ch.first_c ? spec.beta : 1.0, workspace);
-    }
-    backend.record(ar.free[ar.current], Queue::compute);
-    if (has_b) backend.record(br.free[br.current], Queue::compute);
-    if (has_third) backend.record(thirdr.free[thirdr.current], Queue::compute);
-    for (const SlotRing& r : extra_rings) backend.record(r.free[r.current], Queue::compute);
+    for (size_t i = 0; i < in_rings.size(); ++i) buffers.in[i] = in_rings[i].current_data();
+    buffers.out = static_cast<float*>(outr.slots[os]);
+    buffers.beta = ch.first_c ? spec.beta : 1.0;
+    spec.compute(ch, buffers);
+    for (const SlotRing& r : in_rings) backend.record(r.free[r.current], Queue::compute);
     ++stats.chunks;
     if (ch.last_c) {
       backend.record(out_computed[os], Queue::compute);

@@ -6,6 +6,7 @@
 // operation says only which regions its chunks move and what they compute (OperationSpec).
 #pragma once
 
+#include <array>
 #include <functional>
 #include <vector>
 
@@ -31,52 +32,44 @@ struct StreamedTensor {
   size_t slot_bytes = 0;
 };
 
-// The device memory one chunk's compute sees (OperationSpec::compute_fused).
+// An input streamed chunk by chunk: its caller memory and device slots, the region each chunk
+// needs and whether the chunk loads it (false: the previous chunk's region is still there).
+struct StreamedInput {
+  StreamedTensor tensor;
+  std::function<Region(const Chunk&)> region;
+  std::function<bool(const Chunk&)> loads;  // unset: every chunk loads
+};
+
+// The most inputs one operation streams (the pooled fused backward: dq, x, w, q, y, pre).
+constexpr int kMaxStreamedInputs = 8;
+
+// The device memory one chunk's compute sees.
 struct ChunkBuffers {
-  const float *a = nullptr, *b = nullptr, *third = nullptr, *resident = nullptr;
+  std::array<const float*, kMaxStreamedInputs> in{};  // OperationSpec::inputs' current slots, in order
+  int inputs = 0;                                      // how many of `in` the operation has
+  const float* resident = nullptr;
   float* out = nullptr;
-  std::vector<const float*> extra;  // OperationSpec::extra's current slots, in order
   char* kept = nullptr;  // OperationSpec::kept's memory
   void* scratch = nullptr;
   void* workspace = nullptr;
-  double beta = 0;       // the caller's on a reduction's first chunk, then 1
+  double beta = 0;  // the caller's on a reduction's first chunk, then 1
 };
 
+// What an operation streams and computes; run_chunks does the rest. Inputs load in their order
+// here, before the chunk's output is (re)started; compute then sees every buffer of the chunk.
 struct OperationSpec {
-  StreamedTensor a, b;  // inputs (b.slots == 0: only a)
-  StreamedTensor out;   // the output, accumulated over the chunks of a reduction (Chunk::first_c/last_c)
-  double beta = 0;      // the caller's, applied on the first chunk of each reduction (then 1)
+  std::vector<StreamedInput> inputs;
+  StreamedTensor out;  // the output, accumulated over the chunks of a reduction (Chunk::first_c/last_c)
+  std::function<Region(const Chunk&)> out_region;
+  double beta = 0;     // the caller's, applied on the first chunk of each reduction (then 1)
   // Loaded once before the chunks and kept (the forward's bias); resident_bytes == 0: none.
   Region resident;
   size_t resident_bytes = 0;
   size_t workspace_bytes = 0;
-  std::function<Region(const Chunk&)> a_region, b_region, out_region;
-  std::function<bool(const Chunk&)> a_loads, b_loads;  // false: the previous chunk's region is still there
-  // Issues one chunk's compute on Queue::compute; beta: the caller's or 1 (see above).
-  std::function<void(const Chunk&, const float* a, const float* b, const float* resident, float* out, double beta,
-                     void* workspace)>
-      compute;
-  // A third input (third.slots == 0: none), for operations that read three tensors per chunk
-  // (activation backward: y, dy, x); then compute3 runs instead of compute.
-  StreamedTensor third;
-  std::function<Region(const Chunk&)> third_region;
-  std::function<void(const Chunk&, const float* a, const float* b, const float* third, float* out, double beta)>
-      compute3;
-
   // Where the first chunk of a reduction loads its output tile from when beta != 0: init_region
   // of init_data (a fused forward's z) instead of the output itself. init_data == nullptr: the output.
   const void* init_data = nullptr;
   std::function<Region(const Chunk&)> init_region;
-
-  // Fused operations (exec/fused_pipeline.cpp) keep more on the device than one streamed output.
-  std::function<bool(const Chunk&)> third_loads;  // unset: third loads on every chunk
-  // More inputs, streamed like a and b (compute_fused only).
-  struct ExtraInput {
-    StreamedTensor tensor;
-    std::function<Region(const Chunk&)> region;
-    std::function<bool(const Chunk&)> loads;
-  };
-  std::vector<ExtraInput> extra;
   // Outputs that stay on the device for the whole run, accumulated by the chunks and written back
   // once after the last one: each a dense box of the `kept` memory, `offset` bytes into it.
   struct Kept {
@@ -86,8 +79,15 @@ struct OperationSpec {
   std::vector<Kept> kept;
   size_t kept_bytes = 0;
   size_t scratch_bytes = 0;  // device memory chunks carry partial results in, from one to a later one
-  // When set, runs instead of compute / compute3, seeing every buffer of the chunk.
-  std::function<void(const Chunk&, const ChunkBuffers&)> compute_fused;
+  // Issues one chunk's compute on Queue::compute.
+  std::function<void(const Chunk&, const ChunkBuffers&)> compute;
+
+  // Appends an input; returns its index in ChunkBuffers::in.
+  int add_input(const StreamedTensor& tensor, std::function<Region(const Chunk&)> region,
+                std::function<bool(const Chunk&)> loads = {}) {
+    inputs.push_back({tensor, std::move(region), std::move(loads)});
+    return static_cast<int>(inputs.size()) - 1;
+  }
 };
 
 RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const OperationSpec& spec);

@@ -38,18 +38,17 @@ OperationSpec spec_for(const Plan& plan, Operation op, Tensor a, Tensor b, Tenso
     throw std::logic_error(std::string("pipeline: a plan for ") + operation_name(p.op) + " run as " +
                            operation_name(op));
   OperationSpec spec;
-  spec.a = streamed(plan, a.family, a.data);
-  if (b.data) spec.b = streamed(plan, b.family, b.data);
+  for (const Tensor& t : {a, b}) {
+    if (!t.data) continue;
+    const TensorView v = view_of(p, t.family, t.data);
+    spec.add_input(streamed(plan, t.family, t.data), [v, t, &p](const Chunk& ch) { return region_of(v, t.family, ch, p); },
+                   [t](const Chunk& ch) { return loads(t.family, ch); });
+  }
   spec.out = streamed(plan, out.family, out.data);
   spec.beta = p.beta;
   spec.workspace_bytes = plan.workspace_bytes;
-  const TensorView av = view_of(p, a.family, a.data), bv = b.data ? view_of(p, b.family, b.data) : TensorView{},
-                   ov = view_of(p, out.family, out.data);
-  spec.a_region = [av, a, &p](const Chunk& ch) { return region_of(av, a.family, ch, p); };
-  spec.b_region = [bv, b, &p](const Chunk& ch) { return region_of(bv, b.family, ch, p); };
+  const TensorView ov = view_of(p, out.family, out.data);
   spec.out_region = [ov, out, &p](const Chunk& ch) { return region_of(ov, out.family, ch, p); };
-  spec.a_loads = [a](const Chunk& ch) { return loads(a.family, ch); };
-  spec.b_loads = [b](const Chunk& ch) { return loads(b.family, ch); };
   return spec;
 }
 
@@ -63,10 +62,10 @@ OperationSpec conv_forward_spec(const Plan& plan, Backend& backend, const float*
     spec.resident = Region{view_of(p, Family::bias, bias), Box{{0, 0, 0, 0, 0}, {p.k, 1, 1, 1, 1}}};
     spec.resident_bytes = plan.bias_bytes;
   }
-  spec.compute = [&](const Chunk& ch, const float* xs, const float* ws, const float* bias_dev, float* ys, double beta,
-                     void* workspace) {
-    const float* chunk_bias = ch.last_c && p.has_bias ? bias_dev + ch.k.begin : nullptr;
-    backend.conv_forward(chunk_shape(ch, p), xs, ws, chunk_bias, ys, p.alpha, beta, workspace, plan.workspace_bytes);
+  spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
+    const float* chunk_bias = ch.last_c && p.has_bias ? b.resident + ch.k.begin : nullptr;
+    backend.conv_forward(chunk_shape(ch, p), b.in[0], b.in[1], chunk_bias, b.out, p.alpha, b.beta, b.workspace,
+                         plan.workspace_bytes);
   };
   return spec;
 }
@@ -82,11 +81,12 @@ OperationSpec conv_backward_data_spec(const Plan& plan, Backend& backend, const 
   // dy is read through a window over the contributing rows (the device's other dy rows are
   // zeros); dx is computed over a region wider than its target, and written back (and, for
   // beta != 0, read) only over the target: neighbouring chunks own the rest.
-  spec.a_region = [inner = spec.a_region](const Chunk& ch) { return through_window(inner(ch), ch.out_read); };
+  StreamedInput& dy_in = spec.inputs[0];
+  dy_in.region = [inner = dy_in.region](const Chunk& ch) { return through_window(inner(ch), ch.out_read); };
   spec.out_region = [inner = spec.out_region](const Chunk& ch) { return through_window(inner(ch), ch.target); };
-  spec.compute = [&](const Chunk& ch, const float* dys, const float* ws, const float*, float* dxs, double beta,
-                     void* workspace) {
-    backend.conv_backward_data(chunk_shape(ch, p), dys, ws, dxs, p.alpha, beta, workspace, plan.workspace_bytes);
+  spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
+    backend.conv_backward_data(chunk_shape(ch, p), b.in[0], b.in[1], b.out, p.alpha, b.beta, b.workspace,
+                               plan.workspace_bytes);
   };
   return spec;
 }
@@ -100,9 +100,9 @@ RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const floa
                                   ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   OperationSpec spec = spec_for(plan, Operation::backward_filter, {Family::x, x}, {Family::y, dy}, {Family::w, dw});
-  spec.compute = [&](const Chunk& ch, const float* xs, const float* dys, const float*, float* dws, double beta,
-                     void* workspace) {
-    backend.conv_backward_filter(chunk_shape(ch, p), xs, dys, dws, p.alpha, beta, workspace, plan.workspace_bytes);
+  spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
+    backend.conv_backward_filter(chunk_shape(ch, p), b.in[0], b.in[1], b.out, p.alpha, b.beta, b.workspace,
+                                 plan.workspace_bytes);
   };
   return run_chunks(plan, backend, pool, spec);
 }
@@ -110,8 +110,8 @@ RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const floa
 RunStats run_conv_backward_bias(const Plan& plan, Backend& backend, const float* dy, float* db, ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   OperationSpec spec = spec_for(plan, Operation::backward_bias, {Family::y, dy}, {Family::y, nullptr}, {Family::bias, db});
-  spec.compute = [&](const Chunk& ch, const float* dys, const float*, const float*, float* dbs, double beta, void*) {
-    backend.conv_backward_bias(chunk_shape(ch, p), dys, dbs, p.alpha, beta);
+  spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
+    backend.conv_backward_bias(chunk_shape(ch, p), b.in[0], b.out, p.alpha, b.beta);
   };
   return run_chunks(plan, backend, pool, spec);
 }

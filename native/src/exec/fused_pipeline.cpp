@@ -47,12 +47,11 @@ OperationSpec bias_activation_spec(const Plan& plan, Backend& backend, const Fus
   // The finished tile (after the reduction's last chunk added bias) is activated in place, on the
   // device, before it is written back (or pooled).
   if (activation.identity) return spec;
-  spec.compute = [conv = spec.compute, &backend, &p, activation](const Chunk& ch, const float* xs, const float* ws,
-                                                                 const float* bias_dev, float* ys, double beta,
-                                                                 void* workspace) {
-    conv(ch, xs, ws, bias_dev, ys, beta, workspace);
+  spec.compute = [conv = spec.compute, &backend, &p, activation](const Chunk& ch, const ChunkBuffers& b) {
+    conv(ch, b);
     if (!ch.last_c) return;
-    backend.activation_forward(tile_of(p, ch.n, ch.k, ch.out), activation.mode, activation.coef, ys, ys, 1.0, 0.0);
+    backend.activation_forward(tile_of(p, ch.n, ch.k, ch.out), activation.mode, activation.coef, b.out, b.out, 1.0,
+                               0.0);
   };
   return spec;
 }
@@ -80,8 +79,8 @@ RunStats run_conv_bias_activation_pooling_forward(const Plan& plan, Backend& bac
   spec.scratch_bytes = plan.scratch_bytes;
   // Once a y tile is finished (and activated), pool it into the scratch and copy the pooled tile to
   // the start of the slot, where the write-back reads it.
-  spec.compute_fused = [conv = spec.compute, &backend, &p, &pool, mode](const Chunk& ch, const ChunkBuffers& b) {
-    conv(ch, b.a, b.b, b.resident, b.out, b.beta, b.workspace);
+  spec.compute = [conv = spec.compute, &backend, &p, &pool, mode](const Chunk& ch, const ChunkBuffers& b) {
+    conv(ch, b);
     if (!ch.last_c) return;
     ChunkConv window;
     window.spatial_dims = p.spatial_dims;
@@ -128,11 +127,11 @@ RunStats run_deconv_bias_activation_forward(const Plan& plan, Backend& backend, 
   }
   // A finished tile (the reduction over k done) gets bias and the activation over its whole
   // computed region, on the device; only its target rows are written back.
-  spec.compute = [data = spec.compute, &backend, &p, activation](const Chunk& ch, const float* xs, const float* ws,
-                                                                 const float* bias_dev, float* ys, double beta,
-                                                                 void* workspace) {
-    data(ch, xs, ws, bias_dev, ys, beta, workspace);
+  spec.compute = [data = spec.compute, &backend, &p, activation](const Chunk& ch, const ChunkBuffers& b) {
+    data(ch, b);
     if (!ch.last_c) return;
+    const float* bias_dev = b.resident;
+    float* ys = b.out;
     const ChunkConv tile = tile_of(p, ch.n, ch.c, ch.in);
     if (p.has_bias) {
       ChunkConv per_channel = tile;
@@ -147,6 +146,9 @@ RunStats run_deconv_bias_activation_forward(const Plan& plan, Backend& backend, 
 
 namespace {
 
+// The fused backward's streamed inputs, in ChunkBuffers::in order; the fused forms add theirs after.
+enum FusedBackwardInput { kDy = 0, kX = 1, kW = 2, kFirstExtra = 3 };
+
 // The spec of the fused backward: dx, dw and db from each dy tile (fused_planner.hpp).
 OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, const float* dy, const float* w,
                             float* dx, float* dw, float* db,
@@ -160,16 +162,16 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, 
   const TensorView dyv = view_of(p, Family::y, dy), xv = view_of(p, Family::x, x), wv = view_of(p, Family::w, w),
                    dxv = view_of(p, Family::x, dx);
   OperationSpec spec;
-  // a: the dy tile, loaded once and used by every c-tile; b: the x slab; third: w's c-tile.
-  spec.a = {dy, plan.y_buffers, plan.y_slot_bytes};
-  spec.a_region = [dyv, &p](const Chunk& ch) { return region_of(dyv, Family::y, ch, p); };
-  spec.a_loads = [](const Chunk& ch) { return ch.load_y; };
-  spec.b = {x, plan.x_buffers, plan.x_slot_bytes};
-  spec.b_region = [xv, &p](const Chunk& ch) { return region_of(xv, Family::x, ch, p); };
-  spec.b_loads = [](const Chunk& ch) { return ch.load_x; };
-  spec.third = {w, plan.w_buffers, plan.w_slot_bytes};
-  spec.third_region = [wv, &p](const Chunk& ch) { return region_of(wv, Family::w, ch, p); };
-  spec.third_loads = [](const Chunk& ch) { return ch.load_w; };
+  // kDy: the dy tile, loaded once and used by every c-tile; kX: the x slab; kW: w's c-tile.
+  spec.add_input({dy, plan.y_buffers, plan.y_slot_bytes},
+                 [dyv, &p](const Chunk& ch) { return region_of(dyv, Family::y, ch, p); },
+                 [](const Chunk& ch) { return ch.load_y; });
+  spec.add_input({x, plan.x_buffers, plan.x_slot_bytes},
+                 [xv, &p](const Chunk& ch) { return region_of(xv, Family::x, ch, p); },
+                 [](const Chunk& ch) { return ch.load_x; });
+  spec.add_input({w, plan.w_buffers, plan.w_slot_bytes},
+                 [wv, &p](const Chunk& ch) { return region_of(wv, Family::w, ch, p); },
+                 [](const Chunk& ch) { return ch.load_w; });
   // dx is computed over the tile's whole reach and written back over its target rows only.
   spec.out = {dx, plan.out_buffers, plan.out_slot_bytes};
   spec.out_region = [dxv, &p](const Chunk& ch) { return through_window(region_of(dxv, Family::x, ch, p), ch.target); };
@@ -191,7 +193,7 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, 
   // Per c-tile: the dx rows (along the split dimension) its carry block holds for the next tile.
   auto carried_rows = std::make_shared<std::vector<Range>>(layout.dw_offset.size());
   const int d = layout.split_dim;
-  spec.compute_fused = [&plan, &p, &backend, layout, carried_rows, d, es](const Chunk& ch, const ChunkBuffers& b) {
+  spec.compute = [&plan, &p, &backend, layout, carried_rows, d, es](const Chunk& ch, const ChunkBuffers& b) {
     std::vector<Range>& carried = *carried_rows;
     const ChunkConv shape = chunk_shape(ch, p);
     const size_t j = static_cast<size_t>(ch.c.begin / plan.tiling.c);
@@ -215,7 +217,7 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, 
         backend.copy_on_device(c);
       dx_beta = 1.0;
     }
-    backend.conv_backward_data(shape, b.a, b.third, b.out, p.alpha, dx_beta, b.workspace, plan.workspace_bytes);
+    backend.conv_backward_data(shape, b.in[kDy], b.in[kW], b.out, p.alpha, dx_beta, b.workspace, plan.workspace_bytes);
     if (d >= 0) {
       const Range outgoing{ch.target[d].end, std::min(ch.in[d].end, p.in[d])};
       carried[j] = outgoing.size() > 0 ? outgoing : Range{};
@@ -227,10 +229,11 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, 
     bool first_tile = ch.n.begin == 0;
     for (int e = 0; e < kMaxSpatial; ++e) first_tile = first_tile && ch.out[e].begin == 0;
     const double kept_beta = first_tile ? 0.0 : 1.0;
-    backend.conv_backward_filter(shape, b.b, b.a, reinterpret_cast<float*>(b.kept + layout.dw_offset[j]), p.alpha,
-                                 kept_beta, b.workspace, plan.workspace_bytes);
+    backend.conv_backward_filter(shape, b.in[kX], b.in[kDy], reinterpret_cast<float*>(b.kept + layout.dw_offset[j]),
+                                 p.alpha, kept_beta, b.workspace, plan.workspace_bytes);
     if (ch.c.begin == 0)
-      backend.conv_backward_bias(shape, b.a, reinterpret_cast<float*>(b.kept + layout.db_offset), p.alpha, kept_beta);
+      backend.conv_backward_bias(shape, b.in[kDy], reinterpret_cast<float*>(b.kept + layout.db_offset), p.alpha,
+                                 kept_beta);
   };
   return spec;
 }
@@ -285,24 +288,26 @@ RunStats run_pooling_activation_conv_backward_data_filter_bias(
                                                 es);
   const TensorView qv = TensorView::contiguous(q, {pool.n, pool.c, pool.out[0], pool.out[1], pool.out[2]}, kMaxRank,
                                                es);
-  spec.a = {dq, plan.y_buffers, plan.pooled_slot_bytes};
-  spec.a_region = [dqv, rows_of](const Chunk& ch) { return Region{dqv, box_of(ch.n, ch.k, rows_of(ch, true))}; };
-  spec.extra.clear();
-  spec.extra.push_back({{q, plan.y_buffers, plan.pooled_slot_bytes},
-                        [qv, rows_of](const Chunk& ch) { return Region{qv, box_of(ch.n, ch.k, rows_of(ch, true))}; },
-                        [](const Chunk& ch) { return ch.load_y; }});
+  // dq streams where dy would (its tile becomes dz on the device); q, y and pre after the three.
+  StreamedInput& dq_in = spec.inputs[kDy];
+  dq_in.tensor = {dq, plan.y_buffers, plan.pooled_slot_bytes};
+  dq_in.region = [dqv, rows_of](const Chunk& ch) { return Region{dqv, box_of(ch.n, ch.k, rows_of(ch, true))}; };
+  spec.add_input({q, plan.y_buffers, plan.pooled_slot_bytes},
+                 [qv, rows_of](const Chunk& ch) { return Region{qv, box_of(ch.n, ch.k, rows_of(ch, true))}; },
+                 [](const Chunk& ch) { return ch.load_y; });
   for (const float* t : {y, pre}) {
     if (!t) continue;
     const TensorView v = view_of(p, Family::y, t);
-    spec.extra.push_back({{t, plan.y_buffers, plan.y_slot_bytes},
-                          [v, rows_of](const Chunk& ch) { return Region{v, box_of(ch.n, ch.k, rows_of(ch, false))}; },
-                          [](const Chunk& ch) { return ch.load_y; }});
+    spec.add_input({t, plan.y_buffers, plan.y_slot_bytes},
+                   [v, rows_of](const Chunk& ch) { return Region{v, box_of(ch.n, ch.k, rows_of(ch, false))}; },
+                   [](const Chunk& ch) { return ch.load_y; });
   }
+  const int q_in = kFirstExtra, y_in = kFirstExtra + 1, pre_in = kFirstExtra + 2;
   // A tile's first chunk: dy = pool_backward over the windows' y rows, dz = act'(pre) * dy there
   // (in place), then the tile's own dy rows of it (zeros where no window reaches) into the scratch
   // the three gradients read; nothing of it leaves the device.
-  spec.compute_fused = [gradients = spec.compute_fused, &backend, &p, &pool, &plan, mode, activation, layout, rows_of,
-                        es](const Chunk& ch, const ChunkBuffers& b) {
+  spec.compute = [gradients = spec.compute, &backend, &p, &pool, &plan, mode, activation, layout, rows_of, es, q_in,
+                  y_in, pre_in](const Chunk& ch, const ChunkBuffers& b) {
     char* scratch = static_cast<char*>(b.scratch);
     float* dz = reinterpret_cast<float*>(scratch + layout.dy_offset);
     if (ch.load_y) {
@@ -322,12 +327,12 @@ RunStats run_pooling_activation_conv_backward_data_filter_bias(
         q_elements *= window.out[d];
         dz_elements *= ch.out[d].size();
       }
-      const float* y_tile = b.extra[1];
+      const float* y_tile = b.in[y_in];
       if (q_elements > 0) {
-        backend.pool_backward(window, mode, b.extra[0], b.a, y_tile, pooled_dy, 1.0, 0.0);
+        backend.pool_backward(window, mode, b.in[q_in], b.in[kDy], y_tile, pooled_dy, 1.0, 0.0);
         if (!activation.identity)
           backend.activation_backward(tile_of(p, ch.n, ch.k, y_rows), activation.mode, activation.coef, y_tile,
-                                      pooled_dy, b.extra.size() > 2 ? b.extra[2] : y_tile, pooled_dy, 1.0, 0.0);
+                                      pooled_dy, b.inputs > pre_in ? b.in[pre_in] : y_tile, pooled_dy, 1.0, 0.0);
       }
       backend.zero_on_device(dz, static_cast<size_t>(dz_elements) * es);
       int split = -1;
@@ -345,7 +350,7 @@ RunStats run_pooling_activation_conv_backward_data_filter_bias(
       }
     }
     ChunkBuffers with_dz = b;
-    with_dz.a = dz;
+    with_dz.in[kDy] = dz;
     gradients(ch, with_dz);
   };
   return run_chunks(plan, backend, threads, spec);
@@ -365,20 +370,21 @@ RunStats run_activation_conv_backward_data_filter_bias(const Plan& plan, Backend
   for (const float* t : {y, pre}) {
     if (!t) continue;
     const TensorView v = view_of(p, Family::y, t);
-    spec.extra.push_back({{t, plan.y_buffers, plan.y_slot_bytes},
-                          [v, &p](const Chunk& ch) { return region_of(v, Family::y, ch, p); },
-                          [](const Chunk& ch) { return ch.load_y; }});
+    spec.add_input({t, plan.y_buffers, plan.y_slot_bytes},
+                   [v, &p](const Chunk& ch) { return region_of(v, Family::y, ch, p); },
+                   [](const Chunk& ch) { return ch.load_y; });
   }
+  const int y_in = kFirstExtra, pre_in = kFirstExtra + 1;
   // The dy tile becomes dz = f'(pre) * dy where it lies, on the device, once per tile (its first
   // chunk); every c-tile then reads dz. relu, sigmoid and tanh need only y (relu's mask is the same
   // on y as on its input).
-  spec.compute_fused = [gradients = spec.compute_fused, &backend, &p, activation](const Chunk& ch,
-                                                                                   const ChunkBuffers& b) {
+  spec.compute = [gradients = spec.compute, &backend, &p, activation, y_in, pre_in](const Chunk& ch,
+                                                                                     const ChunkBuffers& b) {
     if (ch.load_y) {
       const ChunkConv tile = tile_of(p, ch.n, ch.k, ch.out);
-      float* dz = const_cast<float*>(b.a);  // the slot is the pipeline's device memory, loaded once
-      backend.activation_backward(tile, activation.mode, activation.coef, b.extra[0], b.a,
-                                  b.extra.size() > 1 ? b.extra[1] : b.extra[0], dz, 1.0, 0.0);
+      float* dz = const_cast<float*>(b.in[kDy]);  // the slot is the pipeline's device memory, loaded once
+      backend.activation_backward(tile, activation.mode, activation.coef, b.in[y_in], b.in[kDy],
+                                  b.inputs > pre_in ? b.in[pre_in] : b.in[y_in], dz, 1.0, 0.0);
     }
     gradients(ch, b);
   };

@@ -44,8 +44,6 @@ RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans
   const ConvProblem& p = plan.problem;
   const int64_t M = p.n, K = p.c, N = p.k;
   OperationSpec spec;
-  spec.a = {a, plan.x_buffers, plan.x_slot_bytes};
-  spec.b = {b, plan.w_buffers, plan.w_slot_bytes};
   spec.out = {c, plan.y_buffers, plan.y_slot_bytes};
   spec.beta = p.beta;
   spec.workspace_bytes = plan.workspace_bytes;
@@ -53,20 +51,21 @@ RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans
   const TensorView bv = trans_b ? matrix_view(b, N, K, ldb) : matrix_view(b, K, N, ldb);
   const TensorView cv = matrix_view(c, M, N, ldc);
   // Tiles keep the stored layout; the kernel is told which operand is transposed.
-  spec.a_region = [=](const Chunk& ch) { return Region{av, trans_a ? box_of(ch.c, ch.n) : box_of(ch.n, ch.c)}; };
-  spec.b_region = [=](const Chunk& ch) { return Region{bv, trans_b ? box_of(ch.k, ch.c) : box_of(ch.c, ch.k)}; };
+  spec.add_input({a, plan.x_buffers, plan.x_slot_bytes},
+                 [=](const Chunk& ch) { return Region{av, trans_a ? box_of(ch.c, ch.n) : box_of(ch.n, ch.c)}; },
+                 [](const Chunk& ch) { return ch.load_x; });
+  spec.add_input({b, plan.w_buffers, plan.w_slot_bytes},
+                 [=](const Chunk& ch) { return Region{bv, trans_b ? box_of(ch.k, ch.c) : box_of(ch.c, ch.k)}; },
+                 [](const Chunk& ch) { return ch.load_w; });
   spec.out_region = [=](const Chunk& ch) { return Region{cv, box_of(ch.n, ch.k)}; };
-  spec.a_loads = [](const Chunk& ch) { return ch.load_x; };
-  spec.b_loads = [](const Chunk& ch) { return ch.load_w; };
   if (p.has_bias) {  // resident; added by the last chunk of each K reduction
     spec.resident = Region{view(bias, {N, 1, 1, 1, 1}), box_of({0, N}, {0, 1})};
     spec.resident_bytes = plan.bias_bytes;
   }
-  spec.compute = [&](const Chunk& ch, const float* as, const float* bs, const float* bias_dev, float* cs, double beta,
-                     void* workspace) {
+  spec.compute = [&](const Chunk& ch, const ChunkBuffers& buf) {
     const ChunkGemm shape{ch.n.size(), ch.k.size(), ch.c.size(), trans_a, trans_b};
-    backend.gemm(shape, as, bs, ch.last_c && p.has_bias ? bias_dev + ch.k.begin : nullptr, cs, p.alpha, beta,
-                 workspace, plan.workspace_bytes);
+    backend.gemm(shape, buf.in[0], buf.in[1], ch.last_c && p.has_bias ? buf.resident + ch.k.begin : nullptr, buf.out,
+                 p.alpha, buf.beta, buf.workspace, plan.workspace_bytes);
   };
   return run_chunks(plan, backend, pool, spec);
 }
@@ -84,12 +83,11 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
   };
   auto base_spec = [&](float* out, size_t out_slot_bytes) {
     OperationSpec spec;
-    spec.a = {t.x, plan.x_buffers, plan.x_slot_bytes};
-    if (backward) spec.b = {t.dy, plan.w_buffers, plan.w_slot_bytes};
+    spec.add_input({t.x, plan.x_buffers, plan.x_slot_bytes}, x_region);
+    if (backward)
+      spec.add_input({t.dy, plan.w_buffers, plan.w_slot_bytes},
+                     [dyv](const Chunk& ch) { return Region{dyv, box_of(ch.n, ch.c, ch.in[0], ch.in[1], ch.in[2])}; });
     spec.out = {out, plan.y_buffers, out_slot_bytes};
-    spec.a_region = x_region;
-    spec.b_region = [dyv](const Chunk& ch) { return Region{dyv, box_of(ch.n, ch.c, ch.in[0], ch.in[1], ch.in[2])}; };
-    spec.a_loads = spec.b_loads = [](const Chunk&) { return true; };
     return spec;
   };
   RunStats total;
@@ -120,12 +118,11 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
       }
       spec.resident = Region{view(mean_invstd.data(), {C, 2, 1, 1, 1}), box_of({0, C}, {0, 2})};
       spec.resident_bytes = plan.bias_bytes;
-      spec.compute = [&](const Chunk& ch, const float* xs, const float* dys, const float* res, float* outs, double,
-                         void*) { backend.channel_grad_sums(shape_of(ch), xs, dys, res + 2 * ch.c.begin, outs); };
-    } else {
-      spec.compute = [&](const Chunk& ch, const float* xs, const float*, const float*, float* outs, double, void*) {
-        backend.channel_moments(shape_of(ch), xs, outs);
+      spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
+        backend.channel_grad_sums(shape_of(ch), b.in[0], b.in[1], b.resident + 2 * ch.c.begin, b.out);
       };
+    } else {
+      spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) { backend.channel_moments(shape_of(ch), b.in[0], b.out); };
     }
     add_stats(total, run_chunks(plan, backend, pool, spec));
 
@@ -182,9 +179,9 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
   spec.out_region = [ov](const Chunk& ch) { return Region{ov, box_of(ch.n, ch.c, ch.in[0], ch.in[1], ch.in[2])}; };
   spec.resident = Region{view(coef.data(), {C, per, 1, 1, 1}), box_of({0, C}, {0, per})};
   spec.resident_bytes = plan.bias_bytes;
-  spec.compute = [&](const Chunk& ch, const float* xs, const float* dys, const float* res, float* outs, double beta,
-                     void*) {
-    backend.channel_affine(shape_of(ch), xs, backward ? dys : nullptr, res + per * ch.c.begin, beta, outs);
+  spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
+    backend.channel_affine(shape_of(ch), b.in[0], backward ? b.in[1] : nullptr, b.resident + per * ch.c.begin, b.beta,
+                           b.out);
   };
   add_stats(total, run_chunks(plan, backend, pool, spec));
   return total;

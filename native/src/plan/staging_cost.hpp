@@ -10,7 +10,7 @@
 #pragma once
 
 #include <functional>
-#include <initializer_list>
+#include <vector>
 
 #include "plan/planner.hpp"
 
@@ -18,7 +18,7 @@ namespace ooc {
 
 // `config` without host staging cost (an infinite gather/scatter rate) when every tensor given
 // (nullptr: absent) is `direct`; unchanged otherwise.
-PlannerConfig with_host_staging(PlannerConfig config, std::initializer_list<const void*> tensors,
+PlannerConfig with_host_staging(PlannerConfig config, const std::vector<const void*>& tensors,
                                 const std::function<bool(const void*)>& direct);
 
 }  // namespace ooc

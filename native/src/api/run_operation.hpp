@@ -1,0 +1,42 @@
+// The one path every operation runs through. A public entry point validates its arguments, then
+// describes its call (OperationCall) and hands it to plan_operation (the plan_* twins) or
+// run_operation. Here, once for every operation: the process-wide backend options ask for, the
+// planner configuration it implies, the pinned rule (a call whose tensors are all device-accessible
+// plans without host staging cost: plan/staging_cost.hpp), the plan cache, stats and the plan
+// that ran.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "plan/plan_cache.hpp"
+#include "plan/planner.hpp"
+#include "ooc/ooc.hpp"
+
+namespace ooc {
+
+struct OperationCall {
+  // Everything the planner reads beyond the configuration: the operation's name, its problem(s)
+  // and options (the configuration is added by the run path).
+  PlanKey key;
+  // The operation's planner for a configuration.
+  std::function<Plan(const PlannerConfig&)> plan;
+  // Every caller tensor the run reads or writes (nullptr: absent this call); decides the pinned rule.
+  std::vector<const void*> tensors;
+  // Executes the plan on the backend and returns what it measured (run_operation only).
+  std::function<RunStats(const Plan&, Backend&)> run;
+};
+
+// The plan the call would run, for tensors the caller does not show: pageable ones, or pinned ones
+// when options.assume_pinned.
+Plan plan_operation(const OperationCall& call, const Options& options);
+// Plans (or reuses the plan) for the call's tensors and runs it; `used` and `stats` (when not null)
+// receive the plan and what it measured.
+void run_operation(const OperationCall& call, const Options& options, Plan* used, RunStats* stats);
+
+// Throws invalid_argument "<function>: null data pointer" when any of `pointers` is null.
+void require_data(std::initializer_list<const void*> pointers, const char* function);
+
+}  // namespace ooc
