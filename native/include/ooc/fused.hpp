@@ -13,13 +13,6 @@
 
 namespace ooc {
 
-// The activation a fused forward applies last: identity (none) or one of activation_forward's modes
-// with its coef (clipped_relu's ceiling, elu's alpha, swish's beta).
-struct FusedActivation {
-  bool identity = false;
-  ActivationMode mode = ActivationMode::relu;
-  double coef = 0.0;
-};
 // "identity" or a name activation_mode_from_name accepts; invalid_argument listing them otherwise.
 FusedActivation fused_activation_from_name(const std::string& name, double coef);
 

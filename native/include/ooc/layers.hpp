@@ -13,10 +13,7 @@
 
 namespace ooc {
 
-// GEMM. a_shape is op(a)'s [M, K], b_shape op(b)'s [K, N]; a mismatch throws invalid_argument in
-// torch's words ("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)").
-ConvProblem matmul_problem(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& b_shape, double alpha,
-                           double beta, bool has_bias);
+// GEMM (matmul_problem: problem.hpp).
 Plan plan_matmul(const ConvProblem& problem, const Options& options);
 // trans_a: a is stored [K, M] (op(a) = a^T); trans_b: b is stored [N, K]. bias: [N] or null
 // (problem.has_bias). c is never read when beta == 0.
@@ -28,10 +25,9 @@ void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float*
             int64_t ldb, const float* bias, float* c, int64_t ldc, const Options& options, Plan* used = nullptr,
             RunStats* stats = nullptr);
 
-// Batch normalization; op is one of the batchnorm_* operations. Throws invalid_argument naming x.
+// Batch normalization (batchnorm_problem: problem.hpp).
 // The problem's alpha and beta (1 and 0 as made) blend y (dx) as cuDNN does: y = alpha * BN(x) +
 // beta * y, beta == 0 never reading y. The per-channel tensors are host memory.
-ConvProblem batchnorm_problem(Operation op, const std::vector<int64_t>& x_shape);
 Plan plan_batchnorm(const ConvProblem& problem, const Options& options);
 
 // y = (x - mean) * invstd * scale + bias with the batch's statistics (biased variance), in two

@@ -11,19 +11,9 @@
 #include "ooc/errors.hpp"
 #include "ooc/plan.hpp"
 #include "ooc/problem.hpp"
+#include "ooc/types.hpp"
 
 namespace ooc {
-
-enum class BackendKind { automatic, host, cuda };  // automatic: cuda when a GPU is present
-
-struct Options {
-  size_t memory_limit = 0;  // bytes of device memory the call may use; 0: the process default
-  BackendKind backend = BackendKind::automatic;
-  int device = 0;
-  // plan_* only (runs see the pointers): plan as if every tensor were pinned, i.e. moved by DMA
-  // with no host gather/scatter.
-  bool assume_pinned = false;
-};
 
 // Process-wide default memory limit (bytes); 0 means "most of the free device memory"
 // (or 1 GiB on the host backend).
@@ -43,17 +33,6 @@ Plan plan_conv_backward_data(const ConvProblem& problem, const Options& options)
 Plan plan_conv_backward_filter(const ConvProblem& problem, const Options& options);
 Plan plan_conv_backward_bias(const ConvProblem& problem, const Options& options);
 
-// What one run did, measured (the plan says what it predicted).
-struct RunStats {
-  size_t bytes_h2d = 0, bytes_d2h = 0;   // bytes actually copied over each link direction
-  size_t device_bytes_reserved = 0;      // arena size: the most device memory the run held
-  int64_t chunks = 0;
-  double seconds = 0;                    // wall time of the pipeline
-  double gather_seconds = 0, scatter_seconds = 0, host_wait_seconds = 0;  // host worker time by stage
-  // Device time each queue was busy; -1 unless measured (cuda backend with OOC_PROFILE_QUEUES=1).
-  double h2d_busy_seconds = -1, compute_busy_seconds = -1, d2h_busy_seconds = -1;
-};
-
 // y = alpha * conv(x, w) + beta * y + bias. bias may be null (problem.has_bias says which).
 // When `used` / `stats` are not null they receive the plan that ran and what it measured.
 void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
@@ -71,9 +50,6 @@ void conv_backward_bias(const ConvProblem& problem, const float* dy, float* db, 
 
 // Pinned-host <-> device copy bandwidth measured now (bytes/s): each direction alone and both at
 // once (total). The link roofline of an out-of-core op. Throws cuda_error without a GPU.
-struct LinkBandwidth {
-  double h2d = 0, d2h = 0, bidir = 0;
-};
 LinkBandwidth measure_link_bandwidth(int device = 0, size_t bytes = size_t{256} << 20);
 
 // Page-locked host memory (cudaHostAlloc) for callers that want DMA-speed arrays; throws cuda_error

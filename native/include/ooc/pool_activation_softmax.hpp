@@ -15,12 +15,6 @@
 
 namespace ooc {
 
-enum class ActivationMode { relu, sigmoid, tanh, clipped_relu, elu, swish };
-enum class SoftmaxMode { channel, instance };  // channel: over c per (n, position); instance: over c*space per n
-
-// Pooling (cuDNN PoolingForward): max, average counting padding (CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING)
-// or average over the window's part inside the tensor (..._EXCLUDE_PADDING).
-enum class PoolMode { max, avg, avg_exclude_pad };
 PoolMode pool_mode_from_name(const std::string& name);
 
 // x: [n, c, in...] (rank 3 to 5); kernel, stride, padding: one entry per spatial dim (or one for

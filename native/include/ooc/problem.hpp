@@ -80,4 +80,13 @@ struct ConvProblem {
   std::string describe() const;
 };
 
+// GEMM (layers.hpp's matmul): n = M, c = K, k = N. a_shape is op(a)'s [M, K], b_shape op(b)'s
+// [K, N]; a mismatch throws invalid_argument in torch's words ("mat1 and mat2 shapes cannot be
+// multiplied (2x3 and 4x5)").
+ConvProblem matmul_problem(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& b_shape, double alpha,
+                           double beta, bool has_bias);
+// Batch normalization (layers.hpp); op is one of the batchnorm_* operations; x is [n, c, spatial...]
+// (rank 2 to 5). Throws invalid_argument naming x.
+ConvProblem batchnorm_problem(Operation op, const std::vector<int64_t>& x_shape);
+
 }  // namespace ooc

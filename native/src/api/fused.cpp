@@ -69,9 +69,8 @@ int activation_y_inputs(const FusedActivation& a, bool with_pre) {
   const bool from_y = a.mode == ActivationMode::relu || a.mode == ActivationMode::sigmoid ||
                       a.mode == ActivationMode::tanh;
   if (!from_y && !with_pre) {
-    const char* names[] = {"relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish"};
     throw invalid_argument(std::string("pre (the activation's input) is needed for the gradient of ") +
-                           names[static_cast<int>(a.mode)] + ": y alone does not give it");
+                           activation_mode_name(a.mode) + ": y alone does not give it");
   }
   return with_pre ? 3 : 2;
 }

@@ -86,9 +86,14 @@ LayerPlanSpec add_spec(const std::vector<int64_t>& a_shape, const std::vector<in
 
 }  // namespace
 
+#define OOC_ACTIVATION_NAME(name) #name,
+constexpr std::array kActivationNames{OOC_ACTIVATION_MODES(OOC_ACTIVATION_NAME)};
+#undef OOC_ACTIVATION_NAME
+
+const char* activation_mode_name(ActivationMode mode) { return kActivationNames.at(static_cast<size_t>(mode)); }
+
 ActivationMode activation_mode_from_name(const std::string& name) {
-  return mode_from_name<ActivationMode>(
-      name, "activation mode", std::array<const char*, 6>{"relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish"});
+  return mode_from_name<ActivationMode>(name, "activation mode", kActivationNames);
 }
 
 PoolMode pool_mode_from_name(const std::string& name) {

@@ -11,9 +11,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "ooc/layers.hpp"
-#include "ooc/ooc.hpp"
 #include "ooc/plan.hpp"
+#include "ooc/types.hpp"
 
 namespace ooc {
 

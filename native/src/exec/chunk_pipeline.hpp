@@ -13,7 +13,7 @@
 #include "backend/backend.hpp"
 #include "exec/region_copy.hpp"
 #include "exec/thread_pool.hpp"
-#include "ooc/ooc.hpp"
+#include "ooc/types.hpp"
 
 namespace ooc {
 

@@ -5,7 +5,7 @@
 #include "backend/backend.hpp"
 #include "exec/chunk_pipeline.hpp"
 #include "exec/thread_pool.hpp"
-#include "ooc/ooc.hpp"
+#include "ooc/types.hpp"
 
 namespace ooc {
 

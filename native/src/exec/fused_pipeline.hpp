@@ -4,7 +4,7 @@
 
 #include "backend/backend.hpp"
 #include "exec/thread_pool.hpp"
-#include "ooc/fused.hpp"
+#include "ooc/types.hpp"
 
 namespace ooc {
 

@@ -8,7 +8,7 @@
 
 #include "backend/backend.hpp"
 #include "exec/thread_pool.hpp"
-#include "ooc/pool_activation_softmax.hpp"
+#include "ooc/types.hpp"
 
 namespace ooc {
 

@@ -3,7 +3,7 @@
 #include <sstream>
 
 #include "ooc/errors.hpp"
-#include "ooc/layers.hpp"
+#include "ooc/problem.hpp"
 #include "plan/shape_format.hpp"
 
 namespace ooc {

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "backend/backend.hpp"
+#include "ooc/ooc.hpp"  // testing::set_host_direct_access
 #include "backend/host/host_conv.hpp"
 #include "backend/host/host_layers.hpp"
 #include "exec/thread_pool.hpp"

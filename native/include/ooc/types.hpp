@@ -1,0 +1,61 @@
+// libooc's vocabulary: the types every layer of the library and every operation header share
+// (call options, what a run measured, the layers' modes). Operation headers (ooc.hpp, layers.hpp,
+// pool_activation_softmax.hpp, fused.hpp) declare functions over these; the library's lower layers
+// (plan/, backend/, exec/) include this header, never an operation header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ooc {
+
+enum class BackendKind { automatic, host, cuda };  // automatic: cuda when a GPU is present
+
+struct Options {
+  size_t memory_limit = 0;  // bytes of device memory the call may use; 0: the process default
+  BackendKind backend = BackendKind::automatic;
+  int device = 0;
+  // plan_* only (runs see the pointers): plan as if every tensor were pinned, i.e. moved by DMA
+  // with no host gather/scatter.
+  bool assume_pinned = false;
+};
+
+// What one run did, measured (the plan says what it predicted).
+struct RunStats {
+  size_t bytes_h2d = 0, bytes_d2h = 0;   // bytes actually copied over each link direction
+  size_t device_bytes_reserved = 0;      // arena size: the most device memory the run held
+  int64_t chunks = 0;
+  double seconds = 0;                    // wall time of the pipeline
+  double gather_seconds = 0, scatter_seconds = 0, host_wait_seconds = 0;  // host worker time by stage
+  // Device time each queue was busy; -1 unless measured (cuda backend with OOC_PROFILE_QUEUES=1).
+  double h2d_busy_seconds = -1, compute_busy_seconds = -1, d2h_busy_seconds = -1;
+};
+
+// Every activation, in the order of ActivationMode: X(name). A mode's formula (value and gradient,
+// host and device alike) lives in backend/activation_formulas.hpp; cuDNN runs those it has.
+#define OOC_ACTIVATION_MODES(X) X(relu) X(sigmoid) X(tanh) X(clipped_relu) X(elu) X(swish)
+#define OOC_ACTIVATION_ENUMERATOR(name) name,
+enum class ActivationMode { OOC_ACTIVATION_MODES(OOC_ACTIVATION_ENUMERATOR) };
+#undef OOC_ACTIVATION_ENUMERATOR
+const char* activation_mode_name(ActivationMode mode);  // "relu", ...
+
+enum class SoftmaxMode { channel, instance };  // channel: over c per (n, position); instance: over c*space per n
+
+// Pooling (cuDNN PoolingForward): max, average counting padding (CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING)
+// or average over the window's part inside the tensor (..._EXCLUDE_PADDING).
+enum class PoolMode { max, avg, avg_exclude_pad };
+
+// The activation a fused forward applies last: identity (none) or one of activation_forward's modes
+// with its coef (clipped_relu's ceiling, elu's alpha, swish's beta).
+struct FusedActivation {
+  bool identity = false;
+  ActivationMode mode = ActivationMode::relu;
+  double coef = 0.0;
+};
+
+// Pinned-host <-> device copy bandwidth (bytes/s): each direction alone and both at once (total).
+struct LinkBandwidth {
+  double h2d = 0, d2h = 0, bidir = 0;
+};
+
+}  // namespace ooc
