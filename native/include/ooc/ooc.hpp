@@ -58,11 +58,22 @@ void* alloc_pinned(size_t bytes);
 void free_pinned(void* ptr) noexcept;
 
 namespace testing {
-// Test-only fault injection for the cuda backend: the `countdown`-th next call of kind `where`
-// ("copy": an H2D/D2H copy, "conv": a cuDNN convolution or one of its gradients) fails as if
-// CUDA/cuDNN had returned an error (cuda_error / cudnn_error). countdown <= 0 disarms. Lets tests prove error paths drain the
-// streams, free everything and leave the library usable.
+// Test-only fault injection: the `countdown`-th next operation of kind `where` fails as if the
+// library doing it had returned an error, so tests can prove error paths drain the queues, free
+// everything and leave the library usable. Kinds, one per counter, each with what it throws:
+//   "copy"        a host <-> device copy, contiguous or strided       cuda_error
+//   "conv"        a convolution forward or one of its gradients      cudnn_error
+//   "gemm"        a matmul chunk's GEMM (cuBLAS)                     cuda_error
+//   "batchnorm"   a batch-norm reduction or affine pass              cuda_error
+//   "activation", "softmax", "pool", "add"   those layers (cuDNN)    cudnn_error
+//   "device_copy" a copy or zeroing within device memory             cuda_error
+// countdown <= 0 disarms; any other `where` throws invalid_argument naming the valid ones. The
+// cuda backend always honours it; the host backend only after set_host_fault_injection(true).
 void inject_fault(const std::string& where, int64_t countdown);
+
+// Test-only: makes the host backend honour inject_fault too (off by default, so that a fault armed
+// for the cuda backend leaves host calls alone), which tests the error paths where no GPU is.
+void set_host_fault_injection(bool enabled);
 
 // Test-only: makes the host backend treat all caller memory as pinned, so CI exercises the
 // pipeline's direct-DMA path (strided copies, device-side halo zeroing) without a GPU.

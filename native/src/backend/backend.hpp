@@ -8,9 +8,10 @@
 #include <array>
 #include <cstddef>
 #include <memory>
-#include <stdexcept>
 #include <string>
 
+#include "backend/fault_injection.hpp"
+#include "backend/function_ref.hpp"
 #include "ooc/plan.hpp"
 #include "ooc/types.hpp"
 
@@ -48,6 +49,19 @@ struct ChunkChannels {
   int64_t n = 1, c = 1, space = 1;
 };
 
+// Where an operation is issued: its name (in error messages), the fault site it counts against
+// (ooc::testing::inject_fault) and the queue it runs on.
+struct OpSite {
+  const char* name;
+  FaultSite fault;
+  Queue queue;
+};
+
+// In rmm's style (device_memory_resource: public allocate calls private do_allocate): every
+// operation that issues device work is a public non-virtual method that hands its private pure
+// virtual do_<name> to issue(), the one place where a backend wraps all of its operations (the cuda
+// backend: device scope, fault injection, queue timing). A backend implements every do_<name>; the
+// base class implements nothing else, so no operation can silently fall back to another's code.
 class Backend {
  public:
   using Event = int;
@@ -61,9 +75,9 @@ class Backend {
   virtual size_t workspace_allowance(size_t budget) const = 0;
   // The most workspace a convolution plan may take once its buffers are placed: the allowance
   // grows into what they leave of the budget, up to this (faster algorithms need more).
-  virtual size_t workspace_max(size_t budget) const { return workspace_allowance(budget); }
+  virtual size_t workspace_max(size_t budget) const = 0;
   // Workspace that backward-filter's fast algorithm needs per byte of the x chunk (0: none).
-  virtual double filter_workspace_per_x_byte() const { return 0; }
+  virtual double filter_workspace_per_x_byte() const = 0;
 
   // Device memory (the pipeline allocates one arena per call) and host staging memory.
   virtual void* device_alloc(size_t bytes) = 0;
@@ -72,50 +86,64 @@ class Backend {
   virtual void staging_free(void* ptr) noexcept = 0;
 
   // Contiguous copies, issued on Queue::h2d / Queue::d2h.
-  virtual void copy_h2d(void* device_dst, const void* host_src, size_t bytes) = 0;
-  virtual void copy_d2h(void* host_dst, const void* device_src, size_t bytes) = 0;
+  void copy_h2d(void* device_dst, const void* host_src, size_t bytes) {
+    issue({"copy_h2d", FaultSite::copy, Queue::h2d}, [&] { do_copy_h2d(device_dst, host_src, bytes); });
+  }
+  void copy_d2h(void* host_dst, const void* device_src, size_t bytes) {
+    issue({"copy_d2h", FaultSite::copy, Queue::d2h}, [&] { do_copy_d2h(host_dst, device_src, bytes); });
+  }
 
   // On Queue::compute: y = alpha * conv(x, w) + beta * y, then y += bias[k] when bias is not null.
   // beta == 0 never reads y. workspace has workspace_bytes bytes (<= the plan's allowance).
-  virtual void conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y,
-                            double alpha, double beta, void* workspace, size_t workspace_bytes) = 0;
+  void conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y, double alpha,
+                    double beta, void* workspace, size_t workspace_bytes) {
+    issue({"conv_forward", FaultSite::conv, Queue::compute},
+          [&] { do_conv_forward(shape, x, w, bias, y, alpha, beta, workspace, workspace_bytes); });
+  }
   // On Queue::compute, the gradients (cuDNN's BackwardData / BackwardFilter / BackwardBias):
   //   dx = alpha * conv_transpose(dy, w) + beta * dx
   //   dw = alpha * sum over n, out of dy[n, k, out] * x[n, c, window of out] + beta * dw
   //   db = alpha * sum over n, out of dy[n, k, out] + beta * db   (db: shape.k elements)
   // beta == 0 never reads the output; workspace as for conv_forward.
-  virtual void conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
-                                  double beta, void* workspace, size_t workspace_bytes) = 0;
-  virtual void conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
-                                    double beta, void* workspace, size_t workspace_bytes) = 0;
-  virtual void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) = 0;
+  void conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
+                          double beta, void* workspace, size_t workspace_bytes) {
+    issue({"conv_backward_data", FaultSite::conv, Queue::compute},
+          [&] { do_conv_backward_data(shape, dy, w, dx, alpha, beta, workspace, workspace_bytes); });
+  }
+  void conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
+                            double beta, void* workspace, size_t workspace_bytes) {
+    issue({"conv_backward_filter", FaultSite::conv, Queue::compute},
+          [&] { do_conv_backward_filter(shape, x, dy, dw, alpha, beta, workspace, workspace_bytes); });
+  }
+  void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) {
+    issue({"conv_backward_bias", FaultSite::conv, Queue::compute},
+          [&] { do_conv_backward_bias(shape, dy, db, alpha, beta); });
+  }
 
-  // On Queue::compute, the layers of layers.hpp (defaults throw: a backend without them).
+  // On Queue::compute, the layers of layers.hpp.
   // workspace: workspace_bytes of device memory the GEMM library may use (none when 0).
-  virtual void gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
-                    double beta, void* workspace, size_t workspace_bytes) {
-    (void)shape; (void)a; (void)b; (void)bias; (void)c; (void)alpha; (void)beta; (void)workspace;
-    (void)workspace_bytes;
-    throw std::logic_error(name() + " backend has no gemm");
+  void gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
+            double beta, void* workspace, size_t workspace_bytes) {
+    issue({"gemm", FaultSite::gemm, Queue::compute},
+          [&] { do_gemm(shape, a, b, bias, c, alpha, beta, workspace, workspace_bytes); });
   }
   // Per channel of x's tile: stats[2 * ch] = mean, stats[2 * ch + 1] = M2 (sum of squared deviations).
-  virtual void channel_moments(const ChunkChannels& shape, const float* x, float* stats) {
-    (void)shape; (void)x; (void)stats;
-    throw std::logic_error(name() + " backend has no batch norm");
+  void channel_moments(const ChunkChannels& shape, const float* x, float* stats) {
+    issue({"channel_moments", FaultSite::batchnorm, Queue::compute}, [&] { do_channel_moments(shape, x, stats); });
   }
   // Per channel: sums[2 * ch] = sum(dy), sums[2 * ch + 1] = sum(dy * (x - mean) * invstd), with
   // mean_invstd[2 * ch] = mean, mean_invstd[2 * ch + 1] = invstd.
-  virtual void channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
-                                 float* sums) {
-    (void)shape; (void)x; (void)dy; (void)mean_invstd; (void)sums;
-    throw std::logic_error(name() + " backend has no batch norm");
+  void channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
+                         float* sums) {
+    issue({"channel_grad_sums", FaultSite::batchnorm, Queue::compute},
+          [&] { do_channel_grad_sums(shape, x, dy, mean_invstd, sums); });
   }
   // Per channel affine map, blended into y: dy == null: y = x * coef[2ch] + coef[2ch+1] + beta * y;
   // else y = x * coef[3ch] + dy * coef[3ch+1] + coef[3ch+2] + beta * y. beta == 0 never reads y.
-  virtual void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef,
-                              double beta, float* y) {
-    (void)shape; (void)x; (void)dy; (void)coef; (void)beta; (void)y;
-    throw std::logic_error(name() + " backend has no batch norm");
+  void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef, double beta,
+                      float* y) {
+    issue({"channel_affine", FaultSite::batchnorm, Queue::compute},
+          [&] { do_channel_affine(shape, x, dy, coef, beta, y); });
   }
   // On Queue::compute, the layers of layers.hpp over dense chunks [n, c, in...] (shape.k unused),
   // each blending its result r into its output as cuDNN does: out = alpha * r + beta * out (beta == 0
@@ -123,40 +151,68 @@ class Backend {
   //   activation: r = f(x); backward r = f'(x) * dy from y, dy and x
   //   softmax: over c per (n, position) or over c*space per n (instance); log: log-softmax
   //   add_tensor: out = alpha * a + beta * (b ? b : out), a shaped a_shape (dims 1 or out's)
-  // The defaults (host/host_layers.cpp) are the reference loops over host-addressable slots, which
-  // is what the host backend uses; the cuda backend overrides them with cuDNN.
-  virtual void activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y,
-                                  double alpha, double beta);
-  virtual void activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
-                                   const float* dy, const float* x, float* dx, double alpha, double beta);
-  virtual void softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y,
-                               double alpha, double beta);
-  virtual void softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                                float* dx, double alpha, double beta);
+  void activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y,
+                          double alpha, double beta) {
+    issue({"activation_forward", FaultSite::activation, Queue::compute},
+          [&] { do_activation_forward(shape, mode, coef, x, y, alpha, beta); });
+  }
+  void activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y, const float* dy,
+                           const float* x, float* dx, double alpha, double beta) {
+    issue({"activation_backward", FaultSite::activation, Queue::compute},
+          [&] { do_activation_backward(shape, mode, coef, y, dy, x, dx, alpha, beta); });
+  }
+  void softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y, double alpha,
+                       double beta) {
+    issue({"softmax_forward", FaultSite::softmax, Queue::compute},
+          [&] { do_softmax_forward(shape, mode, log, x, y, alpha, beta); });
+  }
+  void softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                        float* dx, double alpha, double beta) {
+    issue({"softmax_backward", FaultSite::softmax, Queue::compute},
+          [&] { do_softmax_backward(shape, mode, log, y, dy, dx, alpha, beta); });
+  }
   // pooling: r over shape.out from x over shape.in with shape's kernel, stride and symmetric padding
-  virtual void pool_forward(const ChunkConv& shape, PoolMode mode, const float* x, float* y, double alpha,
-                            double beta);
+  void pool_forward(const ChunkConv& shape, PoolMode mode, const float* x, float* y, double alpha, double beta) {
+    issue({"pool_forward", FaultSite::pool, Queue::compute},
+          [&] { do_pool_forward(shape, mode, x, y, alpha, beta); });
+  }
   //   pool backward: r over shape.in from y, dy over shape.out and x over shape.in
-  virtual void pool_backward(const ChunkConv& shape, PoolMode mode, const float* y, const float* dy, const float* x,
-                             float* dx, double alpha, double beta);
-  virtual void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
-                          double beta, const float* b, float* out);
+  void pool_backward(const ChunkConv& shape, PoolMode mode, const float* y, const float* dy, const float* x, float* dx,
+                     double alpha, double beta) {
+    issue({"pool_backward", FaultSite::pool, Queue::compute},
+          [&] { do_pool_backward(shape, mode, y, dy, x, dx, alpha, beta); });
+  }
+  void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a, double beta,
+                  const float* b, float* out) {
+    issue({"add_tensor", FaultSite::add, Queue::compute},
+          [&] { do_add_tensor(a_shape, out_shape, alpha, a, beta, b, out); });
+  }
 
   // On Queue::compute, between device buffers: a strided copy and zeroing. The fused functions
-  // carry partial results in them from one chunk to a later one.
-  virtual void copy_on_device(const StridedCopy& copy) { (void)copy; throw std::logic_error(name() + " backend has no device copies"); }
-  virtual void zero_on_device(void* device_dst, size_t bytes) {
-    (void)device_dst; (void)bytes;
-    throw std::logic_error(name() + " backend has no device copies");
+  // carry partial results in them from one chunk to a later one. Zeroing no bytes issues nothing.
+  void copy_on_device(const StridedCopy& copy) {
+    issue({"copy_on_device", FaultSite::device_copy, Queue::compute}, [&] { do_copy_on_device(copy); });
+  }
+  void zero_on_device(void* device_dst, size_t bytes) {
+    if (bytes == 0) return;
+    issue({"zero_on_device", FaultSite::device_copy, Queue::compute}, [&] { do_zero_on_device(device_dst, bytes); });
   }
 
   // Direct DMA between caller memory and device slots, without staging. Only used when
   // host_is_device_accessible(ptr) (pinned or registered memory).
-  virtual bool host_is_device_accessible(const void* ptr) { (void)ptr; return false; }
-  virtual void copy_h2d_strided(const StridedCopy& copy) { (void)copy; throw std::logic_error("no direct DMA"); }
-  virtual void copy_d2h_strided(const StridedCopy& copy) { (void)copy; throw std::logic_error("no direct DMA"); }
-  // On Queue::h2d: zeroes a device range (halo outside the tensor, when DMA'd directly).
-  virtual void zero_device(void* device_dst, size_t bytes) { (void)device_dst; (void)bytes; throw std::logic_error("no direct DMA"); }
+  virtual bool host_is_device_accessible(const void* ptr) = 0;
+  void copy_h2d_strided(const StridedCopy& copy) {
+    issue({"copy_h2d_strided", FaultSite::copy, Queue::h2d}, [&] { do_copy_h2d_strided(copy); });
+  }
+  void copy_d2h_strided(const StridedCopy& copy) {
+    issue({"copy_d2h_strided", FaultSite::copy, Queue::d2h}, [&] { do_copy_d2h_strided(copy); });
+  }
+  // On Queue::h2d: zeroes a device range (halo outside the tensor, when DMA'd directly). Memory
+  // work within the device, so it counts as a device_copy, not as a copy over the link.
+  void zero_device(void* device_dst, size_t bytes) {
+    if (bytes == 0) return;
+    issue({"zero_device", FaultSite::device_copy, Queue::h2d}, [&] { do_zero_device(device_dst, bytes); });
+  }
 
   virtual Event create_event() = 0;
   virtual void destroy_event(Event event) noexcept = 0;
@@ -164,12 +220,56 @@ class Backend {
   virtual void wait(Queue queue, Event event) = 0;     // queue's later work waits for event
   virtual void host_wait(Event event) = 0;             // the calling thread waits for event
   virtual bool query(Event event) = 0;                 // true when event has completed
-  virtual void synchronize() noexcept = 0;
+  virtual void synchronize() noexcept = 0;             // drain every queue (also on error paths)
 
   // Device time each queue (h2d, compute, d2h) spent busy since start_queue_timing(), read after
   // synchronize(); negative where the backend does not measure it (cuda: OOC_PROFILE_QUEUES=1).
-  virtual void start_queue_timing() {}
-  virtual std::array<double, 3> queue_busy_seconds() { return {-1.0, -1.0, -1.0}; }             // drain every queue (also on error paths)
+  virtual void start_queue_timing() = 0;
+  virtual std::array<double, 3> queue_busy_seconds() = 0;
+
+ private:
+  // Runs `work`, the do_<name> of the operation `op` names, with what every operation of this
+  // backend needs around it. Called once per operation, on the pipeline's hot path: FunctionRef,
+  // so nothing is allocated or copied.
+  virtual void issue(const OpSite& op, FunctionRef<void()> work) = 0;
+
+  // The operations themselves, as the public methods of the same name document them.
+  virtual void do_copy_h2d(void* device_dst, const void* host_src, size_t bytes) = 0;
+  virtual void do_copy_d2h(void* host_dst, const void* device_src, size_t bytes) = 0;
+  virtual void do_conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y,
+                               double alpha, double beta, void* workspace, size_t workspace_bytes) = 0;
+  virtual void do_conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
+                                     double beta, void* workspace, size_t workspace_bytes) = 0;
+  virtual void do_conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw,
+                                       double alpha, double beta, void* workspace, size_t workspace_bytes) = 0;
+  virtual void do_conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha,
+                                     double beta) = 0;
+  virtual void do_gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c,
+                       double alpha, double beta, void* workspace, size_t workspace_bytes) = 0;
+  virtual void do_channel_moments(const ChunkChannels& shape, const float* x, float* stats) = 0;
+  virtual void do_channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy,
+                                    const float* mean_invstd, float* sums) = 0;
+  virtual void do_channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef,
+                                 double beta, float* y) = 0;
+  virtual void do_activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x,
+                                     float* y, double alpha, double beta) = 0;
+  virtual void do_activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
+                                      const float* dy, const float* x, float* dx, double alpha, double beta) = 0;
+  virtual void do_softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y,
+                                  double alpha, double beta) = 0;
+  virtual void do_softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y,
+                                   const float* dy, float* dx, double alpha, double beta) = 0;
+  virtual void do_pool_forward(const ChunkConv& shape, PoolMode mode, const float* x, float* y, double alpha,
+                               double beta) = 0;
+  virtual void do_pool_backward(const ChunkConv& shape, PoolMode mode, const float* y, const float* dy,
+                                const float* x, float* dx, double alpha, double beta) = 0;
+  virtual void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
+                             double beta, const float* b, float* out) = 0;
+  virtual void do_copy_on_device(const StridedCopy& copy) = 0;
+  virtual void do_zero_on_device(void* device_dst, size_t bytes) = 0;
+  virtual void do_copy_h2d_strided(const StridedCopy& copy) = 0;
+  virtual void do_copy_d2h_strided(const StridedCopy& copy) = 0;
+  virtual void do_zero_device(void* device_dst, size_t bytes) = 0;
 };
 
 // Makes the backend options ask for (automatic: cuda when a GPU is present).

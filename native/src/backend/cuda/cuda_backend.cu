@@ -1,5 +1,7 @@
 // The cuda backend: queues are non-blocking streams, events are cudaEvents, chunks run through
-// cuDNN's legacy convolution API (forward, backward data, filter and bias) in full FP32, staging buffers come from a page-locked cache.
+// cuDNN's legacy convolution API (forward, backward data, filter and bias) in full FP32, staging
+// buffers come from a page-locked cache. Every operation passes through issue() (device scope,
+// fault injection, queue timing) into its do_<name>, which only issues the work.
 // One object per device, made once per process and used by one call at a time (api/ooc.cpp).
 #include <algorithm>
 #include <cstdlib>
@@ -18,12 +20,12 @@
 #include "backend/cuda/cudnn_descriptors.hpp"
 #include "backend/cuda/device_scope.hpp"
 #include "backend/cuda/event_pool.hpp"
-#include "backend/cuda/fault_injection.hpp"
 #include "backend/cuda/layer_kernels.hpp"
 #include "backend/cuda/pinned_pool.hpp"
 #include "backend/cuda/pointer_kind.hpp"
 #include "backend/cuda/queue_timer.hpp"
 #include "backend/cuda/strided_copy.hpp"
+#include "backend/fault_injection.hpp"
 
 namespace ooc {
 namespace {
@@ -127,190 +129,9 @@ class CudaBackend final : public Backend {
     resources_->staging.release(ptr);
   }
 
-  void copy_h2d(void* device_dst, const void* host_src, size_t bytes) override {
-    DeviceScope scope(device_);
-    throw_if_fault_injected(FaultSite::copy, "copy_h2d");
-    QueueTimer::Span span = timed(Queue::h2d);
-    OOC_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, resources_->h2d.get()));
-  }
-
-  void copy_d2h(void* host_dst, const void* device_src, size_t bytes) override {
-    DeviceScope scope(device_);
-    throw_if_fault_injected(FaultSite::copy, "copy_d2h");
-    QueueTimer::Span span = timed(Queue::d2h);
-    OOC_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, resources_->d2h.get()));
-  }
-
-  void conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y, double alpha,
-                    double beta, void* workspace, size_t workspace_bytes) override {
-    DeviceScope scope(device_);
-    throw_if_fault_injected(FaultSite::conv, "conv_forward");
-    QueueTimer::Span span = timed(Queue::compute);
-    ConvSetup& setup = setup_for(shape, Operation::forward, workspace, workspace_bytes, "conv_forward");
-    benchmark_once(setup, Operation::forward, shape, x, w, y, beta, workspace, workspace_bytes);
-    const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
-    run_with_fallback(setup, Operation::forward, workspace_bytes, "cudnnConvolutionForward", [&] {
-      return cudnnConvolutionForward(resources_->cudnn, &alpha_f, setup.x, x, setup.w, w, setup.conv,
-                                     setup.algorithm, setup.workspace_bytes ? workspace : nullptr,
-                                     setup.workspace_bytes, &beta_f, setup.y, y);
-    });
-    if (bias) {
-      const float one = 1.0f;
-      OOC_CUDNN_CHECK(cudnnAddTensor(resources_->cudnn, &one, setup.bias, bias, &one, setup.y, y));
-    }
-  }
-
-  void conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
-                          double beta, void* workspace, size_t workspace_bytes) override {
-    DeviceScope scope(device_);
-    throw_if_fault_injected(FaultSite::conv, "conv_backward_data");
-    QueueTimer::Span span = timed(Queue::compute);
-    ConvSetup& setup = setup_for(shape, Operation::backward_data, workspace, workspace_bytes, "conv_backward_data");
-    benchmark_once(setup, Operation::backward_data, shape, dy, w, dx, beta, workspace, workspace_bytes);
-    const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
-    run_with_fallback(setup, Operation::backward_data, workspace_bytes, "cudnnConvolutionBackwardData", [&] {
-      return cudnnConvolutionBackwardData(resources_->cudnn, &alpha_f, setup.w, w, setup.y, dy, setup.conv,
-                                          setup.data_algorithm, setup.workspace_bytes ? workspace : nullptr,
-                                          setup.workspace_bytes, &beta_f, setup.x, dx);
-    });
-  }
-
-  void conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
-                            double beta, void* workspace, size_t workspace_bytes) override {
-    DeviceScope scope(device_);
-    throw_if_fault_injected(FaultSite::conv, "conv_backward_filter");
-    QueueTimer::Span span = timed(Queue::compute);
-    ConvSetup& setup =
-        setup_for(shape, Operation::backward_filter, workspace, workspace_bytes, "conv_backward_filter");
-    benchmark_once(setup, Operation::backward_filter, shape, x, dy, dw, beta, workspace, workspace_bytes);
-    const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
-    run_with_fallback(setup, Operation::backward_filter, workspace_bytes, "cudnnConvolutionBackwardFilter", [&] {
-      return cudnnConvolutionBackwardFilter(resources_->cudnn, &alpha_f, setup.x, x, setup.y, dy, setup.conv,
-                                            setup.filter_algorithm, setup.workspace_bytes ? workspace : nullptr,
-                                            setup.workspace_bytes, &beta_f, setup.w, dw);
-    });
-  }
-
-  void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) override {
-    DeviceScope scope(device_);
-    throw_if_fault_injected(FaultSite::conv, "conv_backward_bias");
-    QueueTimer::Span span = timed(Queue::compute);
-    ConvSetup& setup = setup_for(shape, Operation::backward_bias, nullptr, 0, "conv_backward_bias");
-    const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
-    OOC_CUDNN_CHECK(cudnnConvolutionBackwardBias(resources_->cudnn, &alpha_f, setup.y, dy, &beta_f, setup.bias, db));
-  }
-
-  void gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
-            double beta, void* workspace, size_t workspace_bytes) override {
-    DeviceScope scope(device_);
-    throw_if_fault_injected(FaultSite::conv, "gemm");
-    QueueTimer::Span span = timed(Queue::compute);
-    resources_->blas.run(shape, a, b, c, alpha, beta, workspace, workspace_bytes, resources_->compute.get());
-    if (bias) cuda_kernels::add_row_bias(shape.m, shape.n, bias, c, resources_->compute.get());
-  }
-
-  void channel_moments(const ChunkChannels& shape, const float* x, float* stats) override {
-    DeviceScope scope(device_);
-    QueueTimer::Span span = timed(Queue::compute);
-    double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
-    cuda_kernels::channel_moments(shape, x, stats, scratch, resources_->compute.get());
-  }
-
-  void channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
-                         float* sums) override {
-    DeviceScope scope(device_);
-    QueueTimer::Span span = timed(Queue::compute);
-    double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
-    cuda_kernels::channel_grad_sums(shape, x, dy, mean_invstd, sums, scratch, resources_->compute.get());
-  }
-
-  void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef, double beta,
-                      float* y) override {
-    DeviceScope scope(device_);
-    QueueTimer::Span span = timed(Queue::compute);
-    cuda_kernels::channel_affine(shape, x, dy, coef, static_cast<float>(beta), y, resources_->compute.get());
-  }
-
-  // The layers of layers.hpp (cudnn_layers.cpp), on the compute stream.
-  void activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const float* x, float* y,
-                          double alpha, double beta) override {
-    on_compute_stream("activation_forward", [&](cudnnHandle_t h) {
-      cudnn_layers::activation_forward(h, s, mode, coef, x, y, {alpha, beta});
-    });
-  }
-  void activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const float* y, const float* dy,
-                           const float* x, float* dx, double alpha, double beta) override {
-    on_compute_stream("activation_backward", [&](cudnnHandle_t h) {
-      cudnn_layers::activation_backward(h, s, mode, coef, y, dy, x, dx, {alpha, beta});
-    });
-  }
-  void softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* x, float* y, double alpha,
-                       double beta) override {
-    on_compute_stream("softmax_forward", [&](cudnnHandle_t h) {
-      cudnn_layers::softmax_forward(h, s, mode, log, x, y, {alpha, beta});
-    });
-  }
-  void softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* y, const float* dy, float* dx,
-                        double alpha, double beta) override {
-    on_compute_stream("softmax_backward", [&](cudnnHandle_t h) {
-      cudnn_layers::softmax_backward(h, s, mode, log, y, dy, dx, {alpha, beta});
-    });
-  }
-  void pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y, double alpha, double beta) override {
-    on_compute_stream("pool_forward", [&](cudnnHandle_t h) {
-      cudnn_layers::pool_forward(h, s, mode, x, y, {alpha, beta});
-    });
-  }
-  void pool_backward(const ChunkConv& s, PoolMode mode, const float* y, const float* dy, const float* x, float* dx,
-                     double alpha, double beta) override {
-    on_compute_stream("pool_backward", [&](cudnnHandle_t h) {
-      cudnn_layers::pool_backward(h, s, mode, y, dy, x, dx, {alpha, beta});
-    });
-  }
-  void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a, double beta,
-                  const float* b, float* out) override {
-    on_compute_stream("add_tensor", [&](cudnnHandle_t h) {
-      cudnn_layers::add_tensor(h, resources_->compute.get(), a_shape, out_shape, alpha, a, beta, b, out);
-    });
-  }
-
   // Pinned or registered host memory (and device or managed memory, which must never be read by
   // host workers) goes by DMA straight between the caller's tensor and the device slots.
   bool host_is_device_accessible(const void* ptr) override { return is_device_accessible(ptr); }
-
-  void copy_h2d_strided(const StridedCopy& copy) override {
-    DeviceScope scope(device_);
-    throw_if_fault_injected(FaultSite::copy, "copy_h2d_strided");
-    QueueTimer::Span span = timed(Queue::h2d);
-    issue_strided_copy(copy, max_pitch_, resources_->h2d.get());
-  }
-
-  void copy_d2h_strided(const StridedCopy& copy) override {
-    DeviceScope scope(device_);
-    throw_if_fault_injected(FaultSite::copy, "copy_d2h_strided");
-    QueueTimer::Span span = timed(Queue::d2h);
-    issue_strided_copy(copy, max_pitch_, resources_->d2h.get());
-  }
-
-  void zero_device(void* device_dst, size_t bytes) override {
-    if (bytes == 0) return;
-    DeviceScope scope(device_);
-    OOC_CUDA_CHECK(cudaMemsetAsync(device_dst, 0, bytes, resources_->h2d.get()));
-  }
-
-  void copy_on_device(const StridedCopy& copy) override {
-    DeviceScope scope(device_);
-    throw_if_fault_injected(FaultSite::copy, "copy_on_device");
-    QueueTimer::Span span = timed(Queue::compute);
-    issue_strided_copy(copy, max_pitch_, resources_->compute.get());
-  }
-
-  void zero_on_device(void* device_dst, size_t bytes) override {
-    if (bytes == 0) return;
-    DeviceScope scope(device_);
-    QueueTimer::Span span = timed(Queue::compute);
-    OOC_CUDA_CHECK(cudaMemsetAsync(device_dst, 0, bytes, resources_->compute.get()));
-  }
 
   Event create_event() override {
     DeviceScope scope(device_);
@@ -359,6 +180,132 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // What every operation needs around it, once: our device current (the caller's restored after),
+  // the armed fault for its site, and its queue's timing span around the work it issues.
+  void issue(const OpSite& op, FunctionRef<void()> work) override {
+    DeviceScope scope(device_);
+    throw_if_fault_injected(op.fault, op.name);
+    QueueTimer::Span span = timed(op.queue);
+    work();
+  }
+
+  void do_copy_h2d(void* device_dst, const void* host_src, size_t bytes) override {
+    OOC_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, resources_->h2d.get()));
+  }
+
+  void do_copy_d2h(void* host_dst, const void* device_src, size_t bytes) override {
+    OOC_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, resources_->d2h.get()));
+  }
+
+  // The convolutions: cuDNN's legacy API with the cached setup of each chunk shape (conv_setup_cache.hpp).
+  void do_conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y,
+                       double alpha, double beta, void* workspace, size_t workspace_bytes) override {
+    ConvSetup& setup = run_conv(Operation::forward, "cudnnConvolutionForward", shape, x, w, y, alpha, beta, workspace,
+                                workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
+                                  return cudnnConvolutionForward(resources_->cudnn, a, s.x, x, s.w, w, s.conv,
+                                                                 s.algorithm, ws, s.workspace_bytes, b, s.y, y);
+                                });
+    if (bias) {
+      const float one = 1.0f;
+      OOC_CUDNN_CHECK(cudnnAddTensor(resources_->cudnn, &one, setup.bias, bias, &one, setup.y, y));
+    }
+  }
+
+  void do_conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
+                             double beta, void* workspace, size_t workspace_bytes) override {
+    run_conv(Operation::backward_data, "cudnnConvolutionBackwardData", shape, dy, w, dx, alpha, beta, workspace,
+             workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
+               return cudnnConvolutionBackwardData(resources_->cudnn, a, s.w, w, s.y, dy, s.conv, s.data_algorithm, ws,
+                                                   s.workspace_bytes, b, s.x, dx);
+             });
+  }
+
+  void do_conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
+                               double beta, void* workspace, size_t workspace_bytes) override {
+    run_conv(Operation::backward_filter, "cudnnConvolutionBackwardFilter", shape, x, dy, dw, alpha, beta, workspace,
+             workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
+               return cudnnConvolutionBackwardFilter(resources_->cudnn, a, s.x, x, s.y, dy, s.conv,
+                                                     s.filter_algorithm, ws, s.workspace_bytes, b, s.w, dw);
+             });
+  }
+
+  void do_conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha,
+                             double beta) override {
+    ConvSetup& setup = setup_for(shape, Operation::backward_bias, nullptr, 0);
+    const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+    OOC_CUDNN_CHECK(cudnnConvolutionBackwardBias(resources_->cudnn, &alpha_f, setup.y, dy, &beta_f, setup.bias, db));
+  }
+
+  void do_gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
+               double beta, void* workspace, size_t workspace_bytes) override {
+    resources_->blas.run(shape, a, b, c, alpha, beta, workspace, workspace_bytes, resources_->compute.get());
+    if (bias) cuda_kernels::add_row_bias(shape.m, shape.n, bias, c, resources_->compute.get());
+  }
+
+  // Batch norm: our own kernels (layer_kernels.cu).
+  void do_channel_moments(const ChunkChannels& shape, const float* x, float* stats) override {
+    double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
+    cuda_kernels::channel_moments(shape, x, stats, scratch, resources_->compute.get());
+  }
+
+  void do_channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
+                            float* sums) override {
+    double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
+    cuda_kernels::channel_grad_sums(shape, x, dy, mean_invstd, sums, scratch, resources_->compute.get());
+  }
+
+  void do_channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef, double beta,
+                         float* y) override {
+    cuda_kernels::channel_affine(shape, x, dy, coef, static_cast<float>(beta), y, resources_->compute.get());
+  }
+
+  // The layers of layers.hpp (cudnn_layers.cpp), with the cuDNN handle on the compute stream.
+  void do_activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const float* x, float* y,
+                             double alpha, double beta) override {
+    cudnn_layers::activation_forward(cudnn_on_compute(), s, mode, coef, x, y, {alpha, beta});
+  }
+  void do_activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const float* y, const float* dy,
+                              const float* x, float* dx, double alpha, double beta) override {
+    cudnn_layers::activation_backward(cudnn_on_compute(), s, mode, coef, y, dy, x, dx, {alpha, beta});
+  }
+  void do_softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* x, float* y, double alpha,
+                          double beta) override {
+    cudnn_layers::softmax_forward(cudnn_on_compute(), s, mode, log, x, y, {alpha, beta});
+  }
+  void do_softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                           float* dx, double alpha, double beta) override {
+    cudnn_layers::softmax_backward(cudnn_on_compute(), s, mode, log, y, dy, dx, {alpha, beta});
+  }
+  void do_pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y, double alpha,
+                       double beta) override {
+    cudnn_layers::pool_forward(cudnn_on_compute(), s, mode, x, y, {alpha, beta});
+  }
+  void do_pool_backward(const ChunkConv& s, PoolMode mode, const float* y, const float* dy, const float* x, float* dx,
+                        double alpha, double beta) override {
+    cudnn_layers::pool_backward(cudnn_on_compute(), s, mode, y, dy, x, dx, {alpha, beta});
+  }
+  void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a, double beta,
+                     const float* b, float* out) override {
+    cudnn_layers::add_tensor(cudnn_on_compute(), resources_->compute.get(), a_shape, out_shape, alpha, a, beta, b,
+                             out);
+  }
+
+  void do_copy_on_device(const StridedCopy& copy) override {
+    issue_strided_copy(copy, max_pitch_, resources_->compute.get());
+  }
+  void do_zero_on_device(void* device_dst, size_t bytes) override {
+    OOC_CUDA_CHECK(cudaMemsetAsync(device_dst, 0, bytes, resources_->compute.get()));
+  }
+  void do_copy_h2d_strided(const StridedCopy& copy) override {
+    issue_strided_copy(copy, max_pitch_, resources_->h2d.get());
+  }
+  void do_copy_d2h_strided(const StridedCopy& copy) override {
+    issue_strided_copy(copy, max_pitch_, resources_->d2h.get());
+  }
+  void do_zero_device(void* device_dst, size_t bytes) override {
+    OOC_CUDA_CHECK(cudaMemsetAsync(device_dst, 0, bytes, resources_->h2d.get()));
+  }
+
   QueueTimer::Span timed(Queue queue) { return QueueTimer::Span(queue_timer_, static_cast<int>(queue), stream_of(queue)); }
 
   cudaStream_t stream_of(Queue queue) const {
@@ -370,24 +317,36 @@ class CudaBackend final : public Backend {
     throw std::logic_error("cuda backend: unknown queue");
   }
 
-  // Runs call(handle) for a layer: our device current, the handle bound to the compute stream, timed.
-  template <typename Call>
-  void on_compute_stream(const char* what, Call call) {
-    DeviceScope scope(device_);
-    throw_if_fault_injected(FaultSite::conv, what);
-    QueueTimer::Span span = timed(Queue::compute);
+  // The cuDNN handle, bound to the compute stream (the handle is shared with the convolutions).
+  cudnnHandle_t cudnn_on_compute() {
     OOC_CUDNN_CHECK(cudnnSetStream(resources_->cudnn, resources_->compute.get()));
-    call(resources_->cudnn);
+    return resources_->cudnn;
   }
 
   // The cached setup of this chunk shape and operation, with the handle bound to the compute stream.
-  ConvSetup& setup_for(const ChunkConv& shape, Operation op, void* workspace, size_t workspace_bytes,
-                       const char* what) {
+  ConvSetup& setup_for(const ChunkConv& shape, Operation op, void* workspace, size_t workspace_bytes) {
     if (workspace_bytes > 0 && !workspace)
-      throw std::logic_error(std::string("cuda backend: ") + what + " was promised a workspace but given none");
+      throw std::logic_error(std::string("cuda backend: ") + operation_name(op) +
+                             " was promised a workspace but given none");
     cudnnHandle_t handle = resources_->cudnn;
     ConvSetup& setup = resources_->conv_setups.get(handle, shape, workspace_bytes, op);
     OOC_CUDNN_CHECK(cudnnSetStream(handle, resources_->compute.get()));
+    return setup;
+  }
+
+  // One convolution (forward, backward data or filter) of in1 and in2 into out: the chunk shape's
+  // setup, its algorithms timed on its first chunk, then call(setup, &alpha, &beta, workspace) with
+  // cuDNN's fallbacks. call reads the algorithm and workspace size from the setup it is given,
+  // which a fallback may change between tries. Returns the setup (forward adds the bias with it).
+  template <typename Call>
+  ConvSetup& run_conv(Operation op, const char* call_name, const ChunkConv& shape, const void* in1, const void* in2,
+                      void* out, double alpha, double beta, void* workspace, size_t workspace_bytes, Call call) {
+    ConvSetup& setup = setup_for(shape, op, workspace, workspace_bytes);
+    benchmark_once(setup, op, shape, in1, in2, out, beta, workspace, workspace_bytes);
+    const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+    run_with_fallback(setup, op, workspace_bytes, call_name, [&] {
+      return call(setup, &alpha_f, &beta_f, setup.workspace_bytes ? workspace : nullptr);
+    });
     return setup;
   }
 

@@ -1,25 +1,35 @@
 // The host backend: the "device" is host memory and every queue runs its work at once, in order,
 // on the calling thread (compute on the worker pool). Events are therefore complete when recorded.
 // It exists so that the whole planner + pipeline path runs, budget included, where no GPU is.
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "backend/backend.hpp"
+#include "backend/fault_injection.hpp"
 #include "ooc/ooc.hpp"  // testing::set_host_direct_access
 #include "backend/host/host_conv.hpp"
 #include "backend/host/host_layers.hpp"
+#include "backend/host/host_pool_activation_softmax.hpp"
 #include "exec/thread_pool.hpp"
 
 namespace ooc {
 namespace {
 
+// The test-only switches of ooc::testing (ooc.hpp), process-wide like the backend itself.
 std::atomic<bool>& direct_access_flag() {
   static std::atomic<bool> flag{false};
   return flag;
 }
 bool direct_access() { return direct_access_flag().load(); }
+
+std::atomic<bool>& fault_injection_flag() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+bool fault_injection() { return fault_injection_flag().load(); }
 
 class HostBackend final : public Backend {
  public:
@@ -41,53 +51,15 @@ class HostBackend final : public Backend {
 
   size_t default_memory_limit() const override { return size_t{1} << 30; }
   size_t workspace_allowance(size_t) const override { return 0; }  // direct loops need none
+  size_t workspace_max(size_t budget) const override { return workspace_allowance(budget); }
+  double filter_workspace_per_x_byte() const override { return 0; }
 
   void* device_alloc(size_t bytes) override { return checked_malloc(bytes); }
   void device_free(void* p) noexcept override { std::free(p); }
   void* staging_alloc(size_t bytes) override { return checked_malloc(bytes); }
   void staging_free(void* p) noexcept override { std::free(p); }
 
-  void copy_h2d(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy_d2h(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-
-  void conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y, double alpha,
-                    double beta, void*, size_t) override {
-    host_conv_forward(shape, x, w, bias, y, alpha, beta, ThreadPool::shared());
-  }
-  void conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
-                          double beta, void*, size_t) override {
-    host_conv_backward_data(shape, dy, w, dx, alpha, beta, ThreadPool::shared());
-  }
-  void conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
-                            double beta, void*, size_t) override {
-    host_conv_backward_filter(shape, x, dy, dw, alpha, beta, ThreadPool::shared());
-  }
-  void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) override {
-    host_conv_backward_bias(shape, dy, db, alpha, beta, ThreadPool::shared());
-  }
-
-  void gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
-            double beta, void*, size_t) override {
-    host_gemm(shape, a, b, bias, c, alpha, beta, ThreadPool::shared());
-  }
-  void channel_moments(const ChunkChannels& shape, const float* x, float* stats) override {
-    host_channel_moments(shape, x, stats, ThreadPool::shared());
-  }
-  void channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
-                         float* sums) override {
-    host_channel_grad_sums(shape, x, dy, mean_invstd, sums, ThreadPool::shared());
-  }
-  void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef, double beta,
-                      float* y) override {
-    host_channel_affine(shape, x, dy, coef, beta, y, ThreadPool::shared());
-  }
-
   bool host_is_device_accessible(const void*) override { return direct_access(); }
-  void copy_h2d_strided(const StridedCopy& c) override { strided_memcpy(c); }
-  void copy_d2h_strided(const StridedCopy& c) override { strided_memcpy(c); }
-  void zero_device(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
-  void copy_on_device(const StridedCopy& c) override { strided_memcpy(c); }
-  void zero_on_device(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
 
   Event create_event() override { return next_event_++; }
   void destroy_event(Event) noexcept override {}
@@ -97,7 +69,89 @@ class HostBackend final : public Backend {
   bool query(Event) override { return true; }
   void synchronize() noexcept override {}
 
+  // Nothing to measure: the queues run on the calling thread, inside the wall time.
+  void start_queue_timing() override {}
+  std::array<double, 3> queue_busy_seconds() override { return {-1.0, -1.0, -1.0}; }
+
  private:
+  // Every operation runs at once on the calling thread; an armed fault fires only where a test
+  // asked the host backend to honour inject_fault (set_host_fault_injection), so that arming one
+  // for the cuda backend leaves host calls alone.
+  void issue(const OpSite& op, FunctionRef<void()> work) override {
+    if (fault_injection()) throw_if_fault_injected(op.fault, op.name);
+    work();
+  }
+
+  void do_copy_h2d(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void do_copy_d2h(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+
+  void do_conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y,
+                       double alpha, double beta, void*, size_t) override {
+    host_conv_forward(shape, x, w, bias, y, alpha, beta, ThreadPool::shared());
+  }
+  void do_conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
+                             double beta, void*, size_t) override {
+    host_conv_backward_data(shape, dy, w, dx, alpha, beta, ThreadPool::shared());
+  }
+  void do_conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
+                               double beta, void*, size_t) override {
+    host_conv_backward_filter(shape, x, dy, dw, alpha, beta, ThreadPool::shared());
+  }
+  void do_conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) override {
+    host_conv_backward_bias(shape, dy, db, alpha, beta, ThreadPool::shared());
+  }
+
+  void do_gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
+               double beta, void*, size_t) override {
+    host_gemm(shape, a, b, bias, c, alpha, beta, ThreadPool::shared());
+  }
+  void do_channel_moments(const ChunkChannels& shape, const float* x, float* stats) override {
+    host_channel_moments(shape, x, stats, ThreadPool::shared());
+  }
+  void do_channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
+                            float* sums) override {
+    host_channel_grad_sums(shape, x, dy, mean_invstd, sums, ThreadPool::shared());
+  }
+  void do_channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef, double beta,
+                         float* y) override {
+    host_channel_affine(shape, x, dy, coef, beta, y, ThreadPool::shared());
+  }
+
+  void do_activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const float* x, float* y,
+                             double alpha, double beta) override {
+    host_activation_forward(s, mode, coef, x, y, alpha, beta, ThreadPool::shared());
+  }
+  void do_activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const float* y, const float* dy,
+                              const float* x, float* dx, double alpha, double beta) override {
+    host_activation_backward(s, mode, coef, y, dy, x, dx, alpha, beta, ThreadPool::shared());
+  }
+  void do_softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* x, float* y, double alpha,
+                          double beta) override {
+    host_softmax_forward(s, mode, log, x, y, alpha, beta, ThreadPool::shared());
+  }
+  void do_softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                           float* dx, double alpha, double beta) override {
+    host_softmax_backward(s, mode, log, y, dy, dx, alpha, beta, ThreadPool::shared());
+  }
+  void do_pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y, double alpha,
+                       double beta) override {
+    host_pool_forward(s, mode, x, y, alpha, beta, ThreadPool::shared());
+  }
+  void do_pool_backward(const ChunkConv& s, PoolMode mode, const float* y, const float* dy, const float* x, float* dx,
+                        double alpha, double beta) override {
+    host_pool_backward(s, mode, y, dy, x, dx, alpha, beta, ThreadPool::shared());
+  }
+  void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a, double beta,
+                     const float* b, float* out) override {
+    host_add_tensor(a_shape, out_shape, alpha, a, beta, b, out, ThreadPool::shared());
+  }
+
+  void do_copy_on_device(const StridedCopy& c) override { strided_memcpy(c); }
+  void do_zero_on_device(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  void do_copy_h2d_strided(const StridedCopy& c) override { strided_memcpy(c); }
+  void do_copy_d2h_strided(const StridedCopy& c) override { strided_memcpy(c); }
+  void do_zero_device(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+
   static void strided_memcpy(const StridedCopy& c) {
     for (size_t z = 0; z < c.depth; ++z)
       for (size_t y = 0; y < c.height; ++y)
@@ -115,6 +169,7 @@ class HostBackend final : public Backend {
 }  // namespace
 
 void testing::set_host_direct_access(bool enabled) { direct_access_flag() = enabled; }
+void testing::set_host_fault_injection(bool enabled) { fault_injection_flag() = enabled; }
 
 std::unique_ptr<Backend> make_host_backend() { return std::make_unique<HostBackend>(); }
 

@@ -1,12 +1,9 @@
-// Reference loops of the layers (layers.hpp) over dense host chunks, in double precision where
-// they reduce; they are Backend's default implementations, used by the host backend.
+#include "backend/host/host_pool_activation_softmax.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
-
-#include "backend/backend.hpp"
-#include "exec/thread_pool.hpp"
 
 namespace ooc {
 namespace {
@@ -16,8 +13,8 @@ int64_t elements(const ChunkConv& s) { return s.n * s.c * spatial_elements(s); }
 
 // f(i) for i in [0, count), on the worker pool.
 template <typename F>
-void each(int64_t count, F f) {
-  ThreadPool::shared().parallel_for(count, [&](int64_t begin, int64_t end) {
+void each(ThreadPool& pool, int64_t count, F f) {
+  pool.parallel_for(count, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) f(i);
   });
 }
@@ -60,13 +57,13 @@ double activate_grad(ActivationMode mode, double coef, double y, double dy, doub
 // Calls f(base, count, stride) for each group softmax reduces over: channel mode: the c values at
 // one (n, position), `stride` apart; instance: the c*space values of one n, contiguous.
 template <typename F>
-void for_each_group(const ChunkConv& s, SoftmaxMode mode, F f) {
+void for_each_group(ThreadPool& pool, const ChunkConv& s, SoftmaxMode mode, F f) {
   const int64_t sp = spatial_elements(s);
   if (mode == SoftmaxMode::instance) {
-    each(s.n, [&](int64_t n) { f(n * s.c * sp, s.c * sp, int64_t{1}); });
+    each(pool, s.n, [&](int64_t n) { f(n * s.c * sp, s.c * sp, int64_t{1}); });
     return;
   }
-  each(s.n * sp, [&](int64_t g) {
+  each(pool, s.n * sp, [&](int64_t g) {
     const int64_t n = g / sp, pos = g % sp;
     f(n * s.c * sp + pos, s.c, sp);
   });
@@ -74,21 +71,21 @@ void for_each_group(const ChunkConv& s, SoftmaxMode mode, F f) {
 
 }  // namespace
 
-void Backend::activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y,
-                                 double alpha, double beta) {
-  each(elements(shape), [&](int64_t i) { y[i] = blend(activate(mode, coef, x[i]), alpha, beta, y[i]); });
+void host_activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y,
+                             double alpha, double beta, ThreadPool& pool) {
+  each(pool, elements(shape), [&](int64_t i) { y[i] = blend(activate(mode, coef, x[i]), alpha, beta, y[i]); });
 }
 
-void Backend::activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
-                                  const float* dy, const float* x, float* dx, double alpha, double beta) {
-  each(elements(shape), [&](int64_t i) {
+void host_activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
+                              const float* dy, const float* x, float* dx, double alpha, double beta, ThreadPool& pool) {
+  each(pool, elements(shape), [&](int64_t i) {
     dx[i] = blend(activate_grad(mode, coef, y[i], dy[i], x[i]), alpha, beta, dx[i]);
   });
 }
 
-void Backend::softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y,
-                              double alpha, double beta) {
-  for_each_group(shape, mode, [&](int64_t base, int64_t count, int64_t stride) {
+void host_softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y,
+                          double alpha, double beta, ThreadPool& pool) {
+  for_each_group(pool, shape, mode, [&](int64_t base, int64_t count, int64_t stride) {
     double m = -INFINITY, sum = 0;
     for (int64_t j = 0; j < count; ++j) m = std::max(m, static_cast<double>(x[base + j * stride]));
     for (int64_t j = 0; j < count; ++j) sum += std::exp(x[base + j * stride] - m);
@@ -100,9 +97,9 @@ void Backend::softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log
   });
 }
 
-void Backend::softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                               float* dx, double alpha, double beta) {
-  for_each_group(shape, mode, [&](int64_t base, int64_t count, int64_t stride) {
+void host_softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                           float* dx, double alpha, double beta, ThreadPool& pool) {
+  for_each_group(pool, shape, mode, [&](int64_t base, int64_t count, int64_t stride) {
     double dot = 0;  // softmax: sum dy*y; log-softmax: sum dy
     for (int64_t j = 0; j < count; ++j) {
       const int64_t i = base + j * stride;
@@ -115,14 +112,14 @@ void Backend::softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool lo
   });
 }
 
-void Backend::add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
-                         double beta, const float* b, float* out) {
+void host_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
+                     double beta, const float* b, float* out, ThreadPool& pool) {
   const int64_t ext[5] = {out_shape.n, out_shape.c, out_shape.in[0], out_shape.in[1], out_shape.in[2]};
   const int64_t aext[5] = {a_shape.n, a_shape.c, a_shape.in[0], a_shape.in[1], a_shape.in[2]};
   int64_t astride[5];
   astride[4] = 1;
   for (int d = 3; d >= 0; --d) astride[d] = astride[d + 1] * aext[d + 1];
-  each(elements(out_shape), [&](int64_t i) {
+  each(pool, elements(out_shape), [&](int64_t i) {
     int64_t rest = i, ai = 0;
     for (int d = 4; d >= 0; --d) {
       const int64_t idx = rest % ext[d];
@@ -134,14 +131,11 @@ void Backend::add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, d
   });
 }
 
-}  // namespace ooc
-
-namespace ooc {
-
-void Backend::pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y, double alpha, double beta) {
+void host_pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y, double alpha, double beta,
+                       ThreadPool& pool) {
   const int64_t in0 = s.in[0], in1 = s.in[1], in2 = s.in[2], o0 = s.out[0], o1 = s.out[1], o2 = s.out[2];
   const double window = static_cast<double>(s.kernel[0] * s.kernel[1] * s.kernel[2]);
-  each(s.n * s.c * o0 * o1 * o2, [&](int64_t i) {
+  each(pool, s.n * s.c * o0 * o1 * o2, [&](int64_t i) {
     int64_t r = i;
     const int64_t c2 = r % o2; r /= o2;
     const int64_t c1 = r % o1; r /= o1;
@@ -165,16 +159,12 @@ void Backend::pool_forward(const ChunkConv& s, PoolMode mode, const float* x, fl
   });
 }
 
-}  // namespace ooc
-
-namespace ooc {
-
-void Backend::pool_backward(const ChunkConv& s, PoolMode mode, const float*, const float* dy, const float* x,
-                            float* dx, double alpha, double beta) {
+void host_pool_backward(const ChunkConv& s, PoolMode mode, const float*, const float* dy, const float* x, float* dx,
+                        double alpha, double beta, ThreadPool& pool) {
   const int64_t in0 = s.in[0], in1 = s.in[1], in2 = s.in[2], o0 = s.out[0], o1 = s.out[1], o2 = s.out[2];
   const double window = static_cast<double>(s.kernel[0] * s.kernel[1] * s.kernel[2]);
   // One task per (n, c) plane: windows overlap, so a plane's dx is accumulated by one thread.
-  each(s.n * s.c, [&](int64_t plane) {
+  each(pool, s.n * s.c, [&](int64_t plane) {
     const float* xp = x + plane * in0 * in1 * in2;
     float* dxp = dx + plane * in0 * in1 * in2;
     const float* dyp = dy + plane * o0 * o1 * o2;

@@ -1,0 +1,27 @@
+// Reference loops of the layers in pool_activation_softmax.hpp (pooling, activation, softmax,
+// add-tensor) over dense host chunks, in double precision where they reduce: the host backend's
+// compute, parallel over the worker pool. What each computes and how it blends into its output:
+// backend.hpp.
+#pragma once
+
+#include "backend/backend.hpp"
+#include "exec/thread_pool.hpp"
+
+namespace ooc {
+
+void host_activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y,
+                             double alpha, double beta, ThreadPool& pool);
+void host_activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
+                              const float* dy, const float* x, float* dx, double alpha, double beta, ThreadPool& pool);
+void host_softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y,
+                          double alpha, double beta, ThreadPool& pool);
+void host_softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
+                           float* dx, double alpha, double beta, ThreadPool& pool);
+void host_pool_forward(const ChunkConv& shape, PoolMode mode, const float* x, float* y, double alpha, double beta,
+                       ThreadPool& pool);
+void host_pool_backward(const ChunkConv& shape, PoolMode mode, const float* y, const float* dy, const float* x,
+                        float* dx, double alpha, double beta, ThreadPool& pool);
+void host_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
+                     double beta, const float* b, float* out, ThreadPool& pool);
+
+}  // namespace ooc
