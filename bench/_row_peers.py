@@ -1,13 +1,15 @@
 """Torch chunk loops over the leading dim, for the layers whose slices along it are independent
 (element-wise ops over the flattened arrays, pooling / softmax / bias over N, F.linear over rows):
-the naive loop and the expert pipeline of bench/_common.py's conv peers, with the conv geometry
+the naive loop and the expert pipeline of bench/_conv_peers.py's conv peers, with the conv geometry
 replaced by even slices [r0, r1). fn(*resident, *row slices) computes one slice's output on the
-device. Both peers follow _common.fit_peer's protocol (prepare(data_budget), run(), release(),
+device. Both peers follow _measure.fit_peer's protocol (prepare(data_budget), run(), release(),
 info); torch is only touched through the tensors they are given."""
 
 import math
 
-from _common import StreamedPeer, even_size, fmt_bytes
+from _conv_geometry import even_size
+from _streamed_peer import StreamedPeer
+from _units import fmt_bytes
 
 
 def plan_rows(total, row_bytes, data_budget, unit="rows"):
@@ -67,7 +69,7 @@ class NaiveTorchRows(_RowPeer):
 
 
 class ExpertTorchRows(StreamedPeer, _RowPeer):
-    """The fair peer, as _common.ExpertTorchConv: pinned host tensors; H2D, compute and D2H streams
+    """The fair peer, as _conv_peers.ExpertTorchConv: pinned host tensors; H2D, compute and D2H streams
     chained by events; `buffers` preallocated input slots, so slice i+1 loads while slice i computes
     and slice i-1 goes back; at most `buffers` outputs alive. An in-place op writes back from its
     input slot, so that slot is reused only once its D2H is done."""

@@ -26,8 +26,20 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common as C  # noqa: E402
-import conv_forward as fwd  # noqa: E402  (targets, timing and report helpers shared with the forward)
+from _arrays import host_randn, pinned_copy  # noqa: E402
+from _check import Reference, checked  # noqa: E402
+from _cli import attempt_peer, bench_main  # noqa: E402
+from _console import log  # noqa: E402
+from _conv_geometry import (  # noqa: E402
+    SELF_TEST_GEOMETRIES, ConvGeometry, chunk_conv_padding, plan_chunks, plan_data_grad_chunks, self_test_budgets)
+from _conv_peers import ExpertTorchGrad, NaiveTorchGrad, torch_grad_fns  # noqa: E402
+from _link import roofline  # noqa: E402
+from _measure import memory_limit_for, plan_dict, run_pyooc_variant, run_torch_peer  # noqa: E402
+from _report import markdown_table, ratio, summarize  # noqa: E402
+from _timing import median, timed_runs  # noqa: E402
+from _torch_env import release_host_cache  # noqa: E402
+from _units import GiB, fmt_bytes  # noqa: E402
+import conv_forward as fwd  # noqa: E402  (peers, targets, tolerance and report shared with the forward)
 
 NAME = "conv_backward"
 PEERS = fwd.PEERS
@@ -36,10 +48,10 @@ PEERS = fwd.PEERS
 VGG, VOL = "2D VGG-like: 3x3, 256->256, 56x56, padding 1", "3D volume: 3x3x3, 32->32, {}^3, padding 1"
 CASES = {
     "full": {
-        "data-vgg2d": ("data", VGG, (1344, 256, 56, 56), (256, 256, 3, 3), 1, C.GiB),
-        "data-vol3d": ("data", VOL.format(256), (2, 32, 256, 256, 256), (32, 32, 3, 3, 3), 1, C.GiB),
-        "filter-vgg2d": ("filter", VGG, (1344, 256, 56, 56), (256, 256, 3, 3), 1, C.GiB),
-        "filter-vol3d": ("filter", VOL.format(256), (2, 32, 256, 256, 256), (32, 32, 3, 3, 3), 1, C.GiB),
+        "data-vgg2d": ("data", VGG, (1344, 256, 56, 56), (256, 256, 3, 3), 1, GiB),
+        "data-vol3d": ("data", VOL.format(256), (2, 32, 256, 256, 256), (32, 32, 3, 3, 3), 1, GiB),
+        "filter-vgg2d": ("filter", VGG, (1344, 256, 56, 56), (256, 256, 3, 3), 1, GiB),
+        "filter-vol3d": ("filter", VOL.format(256), (2, 32, 256, 256, 256), (32, 32, 3, 3, 3), 1, GiB),
     },
     "quick": {
         "data-vgg2d": ("data", VGG, (168, 256, 56, 56), (256, 256, 3, 3), 1, None),
@@ -89,26 +101,24 @@ def self_test_geometry(rng):
     """The torch peers' gradient chunks emulated with numpy against the float64 gradients: N chunks
     and slabs (halos, uneven edges, strides up to the kernel span, dilations). Raises AssertionError."""
     checked = 0
-    for x_shape, w_shape, stride, padding, dilation in C.SELF_TEST_GEOMETRIES:
-        geom = C.ConvGeometry(x_shape, w_shape, stride, padding, dilation)
+    for x_shape, w_shape, stride, padding, dilation in SELF_TEST_GEOMETRIES:
+        geom = ConvGeometry(x_shape, w_shape, stride, padding, dilation)
         x = rng.standard_normal(x_shape)
         w = rng.standard_normal(w_shape)
         dy = rng.standard_normal(geom.y_shape)
         dx_ref = np_grad_input(x_shape, w, dy, stride, padding, dilation)
         dw_ref = np_grad_weight(x, w_shape, dy, stride, padding, dilation)
         per_sample = 2 * 4 * (math.prod(x_shape[1:]) + math.prod(geom.y_shape[1:]))
-        for budget in C.self_test_budgets(per_sample):
+        for budget in self_test_budgets(per_sample):
             try:
-                data_chunks, _ = C.plan_data_grad_chunks(geom, budget, 2, 2)
-                filter_chunks, _ = C.plan_chunks(geom, budget, 2, 2)
+                data_chunks, _ = plan_data_grad_chunks(geom, budget, 2, 2)
+                filter_chunks, _ = plan_chunks(geom, budget, 2, 2)
             except MemoryError:
                 continue
             dx = np.full(x_shape, np.nan)
             for ch in data_chunks:
-                pads = C.chunk_conv_padding(geom, ch)
-                rows = ch.hi - ch.lo if ch.split else x_shape[2]
-                size = (ch.n1 - ch.n0, x_shape[1], rows) + x_shape[3:]
-                part = np_grad_input(size, w, dy[ch.n0:ch.n1, :, ch.o0:ch.o1], stride, pads, dilation)
+                pads = chunk_conv_padding(geom, ch)
+                part = np_grad_input(geom.x_slab_shape(ch), w, dy[ch.n0:ch.n1, :, ch.o0:ch.o1], stride, pads, dilation)
                 keep = part[:, :, ch.t0 - ch.lo:ch.t1 - ch.lo] if ch.split else part
                 assert np.isnan(dx[ch.n0:ch.n1, :, ch.t0:ch.t1]).all(), "dx rows written twice"
                 dx[ch.n0:ch.n1, :, ch.t0:ch.t1] = keep
@@ -116,12 +126,12 @@ def self_test_geometry(rng):
             dw = np.zeros(w_shape)
             for ch in filter_chunks:
                 if ch.split:  # the halo'd slab, zero rows outside x
-                    slab = np.zeros((ch.n1 - ch.n0, x_shape[1], ch.in_rows) + x_shape[3:])
+                    slab = np.zeros(geom.x_slab_shape(ch))
                     slab[:, :, ch.pad_lo:ch.in_rows - ch.pad_hi] = x[ch.n0:ch.n1, :, ch.clip_lo:ch.clip_hi]
                 else:
                     slab = x[ch.n0:ch.n1]
                 dw += np_grad_weight(slab, w_shape, dy[ch.n0:ch.n1, :, ch.o0:ch.o1], stride,
-                                     C.chunk_conv_padding(geom, ch), dilation)
+                                     chunk_conv_padding(geom, ch), dilation)
             assert np.allclose(dw, dw_ref, rtol=1e-10, atol=1e-10), (x_shape, budget)
             checked += 2
     return checked
@@ -155,20 +165,20 @@ def make_inputs(torch, op, geom, seed):
     def draw(shape, salt, s=1.0):
         if torch is None:
             return (rng.standard_normal(shape) * s).astype(np.float32)
-        return C.host_randn(torch, shape, 3 * seed + salt, s)
+        return host_randn(torch, shape, 3 * seed + salt, s)
 
     x = draw(geom.x_shape, 0) if op == "filter" else None
     return x, draw(geom.w_shape, 1, scale), draw(geom.y_shape, 2)
 
 
-def checked(result, peer, reference, out):
-    C.checked(result, peer, reference, out, fwd.TOLERANCE)
+def check_output(result, peer, reference, out):
+    checked(result, peer, reference, out, fwd.TOLERANCE)
 
 
 def incore_torch(torch, op, geom, x, w, dy, repeats):
     """Median seconds of torch.nn.grad with everything on the GPU (cuDNN benchmark mode), and the
     output, kept on the GPU as the reference."""
-    grad_input, grad_weight = C.torch_grad_fns(torch, geom.spatial)
+    grad_input, grad_weight = torch_grad_fns(torch, geom.spatial)
     g = geom
     torch.backends.cudnn.benchmark = True
     wd, dyd = torch.from_numpy(w).cuda(), torch.from_numpy(dy).cuda()
@@ -182,31 +192,31 @@ def incore_torch(torch, op, geom, x, w, dy, repeats):
         else:
             holder["out"] = grad_weight(xd, g.w_shape, dyd, g.stride, g.padding, g.dilation, g.groups)
 
-    times = C.timed_runs(call, repeats, warmup=1, sync=torch.cuda.synchronize)
+    times = timed_runs(call, repeats, warmup=1, sync=torch.cuda.synchronize)
     del xd, wd, dyd
-    return {"seconds": C.median(times), "times": times, "estimated": False}, holder["out"]
+    return {"seconds": median(times), "times": times, "estimated": False}, holder["out"]
 
 
 def run_pyooc(pyooc, result, variant, op, geom, x, w, dy, out, limit, backend, reference, args):
     def call():
         call_pyooc(pyooc, op, geom, x, w, dy, out, limit, backend)
 
-    return C.run_pyooc_variant(pyooc, result, variant, call, lambda: out.fill(np.nan),
-                               lambda: checked(result, variant, reference, out), args, backend)
+    return run_pyooc_variant(pyooc, result, variant, call, lambda: out.fill(np.nan),
+                             lambda: check_output(result, variant, reference, out), args, backend)
 
 
-def run_torch_peer(torch, result, name, peer, limit, w_bytes, out, reference, repeats, args):
+def run_grad_peer(torch, result, name, peer, limit, w_bytes, out, reference, repeats, args):
     """Fits a torch peer to the budget (its warm-up output is the one checked), then times it."""
-    return C.run_torch_peer(torch, result, name, peer, limit, w_bytes, lambda: out.fill_(float("nan")),
-                            lambda: checked(result, name, reference, out), repeats, args)
+    return run_torch_peer(torch, result, name, peer, limit, w_bytes, lambda: out.fill_(float("nan")),
+                          lambda: check_output(result, name, reference, out), repeats, args)
 
 
 def run_case(name, spec, ctx):
     pyooc, torch, args = ctx["pyooc"], ctx["torch"], ctx["args"]
     op, description, x_shape, w_shape, padding, cap = spec
-    geom = C.ConvGeometry.padded(x_shape, w_shape, padding)
+    geom = ConvGeometry.padded(x_shape, w_shape, padding)
     ws = geom.working_set_bytes
-    limit = C.memory_limit_for(ws, cap)
+    limit = memory_limit_for(ws, cap)
     backend = ctx["backend"]
     bytes_in, bytes_out = operands(op, geom)
     result = {
@@ -222,9 +232,9 @@ def run_case(name, spec, ctx):
     opts = dict(stride=geom.stride, padding=geom.padding, dilation=geom.dilation, memory_limit=limit, backend=backend)
     plan = (pyooc.plan_conv_backward_data(geom.y_shape, geom.w_shape, geom.x_shape, **opts) if op == "data" else
             pyooc.plan_conv_backward_filter(geom.x_shape, geom.y_shape, geom.w_shape, **opts))
-    result["pyooc_plan"] = C.plan_dict(plan)
-    C.log(f"[{name}] {description}: working set {C.fmt_bytes(ws)}, memory_limit {C.fmt_bytes(limit)}; "
-          f"pyooc plan: splits {plan.splits}, {plan.num_chunks} chunks")
+    result["pyooc_plan"] = plan_dict(plan)
+    log(f"[{name}] {description}: working set {fmt_bytes(ws)}, memory_limit {fmt_bytes(limit)}; "
+        f"pyooc plan: splits {plan.splits}, {plan.num_chunks} chunks")
     started = time.perf_counter()
     x, w, dy = make_inputs(torch, op, geom, args.seed)
     out_shape = geom.x_shape if op == "data" else geom.w_shape
@@ -232,24 +242,24 @@ def run_case(name, spec, ctx):
     result["setup_seconds"] = time.perf_counter() - started
 
     def attempt(peer, fn):
-        return C.attempt_peer(result, ctx, peer, fn)
+        return attempt_peer(result, ctx, peer, fn)
 
     # In-core torch: the roofline's compute term and the reference output.
     if torch is not None:
         def incore():
             info, ref = incore_torch(torch, op, geom, x, w, dy, args.repeats)
-            ctx["reference"] = C.Reference(torch, ref)
+            ctx["reference"] = Reference(torch, ref)
             result["times"]["incore"] = info["times"]
             result["incore"] = {"estimated": False}
             return info["seconds"]
         result["incore_torch_s"] = attempt("incore", incore)
-        reference = ctx.pop("reference", None) or C.Reference(torch, None)
+        reference = ctx.pop("reference", None) or Reference(torch, None)
     else:
         result["skipped"]["incore"] = "no torch/GPU (dry run)"
         ref = (np_grad_input(geom.x_shape, w, dy, geom.stride, geom.padding, geom.dilation) if op == "data" else
                np_grad_weight(x, geom.w_shape, dy, geom.stride, geom.padding, geom.dilation))
-        reference = C.Reference(None, ref)
-    rl = C.roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
+        reference = Reference(None, ref)
+    rl = roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
     result["roofline"] = rl
     result["roofline_s"] = rl["seconds"]
 
@@ -260,13 +270,13 @@ def run_case(name, spec, ctx):
         def naive():
             torch.backends.cudnn.benchmark = False  # torch's default: what a naive loop gets
             t = lambda a: None if a is None else torch.from_numpy(a)  # noqa: E731
-            peer = C.NaiveTorchGrad(torch, op, geom, t(x), t(w), t(dy), t(out))
-            return run_torch_peer(torch, result, "naive", peer, limit, geom.w_bytes, t(out), reference,
-                                  args.naive_repeats, args)
+            peer = NaiveTorchGrad(torch, op, geom, t(x), t(w), t(dy), t(out))
+            return run_grad_peer(torch, result, "naive", peer, limit, geom.w_bytes, t(out), reference,
+                                 args.naive_repeats, args)
         result["naive_torch_s"] = attempt("naive", naive)
 
         def pinned():
-            pin = lambda a: None if a is None else _pinned(pyooc, torch, a)  # noqa: E731
+            pin = lambda a: None if a is None else pinned_copy(pyooc, torch, a)  # noqa: E731
             xp, dyp, outp = pin(x), pin(dy), pyooc.pinned_empty(out_shape)
             return run_pyooc(pyooc, result, "pinned", op, geom, xp, w, dyp, outp, limit, backend, reference, args)
         result["pyooc_pinned_s"] = attempt("pinned", pinned)
@@ -277,34 +287,28 @@ def run_case(name, spec, ctx):
             xt, wt, dyt = pin(x), pin(w), pin(dy)
             outt = torch.empty(out_shape, dtype=torch.float32, pin_memory=True)
             try:
-                peer = C.ExpertTorchGrad(torch, op, geom, xt, wt, dyt, outt, ctx["copier"])
-                seconds = run_torch_peer(torch, result, "expert", peer, limit, geom.w_bytes, outt, reference,
-                                         args.repeats, args)
+                peer = ExpertTorchGrad(torch, op, geom, xt, wt, dyt, outt, ctx["copier"])
+                seconds = run_grad_peer(torch, result, "expert", peer, limit, geom.w_bytes, outt, reference,
+                                        args.repeats, args)
                 result["expert"]["cudnn_benchmark"] = True
                 peer.release()
                 return seconds
             finally:
                 del xt, dyt, outt
-                C.release_host_cache(torch)
+                release_host_cache(torch)
         result["expert_torch_s"] = attempt("expert", expert)
     else:
         for peer in ("naive", "pinned", "expert"):
             result["skipped"][peer] = "no torch/GPU (dry run)" if torch is None else "no in-core reference"
 
-    C.summarize(result, fwd.TARGETS)
+    summarize(result, fwd.TARGETS)
     if op == "filter":  # a reduction: dw crosses the link once, x and dy (about) once
         stats = result["pyooc_stats"].get("pinned") or result["pyooc_stats"].get("pageable") or {}
         result["dw_traffic"] = {"dw_bytes": geom.w_bytes, "bytes_d2h": stats.get("bytes_d2h"),
                                 "bytes_h2d": stats.get("bytes_h2d"),
-                                "h2d_over_x_plus_dy": C.ratio(stats.get("bytes_h2d"), bytes_in)}
+                                "h2d_over_x_plus_dy": ratio(stats.get("bytes_h2d"), bytes_in)}
     result["case_seconds"] = time.perf_counter() - started
     return result
-
-
-def _pinned(pyooc, torch, a):
-    p = pyooc.pinned_empty(a.shape)
-    torch.from_numpy(p).copy_(torch.from_numpy(a))  # torch's copy uses every core; numpy's one
-    return p
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,12 +317,12 @@ def _pinned(pyooc, torch, a):
 
 def markdown(report):
     """conv_forward's report, plus the weight gradient's traffic."""
-    traffic = [[c["name"], C.fmt_bytes(c["dw_traffic"]["dw_bytes"]), C.fmt_bytes(c["dw_traffic"]["bytes_d2h"]),
-                C.fmt_bytes(c["bytes_in"]), C.fmt_bytes(c["dw_traffic"]["bytes_h2d"]),
+    traffic = [[c["name"], fmt_bytes(c["dw_traffic"]["dw_bytes"]), fmt_bytes(c["dw_traffic"]["bytes_d2h"]),
+                fmt_bytes(c["bytes_in"]), fmt_bytes(c["dw_traffic"]["bytes_h2d"]),
                 "-" if c["dw_traffic"]["h2d_over_x_plus_dy"] is None else f"{c['dw_traffic']['h2d_over_x_plus_dy']:.3f}"]
                for c in report["cases"] if "dw_traffic" in c]
     sections = ["", "Weight gradient traffic (pyooc, one call): dw is reduced on the device and crosses the link once:",
-                "", C.markdown_table(["case", "dw", "D2H", "x + dy", "H2D", "H2D / (x + dy)"], traffic)] if traffic else []
+                "", markdown_table(["case", "dw", "D2H", "x + dy", "H2D", "H2D / (x + dy)"], traffic)] if traffic else []
     return fwd.markdown(report, name=NAME, roofline_note="; data: in = dy + w, out = dx; filter: in = x + dy, out = dw",
                         sections=sections)
 
@@ -327,8 +331,8 @@ def markdown(report):
 
 
 def main(argv=None):
-    return C.bench_main(argv, name=NAME, doc=__doc__, cases=CASES, peers=PEERS, run_case=run_case, markdown=markdown,
-                        self_test=self_test_geometry, tolerance=fwd.TOLERANCE)
+    return bench_main(argv, name=NAME, doc=__doc__, cases=CASES, peers=PEERS, run_case=run_case, markdown=markdown,
+                      self_test=self_test_geometry, tolerance=fwd.TOLERANCE)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,20 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common as C  # noqa: E402
+from _arrays import host_randn, pinned_copy  # noqa: E402
+from _check import Reference, checked  # noqa: E402
+from _cli import attempt_peer, bench_main  # noqa: E402
+from _console import log, progress  # noqa: E402
+from _conv_geometry import (  # noqa: E402
+    SELF_TEST_GEOMETRIES, ConvGeometry, chunk_conv_padding, conv_out_len, plan_chunks, self_test_budgets)
+from _conv_peers import ExpertTorchConv, NaiveTorchConv, torch_conv_fn  # noqa: E402
+from _link import roofline  # noqa: E402
+from _measure import memory_limit_for, plan_dict, run_pyooc_variant, run_torch_peer  # noqa: E402
+from _region_copy import copy_segments  # noqa: E402
+from _report import report_markdown, summarize  # noqa: E402
+from _timing import median, timed_runs  # noqa: E402
+from _torch_env import release_host_cache  # noqa: E402
+from _units import GiB, fmt_bytes  # noqa: E402
 
 NAME = "conv_forward"
 TOLERANCE = 1e-4
@@ -42,8 +55,8 @@ PEERS = ("incore", "pageable", "naive", "pinned", "expert")
 # name -> (description, x shape, w shape, padding, cap on memory_limit)
 CASES = {
     "full": {
-        "vgg2d": ("2D VGG-like: 3x3, 256->256, 56x56, padding 1", (1344, 256, 56, 56), (256, 256, 3, 3), 1, C.GiB),
-        "vol3d": ("3D volume: 3x3x3, 32->32, 256^3, padding 1", (2, 32, 256, 256, 256), (32, 32, 3, 3, 3), 1, C.GiB),
+        "vgg2d": ("2D VGG-like: 3x3, 256->256, 56x56, padding 1", (1344, 256, 56, 56), (256, 256, 3, 3), 1, GiB),
+        "vol3d": ("3D volume: 3x3x3, 32->32, 256^3, padding 1", (2, 32, 256, 256, 256), (32, 32, 3, 3, 3), 1, GiB),
     },
     "quick": {
         "vgg2d": ("2D VGG-like: 3x3, 256->256, 56x56, padding 1", (168, 256, 56, 56), (256, 256, 3, 3), 1, None),
@@ -64,7 +77,7 @@ def np_conv(x, w, stride, padding, dilation):
     """float64 cross-correlation (torch semantics, groups=1), any number of spatial dims."""
     sp = x.ndim - 2
     xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(p, p) for p in padding])
-    out = tuple(C.conv_out_len(L, k, s, p, d) for L, k, s, p, d in
+    out = tuple(conv_out_len(L, k, s, p, d) for L, k, s, p, d in
                 zip(x.shape[2:], w.shape[2:], stride, padding, dilation))
     y = np.zeros((x.shape[0], w.shape[0]) + out)
     w64 = w.astype(np.float64)
@@ -83,8 +96,8 @@ def _np_region_copy(dst_view, dst_base, src_view, src_base):
     assert np.shares_memory(dbytes, dst_base)
     d0 = dst_view.__array_interface__["data"][0] - dst_base.__array_interface__["data"][0]
     s0 = src_view.__array_interface__["data"][0] - src_base.__array_interface__["data"][0]
-    segs = C.copy_segments(dst_view.shape, [s // item for s in dst_view.strides],
-                           [s // item for s in src_view.strides], item)
+    segs = copy_segments(dst_view.shape, [s // item for s in dst_view.strides],
+                         [s // item for s in src_view.strides], item)
     for doff, soff, width, height, dpitch, spitch in segs:
         for r in range(height):
             a, b = d0 + doff + r * dpitch, s0 + soff + r * spitch
@@ -95,33 +108,32 @@ def self_test_geometry(rng):
     """The torch peers' chunk geometry and strided copies, emulated with numpy against a float64
     conv: N chunks and halo slabs, strides, dilations, uneven edges. Raises AssertionError."""
     checked = 0
-    for x_shape, w_shape, stride, padding, dilation in C.SELF_TEST_GEOMETRIES:
-        geom = C.ConvGeometry(x_shape, w_shape, stride, padding, dilation)
+    for x_shape, w_shape, stride, padding, dilation in SELF_TEST_GEOMETRIES:
+        geom = ConvGeometry(x_shape, w_shape, stride, padding, dilation)
         x = rng.standard_normal(x_shape).astype(np.float32)
         w = rng.standard_normal(w_shape).astype(np.float32)
         ref = np_conv(x, w, stride, padding, dilation)
         per_sample = 2 * 4 * (math.prod(x_shape[1:]) + math.prod(geom.y_shape[1:]))
-        for budget in C.self_test_budgets(per_sample):
+        for budget in self_test_budgets(per_sample):
             try:
-                chunks, info = C.plan_chunks(geom, budget, x_copies=2, y_copies=2)
+                chunks, info = plan_chunks(geom, budget, x_copies=2, y_copies=2)
             except MemoryError:
                 continue
             y = np.full(geom.y_shape, np.nan, dtype=np.float32)
             covered = np.zeros(geom.y_shape[:1] + geom.y_shape[2:3], dtype=np.int64)
             for ch in chunks:
-                rows = ch.in_rows if ch.split else x_shape[2]
-                shape = (ch.n1 - ch.n0, x_shape[1], rows) + x_shape[3:]
+                shape = geom.x_slab_shape(ch)
                 slot = np.full(math.prod(shape) + 7, np.nan, dtype=np.float32)  # slack: views never overrun
                 xd = slot[:math.prod(shape)].reshape(shape)
                 if ch.split:
                     xd[:, :, :ch.pad_lo] = 0
-                    xd[:, :, rows - ch.pad_hi:] = 0
-                    _np_region_copy(xd[:, :, ch.pad_lo:rows - ch.pad_hi], slot,
+                    xd[:, :, ch.in_rows - ch.pad_hi:] = 0
+                    _np_region_copy(xd[:, :, ch.pad_lo:ch.in_rows - ch.pad_hi], slot,
                                     x[ch.n0:ch.n1, :, ch.clip_lo:ch.clip_hi], x)
                 else:
                     _np_region_copy(xd, slot, x[ch.n0:ch.n1], x)
                 assert not np.isnan(xd).any(), "device input slot not fully written"
-                out = np_conv(xd, w, stride, C.chunk_conv_padding(geom, ch), dilation).astype(np.float32)
+                out = np_conv(xd, w, stride, chunk_conv_padding(geom, ch), dilation).astype(np.float32)
                 assert out.shape[2] == ch.o1 - ch.o0, (out.shape, ch)
                 _np_region_copy(y[ch.n0:ch.n1, :, ch.o0:ch.o1], y, np.ascontiguousarray(out), out)
                 covered[ch.n0:ch.n1, ch.o0:ch.o1] += 1
@@ -162,7 +174,7 @@ class TorchReference:
         if self.y_dev is not None:
             return self.y_dev[n0:n1]
         torch, g = self.torch, self.geom
-        conv = C.torch_conv_fn(torch, g.spatial)
+        conv = torch_conv_fn(torch, g.spatial)
         x = torch.from_numpy(self.x[n0:n1]).cuda()
         return conv(x, torch.from_numpy(self.w).cuda(), None, g.stride, g.padding, g.dilation, g.groups)
 
@@ -192,8 +204,8 @@ class TorchReference:
         return math.sqrt(num / den) if den > 0 else float("nan"), how
 
 
-def checked(result, peer, reference, y):
-    C.checked(result, peer, reference, y, TOLERANCE)
+def check_output(result, peer, reference, y):
+    checked(result, peer, reference, y, TOLERANCE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,26 +218,16 @@ def make_inputs(torch, geom, seed):
     rng = np.random.default_rng(seed)
     w = (rng.standard_normal(geom.w_shape, dtype=np.float32) / math.sqrt(math.prod(geom.w_shape[1:])))
     w = w.astype(np.float32)
-    x = np.empty(geom.x_shape, dtype=np.float32)
     if torch is None:
-        x[...] = rng.standard_normal(geom.x_shape, dtype=np.float32)
-        return x, w
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed)
-    xt = torch.from_numpy(x)
-    per_sample = math.prod(geom.x_shape[1:])
-    step = max(1, (1 << 28) // per_sample)
-    for n0 in range(0, geom.x_shape[0], step):
-        n1 = min(n0 + step, geom.x_shape[0])
-        xt[n0:n1].copy_(torch.randn((n1 - n0,) + geom.x_shape[1:], generator=gen, device="cuda"))
-    return x, w
+        return rng.standard_normal(geom.x_shape, dtype=np.float32), w
+    return host_randn(torch, geom.x_shape, seed), w
 
 
 def incore_torch(torch, geom, x_np, w_np, repeats):
     """Median seconds of torch's conv with x, w already on the GPU (cuDNN benchmark mode: its fastest
     FP32 algorithm), and the output (kept on the GPU as the reference). Where the whole problem does
     not fit, times one chunk and scales by output volume (estimated=True) and returns no output."""
-    conv = C.torch_conv_fn(torch, geom.spatial)
+    conv = torch_conv_fn(torch, geom.spatial)
     g = geom
     torch.backends.cudnn.benchmark = True
     w = torch.from_numpy(w_np).cuda()
@@ -237,22 +239,21 @@ def incore_torch(torch, geom, x_np, w_np, repeats):
             holder.pop("y", None)
             holder["y"] = conv(x, w, None, g.stride, g.padding, g.dilation, g.groups)
 
-        times = C.timed_runs(call, repeats, warmup=1, sync=torch.cuda.synchronize)
+        times = timed_runs(call, repeats, warmup=1, sync=torch.cuda.synchronize)
         del x
-        return {"seconds": C.median(times), "times": times, "estimated": False}, holder["y"]
+        return {"seconds": median(times), "times": times, "estimated": False}, holder["y"]
     except torch.cuda.OutOfMemoryError:
         holder = x = None
         gc.collect()
         torch.cuda.empty_cache()
     budget = torch.cuda.mem_get_info()[0] // 4
     while True:  # the largest chunk whose conv (with its workspace) runs
-        chunks, info = C.plan_chunks(g, budget, x_copies=1, y_copies=1)
+        chunks, info = plan_chunks(g, budget, x_copies=1, y_copies=1)
         ch = chunks[0]
-        rows = ch.in_rows if ch.split else g.x_shape[2]
         try:
-            xc = torch.randn((ch.n1 - ch.n0, g.x_shape[1], rows) + tuple(g.x_shape[3:]), device="cuda")
-            times = C.timed_runs(
-                lambda: conv(xc, w, None, g.stride, C.chunk_conv_padding(g, ch), g.dilation, g.groups),
+            xc = torch.randn(g.x_slab_shape(ch), device="cuda")
+            times = timed_runs(
+                lambda: conv(xc, w, None, g.stride, chunk_conv_padding(g, ch), g.dilation, g.groups),
                 repeats, warmup=1, sync=torch.cuda.synchronize)
             break
         except torch.cuda.OutOfMemoryError:
@@ -260,7 +261,7 @@ def incore_torch(torch, geom, x_np, w_np, repeats):
             torch.cuda.empty_cache()
             budget //= 2
     scale = g.y_shape[0] * g.y_shape[2] / ((ch.n1 - ch.n0) * (ch.o1 - ch.o0))
-    return {"seconds": C.median(times) * scale, "times": [t * scale for t in times], "estimated": True,
+    return {"seconds": median(times) * scale, "times": [t * scale for t in times], "estimated": True,
             "estimate_from": dict(info, scale=scale)}, None
 
 
@@ -269,16 +270,16 @@ def run_pyooc(pyooc, result, variant, x, w, y, geom, limit, backend, reference, 
         pyooc.conv_forward(x, w, stride=geom.stride, padding=geom.padding, dilation=geom.dilation, out=y,
                            memory_limit=limit, backend=backend)
 
-    return C.run_pyooc_variant(pyooc, result, variant, call, lambda: y.fill(np.nan),
-                               lambda: checked(result, variant, reference, y), args, backend)
+    return run_pyooc_variant(pyooc, result, variant, call, lambda: y.fill(np.nan),
+                             lambda: check_output(result, variant, reference, y), args, backend)
 
 
 def run_case(name, spec, ctx):
     pyooc, torch, args = ctx["pyooc"], ctx["torch"], ctx["args"]
     description, x_shape, w_shape, padding, cap = spec
-    geom = C.ConvGeometry.padded(x_shape, w_shape, padding)
+    geom = ConvGeometry.padded(x_shape, w_shape, padding)
     ws = geom.working_set_bytes
-    limit = C.memory_limit_for(ws, cap)
+    limit = memory_limit_for(ws, cap)
     backend = ctx["backend"]
     result = {
         "name": name, "description": description, "x_shape": geom.x_shape, "w_shape": geom.w_shape,
@@ -291,18 +292,18 @@ def run_case(name, spec, ctx):
     }
     plan = pyooc.plan_conv_forward(geom.x_shape, geom.w_shape, stride=geom.stride, padding=geom.padding,
                                    dilation=geom.dilation, memory_limit=limit, backend=backend)
-    result["pyooc_plan"] = C.plan_dict(plan)
-    C.log(f"[{name}] {description}: working set {C.fmt_bytes(ws)}, memory_limit {C.fmt_bytes(limit)}; "
-          f"pyooc plan: splits {plan.splits}, {plan.num_chunks} chunks")
+    result["pyooc_plan"] = plan_dict(plan)
+    log(f"[{name}] {description}: working set {fmt_bytes(ws)}, memory_limit {fmt_bytes(limit)}; "
+        f"pyooc plan: splits {plan.splits}, {plan.num_chunks} chunks")
     started = time.perf_counter()
     x, w = make_inputs(torch, geom, args.seed)
     y = np.empty(geom.y_shape, dtype=np.float32)
     result["setup_seconds"] = time.perf_counter() - started
 
     def attempt(peer, fn):
-        return C.attempt_peer(result, ctx, peer, fn)
+        return attempt_peer(result, ctx, peer, fn)
 
-    bar = C.progress(total=len(PEERS), desc=name)
+    bar = progress(total=len(PEERS), desc=name)
 
     def step(label):
         if bar is not None:
@@ -322,10 +323,10 @@ def run_case(name, spec, ctx):
         reference = TorchReference(torch, geom, x, w, y_ref)
     else:
         result["skipped"]["incore"] = "no torch/GPU (dry run)"
-        reference = C.Reference(None, np_conv(x, w, geom.stride, geom.padding, geom.dilation))
+        reference = Reference(None, np_conv(x, w, geom.stride, geom.padding, geom.dilation))
     step("in-core")
     compute_s = result["incore_torch_s"]
-    rl = C.roofline(geom.x_bytes + geom.w_bytes, geom.y_bytes, ctx["bandwidth"], compute_s)
+    rl = roofline(geom.x_bytes + geom.w_bytes, geom.y_bytes, ctx["bandwidth"], compute_s)
     result["roofline"] = rl
     result["roofline_s"] = rl["seconds"]
 
@@ -337,9 +338,9 @@ def run_case(name, spec, ctx):
         def naive():
             torch.backends.cudnn.benchmark = False  # torch's default: what a naive loop gets
             yt = torch.from_numpy(y)
-            peer = C.NaiveTorchConv(torch, geom, torch.from_numpy(x), torch.from_numpy(w), yt)
-            return C.run_torch_peer(torch, result, "naive", peer, limit, geom.w_bytes, lambda: yt.fill_(float("nan")),
-                                    lambda: checked(result, "naive", reference, y), args.naive_repeats, args)
+            peer = NaiveTorchConv(torch, geom, torch.from_numpy(x), torch.from_numpy(w), yt)
+            return run_torch_peer(torch, result, "naive", peer, limit, geom.w_bytes, lambda: yt.fill_(float("nan")),
+                                  lambda: check_output(result, "naive", reference, y), args.naive_repeats, args)
         result["naive_torch_s"] = attempt("naive", naive)
     else:
         result["skipped"]["naive"] = "no torch/GPU (dry run)"
@@ -347,9 +348,8 @@ def run_case(name, spec, ctx):
 
     if backend == "cuda":
         def pinned():
-            xp = pyooc.pinned_empty(geom.x_shape)
+            xp = pinned_copy(pyooc, torch, x)
             yp = pyooc.pinned_empty(geom.y_shape)
-            torch.from_numpy(xp).copy_(torch.from_numpy(x))
             return run_pyooc(pyooc, result, "pinned", xp, w, yp, geom, limit, backend, reference, args)
         result["pyooc_pinned_s"] = attempt("pinned", pinned)
     else:
@@ -364,16 +364,16 @@ def run_case(name, spec, ctx):
             try:
                 xt.copy_(torch.from_numpy(x))
                 wt = torch.from_numpy(w).pin_memory()
-                peer = C.ExpertTorchConv(torch, geom, xt, wt, yt, ctx["copier"])
-                seconds = C.run_torch_peer(torch, result, "expert", peer, limit, geom.w_bytes,
-                                           lambda: yt.fill_(float("nan")),
-                                           lambda: checked(result, "expert", reference, yt), args.repeats, args)
+                peer = ExpertTorchConv(torch, geom, xt, wt, yt, ctx["copier"])
+                seconds = run_torch_peer(torch, result, "expert", peer, limit, geom.w_bytes,
+                                         lambda: yt.fill_(float("nan")),
+                                         lambda: check_output(result, "expert", reference, yt), args.repeats, args)
                 result["expert"]["cudnn_benchmark"] = True
                 peer.release()
                 return seconds
             finally:
                 del xt, yt
-                C.release_host_cache(torch)
+                release_host_cache(torch)
         result["expert_torch_s"] = attempt("expert", expert)
     else:
         result["skipped"]["expert"] = "no torch/GPU (dry run)"
@@ -381,7 +381,7 @@ def run_case(name, spec, ctx):
     if bar is not None:
         bar.close()
 
-    C.summarize(result, TARGETS)
+    summarize(result, TARGETS)
     result["case_seconds"] = time.perf_counter() - started
     return result
 
@@ -391,17 +391,17 @@ def run_case(name, spec, ctx):
 
 
 def markdown(report, name=NAME, roofline_note="", sections=()):
-    """The report as markdown (C.report_markdown), each case's note naming x and w."""
-    return C.report_markdown(report, name, lambda c: f"x {list(c['x_shape'])}, w {list(c['w_shape'])}",
-                             roofline_note=roofline_note, sections=sections)
+    """The report as markdown (report_markdown), each case's note naming x and w."""
+    return report_markdown(report, name, lambda c: f"x {list(c['x_shape'])}, w {list(c['w_shape'])}",
+                           roofline_note=roofline_note, sections=sections)
 
 
 # --------------------------------------------------------------------------------------------
 
 
 def main(argv=None):
-    return C.bench_main(argv, name=NAME, doc=__doc__, cases=CASES, peers=PEERS, run_case=run_case, markdown=markdown,
-                        self_test=self_test_geometry, tolerance=TOLERANCE)
+    return bench_main(argv, name=NAME, doc=__doc__, cases=CASES, peers=PEERS, run_case=run_case, markdown=markdown,
+                      self_test=self_test_geometry, tolerance=TOLERANCE)
 
 
 if __name__ == "__main__":

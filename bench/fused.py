@@ -31,9 +31,19 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common as C  # noqa: E402
+from _arrays import pinned_copy  # noqa: E402
+from _check import CheckFailed, checked, rel_error_on_device  # noqa: E402
+from _cli import attempt_peer, bench_main  # noqa: E402
+from _console import log  # noqa: E402
+from _conv_geometry import ConvGeometry  # noqa: E402
+from _conv_peers import torch_conv_fn, torch_grad_fns  # noqa: E402
+from _link import roofline  # noqa: E402
+from _measure import memory_limit_for, plan_dict  # noqa: E402
+from _report import markdown_table, ratio, target_row  # noqa: E402
+from _timing import median, timed_after_warmup, timed_runs  # noqa: E402
+from _units import GB, GiB, fmt_bytes, fmt_s  # noqa: E402
 import conv_backward as bwd  # noqa: E402  (float64 gradient references, input drawing)
-import conv_forward as fwd  # noqa: E402  (float64 conv reference, timing helpers)
+import conv_forward as fwd  # noqa: E402  (float64 conv reference, tolerance)
 
 NAME = "fused"
 TOLERANCE = fwd.TOLERANCE
@@ -49,9 +59,9 @@ LINK_BOUND = "3x3, 64->64, 224x224, padding 1 (link-bound)"
 CASES = {
     "full": {
         "fwd-link-bound": ("forward", f"conv+bias+relu, {LINK_BOUND}", (256, 64, 224, 224), (64, 64, 3, 3), 1,
-                           C.GiB),
+                           GiB),
         "bwd-link-bound": ("backward", f"(dx, dw, db), {LINK_BOUND}", (256, 64, 224, 224), (64, 64, 3, 3), 1,
-                           C.GiB),
+                           GiB),
     },
     "quick": {
         "fwd-link-bound": ("forward", f"conv+bias+relu, {LINK_BOUND}", (32, 64, 224, 224), (64, 64, 3, 3), 1, None),
@@ -157,7 +167,7 @@ class References:
         worst, hows = 0.0, []
         for name, got in outputs.items():
             if self.torch is not None:
-                err, how = C.rel_error_on_device(self.torch, got, self.refs[name])
+                err, how = rel_error_on_device(self.torch, got, self.refs[name])
             else:
                 got = np.asarray(got)
                 if not np.isfinite(got).all():
@@ -187,14 +197,14 @@ def incore_torch(torch, kind, geom, x, w, b, dy, repeats):
     wd, xd = torch.from_numpy(w).cuda(), torch.from_numpy(x).cuda()
     holder = {}
     if kind == "forward":
-        conv = C.torch_conv_fn(torch, g.spatial)
+        conv = torch_conv_fn(torch, g.spatial)
         bd = torch.from_numpy(b).cuda()
 
         def call():
             holder.clear()
             holder["y"] = torch.relu_(conv(xd, wd, bd, g.stride, g.padding, g.dilation, g.groups))
     else:
-        grad_input, grad_weight = C.torch_grad_fns(torch, g.spatial)
+        grad_input, grad_weight = torch_grad_fns(torch, g.spatial)
         dyd = torch.from_numpy(dy).cuda()
 
         def call():
@@ -202,8 +212,8 @@ def incore_torch(torch, kind, geom, x, w, b, dy, repeats):
             holder["dx"] = grad_input(g.x_shape, wd, dyd, g.stride, g.padding, g.dilation, g.groups)
             holder["dw"] = grad_weight(xd, g.w_shape, dyd, g.stride, g.padding, g.dilation, g.groups)
             holder["db"] = dyd.sum(dim=(0,) + tuple(range(2, dyd.dim())))
-    times = C.timed_runs(call, repeats, warmup=1, sync=torch.cuda.synchronize)
-    return {"seconds": C.median(times), "times": times}, dict(holder)
+    times = timed_runs(call, repeats, warmup=1, sync=torch.cuda.synchronize)
+    return {"seconds": median(times), "times": times}, dict(holder)
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,26 +243,23 @@ def run_variant(result, variant, run, outputs, reference, ctx, pinned):
     start = time.perf_counter()
     seq = run()
     warm = time.perf_counter() - start
-    err, how = reference.compare(outputs)
-    result["errors"][variant], result["checked"][variant] = err, how
-    if not err < TOLERANCE:
-        raise C.CheckFailed(f"{variant}: relative error {err:.3g} ({how}) is not below {TOLERANCE}")
+    checked(result, variant, reference, outputs, TOLERANCE)
     # The cross-check: what the run moved against what its plans said (pinned: halo zeros not sent).
     if (seq.counted > seq.planned) if pinned else (seq.counted != seq.planned):
-        raise C.CheckFailed(f"{variant}: counted {seq.counted} bytes over the link, the plans say {seq.planned}")
-    times = C.timed_after_warmup(run, warm, args.repeats, args.max_run_seconds)
+        raise CheckFailed(f"{variant}: counted {seq.counted} bytes over the link, the plans say {seq.planned}")
+    times = timed_after_warmup(run, warm, args.repeats, args.max_run_seconds)
     result["times"][variant] = times
     result["bytes"][variant] = {"counted": seq.counted, "planned": seq.planned, "calls": seq.calls,
-                                "link_GBps": seq.counted / C.median(times) / C.GB}
-    return C.median(times)
+                                "link_GBps": seq.counted / median(times) / GB}
+    return median(times)
 
 
 def run_case(name, spec, ctx):
     pyooc, torch, args = ctx["pyooc"], ctx["torch"], ctx["args"]
     kind, description, x_shape, w_shape, padding, cap = spec
-    geom = C.ConvGeometry.padded(x_shape, w_shape, padding)
+    geom = ConvGeometry.padded(x_shape, w_shape, padding)
     ws = geom.working_set_bytes + (geom.x_bytes if kind == "backward" else 0)  # backward: x, dy and dx
-    limit = C.memory_limit_for(ws, cap)
+    limit = memory_limit_for(ws, cap)
     backend = ctx["backend"]
     fused_plan, fused_bytes, unfused_bytes = planned_bytes(pyooc, kind, geom, limit, backend)
     result = {
@@ -260,18 +267,18 @@ def run_case(name, spec, ctx):
         "y_shape": geom.y_shape, "stride": geom.stride, "padding": geom.padding, "dilation": geom.dilation,
         "dtype": "float32", "working_set_bytes": ws, "memory_limit": limit, "flops": geom.flops,
         "planned_bytes": {"fused": fused_bytes, "unfused": unfused_bytes, "fused_over_unfused":
-                          C.ratio(fused_bytes, unfused_bytes)},
-        "pyooc_plan": C.plan_dict(fused_plan), "incore_torch_s": None,
+                          ratio(fused_bytes, unfused_bytes)},
+        "pyooc_plan": plan_dict(fused_plan), "incore_torch_s": None,
         "times": {}, "errors": {}, "checked": {}, "bytes": {}, "seconds": {}, "failures": {}, "skipped": {},
     }
-    C.log(f"[{name}] {description}: working set {C.fmt_bytes(ws)}, memory_limit {C.fmt_bytes(limit)}; planned "
-          f"{C.fmt_bytes(fused_bytes)} fused vs {C.fmt_bytes(unfused_bytes)} unfused over the link")
+    log(f"[{name}] {description}: working set {fmt_bytes(ws)}, memory_limit {fmt_bytes(limit)}; planned "
+        f"{fmt_bytes(fused_bytes)} fused vs {fmt_bytes(unfused_bytes)} unfused over the link")
     started = time.perf_counter()
     x, w, b, dy = make_inputs(torch, kind, geom, args.seed)
     result["setup_seconds"] = time.perf_counter() - started
 
     def attempt(peer, fn):
-        return C.attempt_peer(result, ctx, peer, fn)
+        return attempt_peer(result, ctx, peer, fn)
 
     if torch is not None:
         def incore():
@@ -286,7 +293,7 @@ def run_case(name, spec, ctx):
         reference = References(None, numpy_references(kind, geom, x, w, b, dy))
     bytes_in = geom.x_bytes + geom.w_bytes + (geom.y_bytes if kind == "backward" else 0)
     bytes_out = geom.y_bytes if kind == "forward" else geom.x_bytes + geom.w_bytes
-    result["roofline"] = C.roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
+    result["roofline"] = roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
 
     fused_fn, unfused_fn = (forward_fused, forward_unfused) if kind == "forward" else (backward_fused, backward_unfused)
     last = {}
@@ -300,7 +307,7 @@ def run_case(name, spec, ctx):
                 result["skipped"][f"{way}_{memory}"] = "no in-core reference"
             continue
         if memory == "pinned":
-            pin = lambda a: None if a is None else bwd._pinned(pyooc, torch, a)  # noqa: E731
+            pin = lambda a: None if a is None else pinned_copy(pyooc, torch, a)  # noqa: E731
             xs, dys, alloc = pin(x), pin(dy), pyooc.pinned_empty
         else:
             xs, dys, alloc = x, dy, lambda shape: np.empty(shape, dtype=np.float32)
@@ -332,10 +339,10 @@ def run_case(name, spec, ctx):
 def summarize(r):
     s = r["seconds"]
     r["ratios"] = {
-        "fused_over_unfused_pageable": C.ratio(s.get("fused_pageable"), s.get("unfused_pageable")),
-        "fused_over_unfused_pinned": C.ratio(s.get("fused_pinned"), s.get("unfused_pinned")),
-        "fused_pinned_efficiency": C.ratio(r["roofline"]["seconds"], s.get("fused_pinned")),
-        "fused_pageable_efficiency": C.ratio(r["roofline"]["seconds"], s.get("fused_pageable")),
+        "fused_over_unfused_pageable": ratio(s.get("fused_pageable"), s.get("unfused_pageable")),
+        "fused_over_unfused_pinned": ratio(s.get("fused_pinned"), s.get("unfused_pinned")),
+        "fused_pinned_efficiency": ratio(r["roofline"]["seconds"], s.get("fused_pinned")),
+        "fused_pageable_efficiency": ratio(r["roofline"]["seconds"], s.get("fused_pageable")),
     }
     r["targets"] = {}
     for key, goal, label in FORWARD_TARGETS if r["kind"] == "forward" else ():
@@ -357,7 +364,7 @@ def self_test(rng):
     for kind, x_shape, w_shape in (("forward", (3, 4, 11, 9), (5, 4, 3, 3)), ("backward", (3, 4, 11, 9), (5, 4, 3, 3)),
                                    ("forward", (2, 3, 6, 7, 5), (4, 3, 3, 3, 3)),
                                    ("backward", (2, 3, 6, 7, 5), (4, 3, 3, 3, 3))):
-        geom = C.ConvGeometry.padded(x_shape, w_shape, 1)
+        geom = ConvGeometry.padded(x_shape, w_shape, 1)
         x = rng.standard_normal(x_shape).astype(np.float32)
         w = (rng.standard_normal(w_shape) / math.sqrt(math.prod(w_shape[1:]))).astype(np.float32)
         b = rng.standard_normal(w_shape[0]).astype(np.float32)
@@ -394,14 +401,14 @@ def markdown(report):
     for c in report["cases"]:
         pb, s = c["planned_bytes"], c["seconds"]
         rl = c.get("roofline", {})
-        rows.append([c["name"], C.fmt_bytes(c["working_set_bytes"]), C.fmt_bytes(c["memory_limit"]),
-                     C.fmt_bytes(pb["fused"]), C.fmt_bytes(pb["unfused"]), f"{pb['fused_over_unfused']:.2f}",
-                     f"{C.fmt_s(rl.get('seconds'))} ({rl.get('bound', '?')})", C.fmt_s(s.get("fused_pinned")),
-                     C.fmt_s(s.get("unfused_pinned")), C.fmt_s(s.get("fused_pageable")),
-                     C.fmt_s(s.get("unfused_pageable")), C.fmt_s(c["incore_torch_s"])])
-    lines.append(C.markdown_table(["case", "working set", "memory_limit", "bytes fused", "bytes unfused",
-                                   "bytes ratio", "fused roofline", "fused pinned", "unfused pinned",
-                                   "fused pageable", "unfused pageable", "in-core torch"], rows))
+        rows.append([c["name"], fmt_bytes(c["working_set_bytes"]), fmt_bytes(c["memory_limit"]),
+                     fmt_bytes(pb["fused"]), fmt_bytes(pb["unfused"]), f"{pb['fused_over_unfused']:.2f}",
+                     f"{fmt_s(rl.get('seconds'))} ({rl.get('bound', '?')})", fmt_s(s.get("fused_pinned")),
+                     fmt_s(s.get("unfused_pinned")), fmt_s(s.get("fused_pageable")),
+                     fmt_s(s.get("unfused_pageable")), fmt_s(c["incore_torch_s"])])
+    lines.append(markdown_table(["case", "working set", "memory_limit", "bytes fused", "bytes unfused",
+                                 "bytes ratio", "fused roofline", "fused pinned", "unfused pinned",
+                                 "fused pageable", "unfused pageable", "in-core torch"], rows))
     lines += ["", "Time ratios (fused / unfused) and targets:", ""]
     rows = []
     for c in report["cases"]:
@@ -409,11 +416,11 @@ def markdown(report):
             t = c["targets"].get(key)
             value = c["ratios"][key]
             if t:
-                shown, verdict = C.target_row(value, t["goal"], higher_is_better=False)
+                shown, verdict = target_row(value, t["goal"], higher_is_better=False)
                 rows.append([c["name"], t["label"], shown, verdict])
             else:
                 rows.append([c["name"], key.replace("_", " "), "-" if value is None else f"{value:.2f}", "(no target)"])
-    lines.append(C.markdown_table(["case", "target", "value", "verdict"], rows))
+    lines.append(markdown_table(["case", "target", "value", "verdict"], rows))
     notes = []
     for c in report["cases"]:
         plan = c.get("pyooc_plan", {})
@@ -431,8 +438,8 @@ def markdown(report):
 
 
 def main(argv=None):
-    return C.bench_main(argv, name=NAME, doc=__doc__, cases=CASES, peers=PEERS, run_case=run_case, markdown=markdown,
-                        self_test=self_test, tolerance=TOLERANCE)
+    return bench_main(argv, name=NAME, doc=__doc__, cases=CASES, peers=PEERS, run_case=run_case, markdown=markdown,
+                      self_test=self_test, tolerance=TOLERANCE)
 
 
 if __name__ == "__main__":

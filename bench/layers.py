@@ -32,7 +32,14 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common as C  # noqa: E402
+from _check import Reference, checked  # noqa: E402
+from _cli import attempt_peer, bench_main  # noqa: E402
+from _console import log  # noqa: E402
+from _link import roofline  # noqa: E402
+from _measure import memory_limit_for, plan_dict, run_pyooc_variant, run_torch_peer  # noqa: E402
+from _report import markdown_table, ratio, report_markdown, summarize  # noqa: E402
+from _timing import median, timed_runs  # noqa: E402
+from _units import GiB, fmt_bytes  # noqa: E402
 import _layer_ops as L  # noqa: E402
 import _row_peers as R  # noqa: E402
 
@@ -75,7 +82,7 @@ def _cases(n, pool_n, mm, lin, cap):
 
 
 CASES = {
-    "full": _cases(1, 500, (36864, 8192, 36864), (262144, 4096, 4096), C.GiB),
+    "full": _cases(1, 500, (36864, 8192, 36864), (262144, 4096, 4096), GiB),
     "quick": _cases(1 / 8, 500, (12288, 4096, 12288), (32768, 4096, 4096), None),
     "dry-run": {
         "relu-fwd": ("ReLU forward (tiny)", L.Relu((6, 8, 10, 10)), None),
@@ -137,7 +144,7 @@ def self_test_rows(rng):
 
 
 class OutputsReference:
-    """The reference outputs (C.Reference each); the error of a set of outputs is the worst one."""
+    """The reference outputs (Reference each); the error of a set of outputs is the worst one."""
 
     def __init__(self, refs):
         self.refs = refs
@@ -224,7 +231,7 @@ def run_case(name, spec, ctx):
     pyooc, torch, args = ctx["pyooc"], ctx["torch"], ctx["args"]
     description, op, cap = spec
     ws = op.working_set_bytes
-    limit = C.memory_limit_for(ws, cap)
+    limit = memory_limit_for(ws, cap)
     backend = ctx["backend"]
     plan = op.plan(pyooc, memory_limit=limit, backend=backend)
     bytes_in, bytes_out = (plan.bytes_h2d, plan.bytes_d2h) if op.two_pass else (op.bytes_in, op.bytes_out)
@@ -237,20 +244,20 @@ def run_case(name, spec, ctx):
         "roofline_s": None, "pyooc_pinned_s": None, "pyooc_pageable_s": None, "incore_torch_s": None,
         "naive_torch_s": None, "expert_torch_s": None,
         "times": {}, "errors": {}, "checked": {}, "pyooc_stats": {}, "failures": {}, "skipped": {},
-        "pyooc_plan": C.plan_dict(plan),
+        "pyooc_plan": plan_dict(plan),
     }
-    C.log(f"[{name}] {description}: working set {C.fmt_bytes(ws)}, memory_limit {C.fmt_bytes(limit)}; "
-          f"pyooc plan: splits {plan.splits}, {plan.num_chunks} chunks")
+    log(f"[{name}] {description}: working set {fmt_bytes(ws)}, memory_limit {fmt_bytes(limit)}; "
+        f"pyooc plan: splits {plan.splits}, {plan.num_chunks} chunks")
     started = time.perf_counter()
     host, dev = draw_inputs(op, torch, args.seed)
     arrays = Operands(op, torch, host, dev)
     result["setup_seconds"] = time.perf_counter() - started
 
     def attempt(peer, fn):
-        return C.attempt_peer(result, ctx, peer, fn)
+        return attempt_peer(result, ctx, peer, fn)
 
     def check(peer, outs):
-        return lambda: C.checked(result, peer, reference, outs, TOLERANCE)
+        return lambda: checked(result, peer, reference, outs, TOLERANCE)
 
     # In-core torch: the roofline's compute term; its output (computed untimed when the in-core
     # peer is not run) is the reference.
@@ -262,21 +269,21 @@ def run_case(name, spec, ctx):
             holder.update(call_op())
 
         def incore():
-            times = C.timed_runs(call, args.repeats, warmup=1, sync=torch.cuda.synchronize)
+            times = timed_runs(call, args.repeats, warmup=1, sync=torch.cuda.synchronize)
             result["times"]["incore"] = times
-            return C.median(times)
+            return median(times)
         result["incore_torch_s"] = attempt("incore", incore)
         try:
             if not holder:
                 call()
-            reference = OutputsReference({n: C.Reference(torch, t) for n, t in holder.items()})
+            reference = OutputsReference({n: Reference(torch, t) for n, t in holder.items()})
         except Exception as exc:  # without a reference nothing can be checked: report, keep the case
             result["failures"]["reference"] = f"{type(exc).__name__}: {exc}"
             reference = None
     else:
         result["skipped"]["incore"] = "no torch/GPU (dry run)"
-        reference = OutputsReference({n: C.Reference(None, r) for n, r in op.reference(host).items()})
-    rl = C.roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
+        reference = OutputsReference({n: Reference(None, r) for n, r in op.reference(host).items()})
+    rl = roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
     result["roofline"] = rl
     result["roofline_s"] = rl["seconds"]
     if reference is None:
@@ -286,16 +293,16 @@ def run_case(name, spec, ctx):
 
     def pyooc_variant(variant, ins, outs):
         opts = dict(memory_limit=limit, backend=backend)
-        return C.run_pyooc_variant(pyooc, result, variant, lambda: op.pyooc(pyooc, ins, outs, **opts),
-                                   lambda: arrays.poison(outs), check(variant, outs), args, backend)
+        return run_pyooc_variant(pyooc, result, variant, lambda: op.pyooc(pyooc, ins, outs, **opts),
+                                 lambda: arrays.poison(outs), check(variant, outs), args, backend)
 
     def torch_loop(peer_name, peer_cls, ins, outs, repeats, **kwargs):
         peer = peer_cls(torch, lambda *a: op.chunk_op(torch, *a), [op.row_view(ins[n]) for n in op.rows],
                         [ins[n] for n in op.resident], op.row_view(outs[op.main]), op.in_place, op.unit,
                         scratch_row_bytes=op.scratch_row_bytes(), **kwargs)
         resident_bytes = sum(4 * math.prod(op.inputs[n]) for n in op.resident)
-        seconds = C.run_torch_peer(torch, result, peer_name, peer, limit, resident_bytes, lambda: arrays.poison(outs),
-                                   check(peer_name, outs), repeats, args, warm_runs=0)
+        seconds = run_torch_peer(torch, result, peer_name, peer, limit, resident_bytes, lambda: arrays.poison(outs),
+                                 check(peer_name, outs), repeats, args, warm_runs=0)
         peer.release()
         return seconds
 
@@ -334,10 +341,10 @@ def run_case(name, spec, ctx):
 
 
 def finish(result, started):
-    C.summarize(result, TARGETS)
+    summarize(result, TARGETS)
     stats = result["pyooc_stats"].get("pinned") or result["pyooc_stats"].get("pageable") or {}
     moved = (stats.get("bytes_h2d") or 0) + (stats.get("bytes_d2h") or 0)
-    result["pyooc_bytes_over_roofline_bytes"] = C.ratio(moved, result["bytes_in"] + result["bytes_out"]) if stats \
+    result["pyooc_bytes_over_roofline_bytes"] = ratio(moved, result["bytes_in"] + result["bytes_out"]) if stats \
         else None
     result["case_seconds"] = time.perf_counter() - started
     return result
@@ -352,30 +359,30 @@ def _ratio(v, fmt="{:.2f}"):
 
 
 def markdown(report):
-    """conv_forward's report (C.report_markdown), plus the ratios of every case and what pyooc moved."""
+    """conv_forward's report (report_markdown), plus the ratios of every case and what pyooc moved."""
     rows = [[c["name"], _ratio(c["ratios"]["pinned_efficiency"]), _ratio(c["ratios"]["pageable_efficiency"]),
              _ratio(c["ratios"]["expert_efficiency"]), _ratio(c["ratios"]["speedup_vs_naive"], "{:.1f}x"),
              _ratio(c["ratios"]["ratio_vs_expert"]), _ratio(c["pyooc_bytes_over_roofline_bytes"], "{:.3f}")]
             for c in report["cases"]]
     sections = ["", "Ratios (roofline / time, so 1.00 is the roofline; pageable vs naive torch; expert torch time / "
                 "pyooc pinned time; bytes pyooc moved / the roofline's bytes):", "",
-                C.markdown_table(["case", "pinned", "pageable", "expert torch", "pageable vs naive",
-                                  "pinned vs expert", "pyooc bytes / roofline bytes"], rows)]
+                markdown_table(["case", "pinned", "pageable", "expert torch", "pageable vs naive",
+                                "pinned vs expert", "pyooc bytes / roofline bytes"], rows)]
 
     def detail(c):
         shapes = "; ".join(f"{n} {list(s)}" for n, s in list(c["inputs"].items()) + list(c["outputs"].items()))
         return (f"{shapes}{' (in place)' if c['in_place'] else ''}; roofline bytes: {c['roofline_bytes']}, "
-                f"{C.fmt_bytes(c['bytes_in'])} in, {C.fmt_bytes(c['bytes_out'])} out")
-    return C.report_markdown(report, NAME, detail, sections=sections,
-                             roofline_note="; in/out: the op's operands once, batch norm: the plan's two passes")
+                f"{fmt_bytes(c['bytes_in'])} in, {fmt_bytes(c['bytes_out'])} out")
+    return report_markdown(report, NAME, detail, sections=sections,
+                           roofline_note="; in/out: the op's operands once, batch norm: the plan's two passes")
 
 
 # --------------------------------------------------------------------------------------------
 
 
 def main(argv=None):
-    return C.bench_main(argv, name=NAME, doc=__doc__, cases=CASES, peers=PEERS, run_case=run_case, markdown=markdown,
-                        self_test=self_test_rows, tolerance=TOLERANCE)
+    return bench_main(argv, name=NAME, doc=__doc__, cases=CASES, peers=PEERS, run_case=run_case, markdown=markdown,
+                      self_test=self_test_rows, tolerance=TOLERANCE)
 
 
 if __name__ == "__main__":
