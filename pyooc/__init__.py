@@ -12,7 +12,8 @@ from pyooc._loader import load_native
 
 _native = load_native()
 
-from pyooc.conv import conv_forward, last_stats, plan_conv_forward  # noqa: E402
+from pyooc._last_stats import last_stats  # noqa: E402
+from pyooc.conv import conv_forward, plan_conv_forward  # noqa: E402
 from pyooc.conv_backward import (  # noqa: E402
     conv_backward_bias, conv_backward_data, conv_backward_filter, plan_conv_backward_bias, plan_conv_backward_data,
     plan_conv_backward_filter)
