@@ -62,7 +62,8 @@ def measure_link_bandwidth(device=0, nbytes=256 << 20):
 
 
 def roofline_seconds(bytes_in, bytes_out, bandwidth):
-    """The link roofline of an out-of-core op that moves each byte once (DESIGN §4)."""
+    """The link roofline of an out-of-core op that moves each byte once (docs/ARCHITECTURE.md,
+    "Machine figures")."""
     return max(bytes_in / bandwidth["h2d"], bytes_out / bandwidth["d2h"],
                (bytes_in + bytes_out) / bandwidth["bidir"])
 
