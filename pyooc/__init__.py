@@ -12,7 +12,8 @@ from pyooc._loader import load_native
 
 _native = load_native()
 
-from pyooc.conv import conv_forward, last_stats, plan_conv_forward  # noqa: E402
+from pyooc._last_stats import last_stats  # noqa: E402
+from pyooc.conv import conv_forward, plan_conv_forward  # noqa: E402
 from pyooc.conv_backward import (  # noqa: E402
     conv_backward_bias, conv_backward_data, conv_backward_filter, plan_conv_backward_bias, plan_conv_backward_data,
     plan_conv_backward_filter)
@@ -61,7 +62,8 @@ def measure_link_bandwidth(device=0, nbytes=256 << 20):
 
 
 def roofline_seconds(bytes_in, bytes_out, bandwidth):
-    """The link roofline of an out-of-core op that moves each byte once (DESIGN §4)."""
+    """The link roofline of an out-of-core op that moves each byte once (docs/ARCHITECTURE.md,
+    "Machine figures")."""
     return max(bytes_in / bandwidth["h2d"], bytes_out / bandwidth["d2h"],
                (bytes_in + bytes_out) / bandwidth["bidir"])
 

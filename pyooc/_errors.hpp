@@ -1,6 +1,7 @@
 // The one C++ -> Python exception translation, used by every `except +translate_exception`
 // declaration in _ooc.pxd (as pylibcudf does). Python exception classes defined in Python
-// (CudaError, CudnnError) are registered once at import.
+// (CudaError, CudnnError; pyooc/_exceptions.py) are registered once at import, and raised with the
+// library's status code as well as its message.
 #pragma once
 
 #include <Python.h>
@@ -28,6 +29,14 @@ inline void register_error_types(PyObject* cuda_error, PyObject* cudnn_error) {
   cudnn_error_type() = cudnn_error;
 }
 
+// Raises type(message, status): the CUDA / cuDNN status code travels as the exception's .status.
+inline void set_error_with_status(PyObject* type, const char* message, int status) {
+  PyObject* error = PyObject_CallFunction(type, "si", message, status);
+  if (error == nullptr) return;  // constructing it failed: that error is the one set
+  PyErr_SetObject(type, error);
+  Py_DECREF(error);
+}
+
 // Called by Cython inside a catch block with the GIL held: rethrows and maps the exception.
 inline void translate_exception() {
   try {
@@ -36,9 +45,9 @@ inline void translate_exception() {
   } catch (const ooc::out_of_budget& e) {
     PyErr_SetString(PyExc_MemoryError, e.what());
   } catch (const ooc::cuda_error& e) {
-    PyErr_SetString(cuda_error_type(), e.what());
+    set_error_with_status(cuda_error_type(), e.what(), e.status());
   } catch (const ooc::cudnn_error& e) {
-    PyErr_SetString(cudnn_error_type(), e.what());
+    set_error_with_status(cudnn_error_type(), e.what(), e.status());
   } catch (const ooc::not_supported& e) {
     PyErr_SetString(PyExc_NotImplementedError, e.what());
   } catch (const std::invalid_argument& e) {

@@ -9,33 +9,30 @@ def fused_activation(str name, double coef):
 
 def plan_conv_bias_activation_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation,
                                       int64_t groups, double alpha1, double alpha2, bint has_bias,
-                                      size_t memory_limit, str backend, int device, bint pinned=False):
+                                      CallOptions options not None):
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
                                                  has_bias)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
-    options.assume_pinned = pinned
     cdef ooc.Plan plan
     with nogil:
-        plan = ooc.plan_conv_bias_activation_forward(problem, options)
+        plan = ooc.plan_conv_bias_activation_forward(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
 def conv_bias_activation_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, z, bias,
                                  float[::1] y, str activation, double coef, tuple stride, tuple padding,
-                                 tuple dilation, int64_t groups, double alpha1, double alpha2, size_t memory_limit,
-                                 str backend, int device):
-    """Runs on flat float32 views of the caller's arrays (no copies; z and bias may be None).
-    Returns (plan, stats)."""
+                                 tuple dilation, int64_t groups, double alpha1, double alpha2,
+                                 CallOptions options not None):
+    """Runs on flat float32 views of the caller's arrays (no copies; z and bias may be None)."""
     cdef float* z_ptr = _ptr(z)
     cdef float* bias_ptr = _ptr(bias)
     cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
                                                  bias is not None)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.conv_bias_activation_forward(problem, act, &x[0], &w[0], z_ptr, bias_ptr, &y[0], options, &plan, &stats)
+        ooc.conv_bias_activation_forward(problem, act, &x[0], &w[0], z_ptr, bias_ptr, &y[0], options.c_obj, &plan,
+                                         &stats)
     return _ran(plan, stats)
 
 
@@ -52,46 +49,39 @@ def check_conv_backward_data_filter_bias(tuple x_shape, tuple dy_shape, tuple w_
 
 
 def plan_conv_backward_data_filter_bias(tuple x_shape, tuple dy_shape, tuple w_shape, tuple stride, tuple padding,
-                                        tuple dilation, int64_t groups, size_t memory_limit, str backend, int device,
-                                        bint pinned=False):
+                                        tuple dilation, int64_t groups, CallOptions options not None):
     cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
                                                            groups)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
-    options.assume_pinned = pinned
     cdef ooc.Plan plan
     with nogil:
-        plan = ooc.plan_conv_backward_data_filter_bias(problem, options)
+        plan = ooc.plan_conv_backward_data_filter_bias(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
 def conv_backward_data_filter_bias(const float[::1] x, tuple x_shape, const float[::1] dy, tuple dy_shape,
                                    const float[::1] w, tuple w_shape, float[::1] dx, float[::1] dw, float[::1] db,
-                                   tuple stride, tuple padding, tuple dilation, int64_t groups, size_t memory_limit,
-                                   str backend, int device):
-    """Runs on flat float32 views of the caller's arrays (no copies). Returns (plan, stats)."""
+                                   tuple stride, tuple padding, tuple dilation, int64_t groups,
+                                   CallOptions options not None):
+    """Runs on flat float32 views of the caller's arrays (no copies)."""
     cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
                                                            groups)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.conv_backward_data_filter_bias(problem, &x[0], &dy[0], &w[0], &dx[0], &dw[0], &db[0], options, &plan,
-                                           &stats)
+        ooc.conv_backward_data_filter_bias(problem, &x[0], &dy[0], &w[0], &dx[0], &dw[0], &db[0], options.c_obj,
+                                           &plan, &stats)
     return _ran(plan, stats)
 
 
 def plan_activation_conv_backward_data_filter_bias(tuple x_shape, tuple dy_shape, tuple w_shape, str activation,
                                                    double coef, bint with_pre, tuple stride, tuple padding,
-                                                   tuple dilation, int64_t groups, size_t memory_limit, str backend,
-                                                   int device, bint pinned=False):
+                                                   tuple dilation, int64_t groups, CallOptions options not None):
     cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
                                                            groups)
     cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
-    options.assume_pinned = pinned
     cdef ooc.Plan plan
     with nogil:
-        plan = ooc.plan_activation_conv_backward_data_filter_bias(problem, act, with_pre, options)
+        plan = ooc.plan_activation_conv_backward_data_filter_bias(problem, act, with_pre, options.c_obj)
     return Plan.wrap(plan)
 
 
@@ -99,19 +89,18 @@ def activation_conv_backward_data_filter_bias(const float[::1] x, tuple x_shape,
                                               tuple dy_shape, const float[::1] w, tuple w_shape, y, pre,
                                               float[::1] dx, float[::1] dw, float[::1] db, str activation,
                                               double coef, tuple stride, tuple padding, tuple dilation,
-                                              int64_t groups, size_t memory_limit, str backend, int device):
-    """Runs on flat float32 views (no copies; y and pre may be None). Returns (plan, stats)."""
+                                              int64_t groups, CallOptions options not None):
+    """Runs on flat float32 views (no copies; y and pre may be None)."""
     cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
                                                            groups)
     cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef float* y_ptr = _ptr(y)
     cdef float* pre_ptr = _ptr(pre)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
         ooc.activation_conv_backward_data_filter_bias(problem, act, &x[0], &dy[0], &w[0], y_ptr, pre_ptr, &dx[0],
-                                                      &dw[0], &db[0], options, &plan, &stats)
+                                                      &dw[0], &db[0], options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
@@ -129,15 +118,13 @@ def pooled_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tupl
 def plan_conv_bias_activation_pooling_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
                                               tuple dilation, int64_t groups, double alpha1, double alpha2,
                                               bint has_bias, tuple pool_kernel, tuple pool_stride, tuple pool_padding,
-                                              size_t memory_limit, str backend, int device, bint pinned=False):
+                                              CallOptions options not None):
     cdef ooc.ConvProblem conv = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
                                               has_bias)
     cdef ooc.ConvProblem pool = _pooling_of(conv, pool_kernel, pool_stride, pool_padding)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
-    options.assume_pinned = pinned
     cdef ooc.Plan plan
     with nogil:
-        plan = ooc.plan_conv_bias_activation_pooling_forward(conv, pool, options)
+        plan = ooc.plan_conv_bias_activation_pooling_forward(conv, pool, options.c_obj)
     return Plan.wrap(plan)
 
 
@@ -145,8 +132,8 @@ def conv_bias_activation_pooling_forward(const float[::1] x, tuple x_shape, cons
                                          bias, float[::1] out, str activation, double coef, tuple stride,
                                          tuple padding, tuple dilation, int64_t groups, double alpha1, double alpha2,
                                          tuple pool_kernel, tuple pool_stride, tuple pool_padding, str pool_mode,
-                                         size_t memory_limit, str backend, int device):
-    """Runs on flat float32 views (no copies; z and bias may be None). Returns (plan, stats)."""
+                                         CallOptions options not None):
+    """Runs on flat float32 views (no copies; z and bias may be None)."""
     cdef float* z_ptr = _ptr(z)
     cdef float* bias_ptr = _ptr(bias)
     cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
@@ -154,12 +141,11 @@ def conv_bias_activation_pooling_forward(const float[::1] x, tuple x_shape, cons
     cdef ooc.ConvProblem conv = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
                                               bias is not None)
     cdef ooc.ConvProblem pool = _pooling_of(conv, pool_kernel, pool_stride, pool_padding)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
         ooc.conv_bias_activation_pooling_forward(conv, act, pool, mode, &x[0], &w[0], z_ptr, bias_ptr, &out[0],
-                                                 options, &plan, &stats)
+                                                 options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
@@ -178,33 +164,29 @@ def deconv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple paddin
 
 def plan_deconv_bias_activation_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
                                         tuple output_padding, tuple dilation, int64_t groups, double alpha1,
-                                        double alpha2, bint has_bias, size_t memory_limit, str backend, int device,
-                                        bint pinned=False):
+                                        double alpha2, bint has_bias, CallOptions options not None):
     cdef ooc.ConvProblem problem = _deconv(x_shape, w_shape, stride, padding, output_padding, dilation, groups,
                                            alpha1, alpha2, has_bias)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
-    options.assume_pinned = pinned
     cdef ooc.Plan plan
     with nogil:
-        plan = ooc.plan_deconv_bias_activation_forward(problem, options)
+        plan = ooc.plan_deconv_bias_activation_forward(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
 def deconv_bias_activation_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, z, bias,
                                    float[::1] y, str activation, double coef, tuple stride, tuple padding,
                                    tuple output_padding, tuple dilation, int64_t groups, double alpha1,
-                                   double alpha2, size_t memory_limit, str backend, int device):
-    """Runs on flat float32 views (no copies; z and bias may be None). Returns (plan, stats)."""
+                                   double alpha2, CallOptions options not None):
+    """Runs on flat float32 views (no copies; z and bias may be None)."""
     cdef float* z_ptr = _ptr(z)
     cdef float* bias_ptr = _ptr(bias)
     cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
     cdef ooc.ConvProblem problem = _deconv(x_shape, w_shape, stride, padding, output_padding, dilation, groups,
                                            alpha1, alpha2, bias is not None)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.deconv_bias_activation_forward(problem, act, &x[0], &w[0], z_ptr, bias_ptr, &y[0], options, &plan,
+        ooc.deconv_bias_activation_forward(problem, act, &x[0], &w[0], z_ptr, bias_ptr, &y[0], options.c_obj, &plan,
                                            &stats)
     return _ran(plan, stats)
 
@@ -213,18 +195,15 @@ def plan_pooling_activation_conv_backward_data_filter_bias(tuple x_shape, tuple 
                                                            str activation, double coef, bint with_pre,
                                                            tuple stride, tuple padding, tuple dilation,
                                                            int64_t groups, tuple pool_kernel, tuple pool_stride,
-                                                           tuple pool_padding, size_t memory_limit, str backend,
-                                                           int device, bint pinned=False):
+                                                           tuple pool_padding, CallOptions options not None):
     cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
                                                            groups)
     cdef ooc.ConvProblem pool = ooc.pool_problem(problem.y_shape(), list(pool_kernel), list(pool_stride),
                                                  list(pool_padding))
     cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
-    options.assume_pinned = pinned
     cdef ooc.Plan plan
     with nogil:
-        plan = ooc.plan_pooling_activation_conv_backward_data_filter_bias(problem, act, pool, with_pre, options)
+        plan = ooc.plan_pooling_activation_conv_backward_data_filter_bias(problem, act, pool, with_pre, options.c_obj)
     return Plan.wrap(plan)
 
 
@@ -234,20 +213,19 @@ def pooling_activation_conv_backward_data_filter_bias(const float[::1] x, tuple 
                                                       float[::1] dw, float[::1] db, str activation, double coef,
                                                       tuple stride, tuple padding, tuple dilation, int64_t groups,
                                                       tuple pool_kernel, tuple pool_stride, tuple pool_padding,
-                                                      str pool_mode, size_t memory_limit, str backend, int device):
-    """Runs on flat float32 views (no copies; pre may be None). Returns (plan, stats)."""
+                                                      str pool_mode, CallOptions options not None):
+    """Runs on flat float32 views (no copies; pre may be None)."""
     cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, y_shape, w_shape, stride, padding, dilation,
                                                            groups)
     cdef ooc.ConvProblem pool = ooc.pool_problem(problem.y_shape(), list(pool_kernel), list(pool_stride),
                                                  list(pool_padding))
     cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
     cdef ooc.PoolMode mode = ooc.pool_mode_from_name(pool_mode.encode())
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef float* pre_ptr = _ptr(pre)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
         ooc.pooling_activation_conv_backward_data_filter_bias(problem, act, pool, mode, &x[0], &dq[0], &w[0], &q[0],
-                                                              &y[0], pre_ptr, &dx[0], &dw[0], &db[0], options,
+                                                              &y[0], pre_ptr, &dx[0], &dw[0], &db[0], options.c_obj,
                                                               &plan, &stats)
     return _ran(plan, stats)

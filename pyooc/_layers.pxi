@@ -3,10 +3,8 @@
 # the valid ones) by libooc.
 
 
-def plan_layer(str operation, tuple shape, str mode, tuple a_shape, bint in_place, size_t memory_limit, str backend,
-               int device):
+def plan_layer(str operation, tuple shape, str mode, tuple a_shape, bint in_place, CallOptions options not None):
     """The Plan of one layer: operation is "activation_forward", ..., "add_tensor" (shape: c's)."""
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef vector[int64_t] s = list(shape)
     cdef vector[int64_t] a = list(a_shape)
     cdef ooc.SoftmaxMode smode = ooc.SoftmaxMode.channel
@@ -17,15 +15,15 @@ def plan_layer(str operation, tuple shape, str mode, tuple a_shape, bint in_plac
         smode = ooc.softmax_mode_from_name(mode.encode())
     with nogil:
         if which == 0:
-            plan = ooc.plan_activation_forward(s, options)
+            plan = ooc.plan_activation_forward(s, options.c_obj)
         elif which == 1:
-            plan = ooc.plan_activation_backward(s, options)
+            plan = ooc.plan_activation_backward(s, options.c_obj)
         elif which == 2:
-            plan = ooc.plan_softmax_forward(s, smode, options)
+            plan = ooc.plan_softmax_forward(s, smode, options.c_obj)
         elif which == 3:
-            plan = ooc.plan_softmax_backward(s, smode, options)
+            plan = ooc.plan_softmax_backward(s, smode, options.c_obj)
         else:
-            plan = ooc.plan_add_tensor(a, s, in_place, options)
+            plan = ooc.plan_add_tensor(a, s, in_place, options.c_obj)
     return Plan.wrap(plan)
 
 
@@ -38,64 +36,58 @@ def softmax_mode(str mode):
     ooc.softmax_mode_from_name(mode.encode())
 
 
-def activation_forward(tuple shape, str mode, double coef, const float[::1] x, float[::1] y, size_t memory_limit,
-                       str backend, int device):
-    cdef ooc.Options options = _options(memory_limit, backend, device)
+def activation_forward(tuple shape, str mode, double coef, const float[::1] x, float[::1] y,
+                       CallOptions options not None):
     cdef vector[int64_t] s = list(shape)
     cdef ooc.ActivationMode m = ooc.activation_mode_from_name(mode.encode())
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.activation_forward(s, m, coef, &x[0], &y[0], options, &plan, &stats)
+        ooc.activation_forward(s, m, coef, &x[0], &y[0], options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
 def activation_backward(tuple shape, str mode, double coef, const float[::1] y, const float[::1] dy,
-                        const float[::1] x, float[::1] dx, size_t memory_limit, str backend, int device):
-    cdef ooc.Options options = _options(memory_limit, backend, device)
+                        const float[::1] x, float[::1] dx, CallOptions options not None):
     cdef vector[int64_t] s = list(shape)
     cdef ooc.ActivationMode m = ooc.activation_mode_from_name(mode.encode())
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.activation_backward(s, m, coef, &y[0], &dy[0], &x[0], &dx[0], options, &plan, &stats)
+        ooc.activation_backward(s, m, coef, &y[0], &dy[0], &x[0], &dx[0], options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
-def softmax_forward(tuple shape, str mode, bint log, const float[::1] x, float[::1] y, size_t memory_limit,
-                    str backend, int device):
-    cdef ooc.Options options = _options(memory_limit, backend, device)
+def softmax_forward(tuple shape, str mode, bint log, const float[::1] x, float[::1] y, CallOptions options not None):
     cdef vector[int64_t] s = list(shape)
     cdef ooc.SoftmaxMode m = ooc.softmax_mode_from_name(mode.encode())
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.softmax_forward(s, m, log, &x[0], &y[0], options, &plan, &stats)
+        ooc.softmax_forward(s, m, log, &x[0], &y[0], options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
 def softmax_backward(tuple shape, str mode, bint log, const float[::1] y, const float[::1] dy, float[::1] dx,
-                     size_t memory_limit, str backend, int device):
-    cdef ooc.Options options = _options(memory_limit, backend, device)
+                     CallOptions options not None):
     cdef vector[int64_t] s = list(shape)
     cdef ooc.SoftmaxMode m = ooc.softmax_mode_from_name(mode.encode())
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.softmax_backward(s, m, log, &y[0], &dy[0], &dx[0], options, &plan, &stats)
+        ooc.softmax_backward(s, m, log, &y[0], &dy[0], &dx[0], options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
 def add_tensor(tuple a_shape, tuple c_shape, double alpha, const float[::1] a, double beta, const float[::1] c,
-               float[::1] out, size_t memory_limit, str backend, int device):
+               float[::1] out, CallOptions options not None):
     """out may be c (in place): then libooc reads c as the output it scales by beta."""
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef vector[int64_t] av = list(a_shape)
     cdef vector[int64_t] cv = list(c_shape)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.add_tensor(av, cv, alpha, &a[0], beta, &c[0], &out[0], options, &plan, &stats)
+        ooc.add_tensor(av, cv, alpha, &a[0], beta, &c[0], &out[0], options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
@@ -108,48 +100,41 @@ def pool_mode(str mode):
     ooc.pool_mode_from_name(mode.encode())
 
 
-def plan_pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, size_t memory_limit, str backend,
-                      int device):
+def plan_pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, CallOptions options not None):
     cdef ooc.ConvProblem problem = ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding))
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     with nogil:
-        plan = ooc.plan_pool_forward(problem, options)
+        plan = ooc.plan_pool_forward(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
 def pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, const float[::1] x,
-                 float[::1] y, size_t memory_limit, str backend, int device):
+                 float[::1] y, CallOptions options not None):
     cdef ooc.ConvProblem problem = ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding))
     cdef ooc.PoolMode m = ooc.pool_mode_from_name(mode.encode())
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.pool_forward(problem, m, &x[0], &y[0], options, &plan, &stats)
+        ooc.pool_forward(problem, m, &x[0], &y[0], options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
-def plan_pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, size_t memory_limit, str backend,
-                       int device):
+def plan_pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, CallOptions options not None):
     cdef ooc.ConvProblem problem = ooc.pool_backward_problem(
         ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding)))
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     with nogil:
-        plan = ooc.plan_pool_backward(problem, options)
+        plan = ooc.plan_pool_backward(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
 def pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, const float[::1] y,
-                  const float[::1] dy, const float[::1] x, float[::1] dx, size_t memory_limit, str backend,
-                  int device):
+                  const float[::1] dy, const float[::1] x, float[::1] dx, CallOptions options not None):
     cdef ooc.ConvProblem problem = ooc.pool_backward_problem(
         ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding)))
     cdef ooc.PoolMode m = ooc.pool_mode_from_name(mode.encode())
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.pool_backward(problem, m, &y[0], &dy[0], &x[0], &dx[0], options, &plan, &stats)
+        ooc.pool_backward(problem, m, &y[0], &dy[0], &x[0], &dx[0], options.c_obj, &plan, &stats)
     return _ran(plan, stats)

@@ -1,7 +1,19 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Thin bindings over libooc. Argument checking that needs Python objects lives in pyooc/conv.py and
-pyooc/conv_backward.py; shape and geometry checks live once, in C++ (ConvProblem's factories), and
-arrive here as ValueError."""
+"""pyooc._native: thin bindings over libooc. Each binding is named after the libooc function it
+calls, and that function's comment in native/include/ooc/*.hpp is its documentation; a binding adds
+only what crossing into C++ needs: tuples to std::vector, flat buffer-protocol views to pointers,
+names ("relu", "max") to enums, the GIL released around every libooc call, and C++ exceptions
+mapped to Python ones (_errors.hpp).
+
+What lives where:
+- argument checks that need Python objects (types, "512MiB" limits, backend names, out= arrays):
+  pyooc/_call_args.py, pyooc/_arrays.py and each operation's public module (conv.py, layers.py, ...);
+- shape and geometry checks: once, in libooc (ConvProblem's factories), arriving as ValueError;
+- the options of a call: one CallOptions (ooc::Options), the last argument of every plan_* and run
+  binding;
+- what a run measured: every run binding returns _ran's dict, kept by pyooc/_last_stats.py;
+- the layers' and the fused functions' bindings: _layers.pxi and _fused.pxi; the declarations of
+  libooc's headers: _ooc.pxd."""
 
 from libc.stdint cimport int64_t, uintptr_t
 from libcpp.memory cimport unique_ptr, make_unique
@@ -16,6 +28,7 @@ ooc.register_error_types(CudaError, CudnnError)
 
 _SPATIAL_NAMES = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}
 _BACKENDS = {"auto": ooc.BackendKind.automatic, "host": ooc.BackendKind.host, "cuda": ooc.BackendKind.cuda}
+_BACKEND_NAMES = {kind: name for name, kind in _BACKENDS.items()}
 
 
 cdef tuple _dims(ooc.Dims3 d, int n):
@@ -243,12 +256,38 @@ cdef class Plan:
                 f"chunks={self.num_chunks} peak_device_bytes={self.peak_device_bytes}>")
 
 
-cdef ooc.Options _options(size_t memory_limit, str backend, int device) except *:
-    cdef ooc.Options o
-    o.memory_limit = memory_limit
-    o.backend = _BACKENDS[backend]
-    o.device = device
-    return o
+cdef class CallOptions:
+    """The ooc::Options one call runs with (native/include/ooc/ooc.hpp says what each field means),
+    built once per call by pyooc/_call_args.py and passed as the last argument of every binding.
+    memory_limit: bytes, 0 for the process default; backend: "auto", "cuda" or "host" (the names
+    _call_args checked); assume_pinned: read by the plan_* bindings only."""
+    cdef ooc.Options c_obj
+
+    def __cinit__(self, size_t memory_limit, str backend, int device, bint assume_pinned=False):
+        self.c_obj.memory_limit = memory_limit
+        self.c_obj.backend = _BACKENDS[backend]
+        self.c_obj.device = device
+        self.c_obj.assume_pinned = assume_pinned
+
+    @property
+    def memory_limit(self):
+        return self.c_obj.memory_limit
+
+    @property
+    def backend(self):
+        return _BACKEND_NAMES[self.c_obj.backend]
+
+    @property
+    def device(self):
+        return self.c_obj.device
+
+    @property
+    def assume_pinned(self):
+        return self.c_obj.assume_pinned
+
+    def __repr__(self):
+        return (f"<pyooc.CallOptions memory_limit={self.memory_limit} backend={self.backend!r} "
+                f"device={self.device} assume_pinned={self.assume_pinned}>")
 
 
 cdef ooc.ConvProblem _conv_problem(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation,
@@ -262,22 +301,19 @@ def conv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
 
 
 def plan_conv_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups,
-                      double alpha, double beta, bint has_bias, size_t memory_limit, str backend, int device,
-                      bint pinned=False):
+                      double alpha, double beta, bint has_bias, CallOptions options not None):
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta,
                                                  has_bias)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
-    options.assume_pinned = pinned
     cdef ooc.Plan plan
     with nogil:
-        plan = ooc.plan_conv_forward(problem, options)
+        plan = ooc.plan_conv_forward(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
 def conv_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, bias, float[::1] y,
                  tuple stride, tuple padding, tuple dilation, int64_t groups, double alpha, double beta,
-                 size_t memory_limit, str backend, int device):
-    """Runs on flat float32 views of the caller's arrays (no copies). Returns (plan, stats)."""
+                 CallOptions options not None):
+    """Runs on flat float32 views of the caller's arrays (no copies)."""
     cdef const float[::1] b
     cdef const float* bias_ptr = NULL
     if bias is not None:
@@ -285,23 +321,23 @@ def conv_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_
         bias_ptr = &b[0]
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta,
                                                  bias is not None)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.conv_forward(problem, &x[0], &w[0], bias_ptr, &y[0], options, &plan, &stats)
+        ooc.conv_forward(problem, &x[0], &w[0], bias_ptr, &y[0], options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
-cdef tuple _ran(ooc.Plan& plan, ooc.RunStats& stats):
-    """(Plan, stats dict) of a call that ran."""
-    return Plan.wrap(plan), {
+cdef dict _ran(ooc.Plan& plan, ooc.RunStats& stats):
+    """What a call that ran returns: its RunStats as a dict, with the Plan it ran under "plan" (the
+    record last_stats() gives)."""
+    return {
         "bytes_h2d": stats.bytes_h2d, "bytes_d2h": stats.bytes_d2h,
         "device_bytes_reserved": stats.device_bytes_reserved, "chunks": stats.chunks,
         "seconds": stats.seconds, "gather_seconds": stats.gather_seconds,
         "scatter_seconds": stats.scatter_seconds, "host_wait_seconds": stats.host_wait_seconds,
         "h2d_busy_seconds": stats.h2d_busy_seconds, "compute_busy_seconds": stats.compute_busy_seconds,
-        "d2h_busy_seconds": stats.d2h_busy_seconds,
+        "d2h_busy_seconds": stats.d2h_busy_seconds, "plan": Plan.wrap(plan),
     }
 
 
@@ -332,32 +368,28 @@ def check_backward(str operation, tuple first, tuple second, tuple third, tuple 
 
 
 def plan_conv_backward(str operation, tuple first, tuple second, tuple third, tuple stride, tuple padding,
-                       tuple dilation, int64_t groups, double alpha, double beta, size_t memory_limit, str backend,
-                       int device, bint pinned=False):
+                       tuple dilation, int64_t groups, double alpha, double beta, CallOptions options not None):
     cdef ooc.ConvProblem problem = _backward_problem(operation, first, second, third, stride, padding, dilation,
                                                      groups, alpha, beta)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
-    options.assume_pinned = pinned
     cdef ooc.Plan plan
     with nogil:
         if problem.op == ooc.Operation.backward_data:
-            plan = ooc.plan_conv_backward_data(problem, options)
+            plan = ooc.plan_conv_backward_data(problem, options.c_obj)
         elif problem.op == ooc.Operation.backward_filter:
-            plan = ooc.plan_conv_backward_filter(problem, options)
+            plan = ooc.plan_conv_backward_filter(problem, options.c_obj)
         else:
-            plan = ooc.plan_conv_backward_bias(problem, options)
+            plan = ooc.plan_conv_backward_bias(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
 def conv_backward(str operation, const float[::1] a, tuple a_shape, const float[::1] b, tuple b_shape,
                   tuple third_shape, float[::1] out, tuple stride, tuple padding, tuple dilation, int64_t groups,
-                  double alpha, double beta, size_t memory_limit, str backend, int device):
+                  double alpha, double beta, CallOptions options not None):
     """Runs a gradient on flat float32 views of the caller's arrays (no copies): a, b are (dy, w) for
     conv_backward_data, (x, dy) for conv_backward_filter, (dy, None) for conv_backward_bias; the
-    shapes follow as for plan_conv_backward. Returns (plan, stats)."""
+    shapes follow as for plan_conv_backward."""
     cdef ooc.ConvProblem problem = _backward_problem(operation, a_shape, b_shape, third_shape, stride, padding,
                                                      dilation, groups, alpha, beta)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef const float* b_ptr = NULL
     if b is not None:
         b_ptr = &b[0]
@@ -365,11 +397,11 @@ def conv_backward(str operation, const float[::1] a, tuple a_shape, const float[
     cdef ooc.RunStats stats
     with nogil:
         if problem.op == ooc.Operation.backward_data:
-            ooc.conv_backward_data(problem, &a[0], b_ptr, &out[0], options, &plan, &stats)
+            ooc.conv_backward_data(problem, &a[0], b_ptr, &out[0], options.c_obj, &plan, &stats)
         elif problem.op == ooc.Operation.backward_filter:
-            ooc.conv_backward_filter(problem, &a[0], b_ptr, &out[0], options, &plan, &stats)
+            ooc.conv_backward_filter(problem, &a[0], b_ptr, &out[0], options.c_obj, &plan, &stats)
         else:
-            ooc.conv_backward_bias(problem, &a[0], &out[0], options, &plan, &stats)
+            ooc.conv_backward_bias(problem, &a[0], &out[0], options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
@@ -380,19 +412,17 @@ def check_matmul(tuple a_shape, tuple b_shape):
     ooc.matmul_problem(list(a_shape), list(b_shape), 1.0, 0.0, False)
 
 
-def plan_matmul(tuple a_shape, tuple b_shape, double alpha, double beta, bint has_bias, size_t memory_limit,
-                str backend, int device):
+def plan_matmul(tuple a_shape, tuple b_shape, double alpha, double beta, bint has_bias, CallOptions options not None):
     """a_shape, b_shape: op(a) [M, K] and op(b) [K, N]."""
     cdef ooc.ConvProblem problem = ooc.matmul_problem(list(a_shape), list(b_shape), alpha, beta, has_bias)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     with nogil:
-        plan = ooc.plan_matmul(problem, options)
+        plan = ooc.plan_matmul(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
 def matmul(const float[::1] a, tuple a_shape, bint trans_a, const float[::1] b, tuple b_shape, bint trans_b, bias,
-           float[::1] c, double alpha, double beta, size_t memory_limit, str backend, int device):
+           float[::1] c, double alpha, double beta, CallOptions options not None):
     """Shapes are op(a)'s and op(b)'s; the arrays are stored transposed where trans_* says."""
     cdef const float[::1] bv
     cdef const float* bias_ptr = NULL
@@ -400,11 +430,10 @@ def matmul(const float[::1] a, tuple a_shape, bint trans_a, const float[::1] b, 
         bv = bias
         bias_ptr = &bv[0]
     cdef ooc.ConvProblem problem = ooc.matmul_problem(list(a_shape), list(b_shape), alpha, beta, bias is not None)
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.matmul(problem, trans_a, trans_b, &a[0], &b[0], bias_ptr, &c[0], options, &plan, &stats)
+        ooc.matmul(problem, trans_a, trans_b, &a[0], &b[0], bias_ptr, &c[0], options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
@@ -413,12 +442,11 @@ _BATCHNORM = {"batchnorm_forward_training": ooc.Operation.batchnorm_forward_trai
               "batchnorm_backward": ooc.Operation.batchnorm_backward}
 
 
-def plan_batchnorm(str operation, tuple x_shape, size_t memory_limit, str backend, int device):
+def plan_batchnorm(str operation, tuple x_shape, CallOptions options not None):
     cdef ooc.ConvProblem problem = ooc.batchnorm_problem(_BATCHNORM[operation], list(x_shape))
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     with nogil:
-        plan = ooc.plan_batchnorm(problem, options)
+        plan = ooc.plan_batchnorm(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
@@ -431,12 +459,10 @@ cdef float* _ptr(object array) except? NULL:
     return <float*>&v[0]
 
 
-def batchnorm(str operation, tuple x_shape, dict arrays, double eps, double momentum, size_t memory_limit,
-              str backend, int device):
+def batchnorm(str operation, tuple x_shape, dict arrays, double eps, double momentum, CallOptions options not None):
     """Runs a batch-norm operation on flat float32 views (no copies); `arrays` maps the argument
-    names of layers.hpp to arrays or None. Returns (plan, stats)."""
+    names of layers.hpp to arrays or None."""
     cdef ooc.ConvProblem problem = ooc.batchnorm_problem(_BATCHNORM[operation], list(x_shape))
-    cdef ooc.Options options = _options(memory_limit, backend, device)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     cdef float* x = _ptr(arrays["x"])
@@ -454,11 +480,11 @@ def batchnorm(str operation, tuple x_shape, dict arrays, double eps, double mome
     with nogil:
         if op == ooc.Operation.batchnorm_forward_training:
             ooc.batchnorm_forward_training(problem, x, scale, bias, eps, momentum, running_mean, running_var, out,
-                                           out2, out3, options, &plan, &stats)
+                                           out2, out3, options.c_obj, &plan, &stats)
         elif op == ooc.Operation.batchnorm_forward_inference:
-            ooc.batchnorm_forward_inference(problem, x, scale, bias, mean, var, eps, out, options, &plan, &stats)
+            ooc.batchnorm_forward_inference(problem, x, scale, bias, mean, var, eps, out, options.c_obj, &plan, &stats)
         else:
-            ooc.batchnorm_backward(problem, x, dy, scale, mean, var, out, out2, out3, options, &plan, &stats)
+            ooc.batchnorm_backward(problem, x, dy, scale, mean, var, out, out2, out3, options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 

@@ -4,15 +4,12 @@ plans the tiles and runs two passes where the statistics need them, with the GIL
 
 import numpy as np
 
+from pyooc import _last_stats
 from pyooc._arrays import as_float, as_input, as_output, as_shape
+from pyooc._call_args import call_options, check_dtype
 from pyooc._loader import load_native
-from pyooc.conv import _check_dtype, _common, _record_stats
 
 _native = load_native()
-
-
-def _options(memory_limit, backend, device):
-    return _common(1, 1, 0, 1, 1, 1.0, 0.0, memory_limit, backend, device)
 
 
 def _x(x, name="x"):
@@ -49,11 +46,9 @@ def _output(out, x, inputs):
     return as_output(out, x.shape, inputs)
 
 
-def _run(operation, x, arrays, eps, momentum, o):
+def _run(operation, x, arrays, eps, momentum, options):
     flat = {k: (None if v is None else v.reshape(-1)) for k, v in arrays.items()}
-    plan, stats = _native.batchnorm(operation, x.shape, flat, eps, momentum, o["memory_limit"], o["backend"],
-                                    o["device"])
-    _record_stats(plan, stats)
+    _last_stats.record(_native.batchnorm(operation, x.shape, flat, eps, momentum, options))
 
 
 def plan_batchnorm_forward_training(x_shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
@@ -72,10 +67,9 @@ def plan_batchnorm_backward(x_shape, *, dtype="float32", memory_limit=None, back
 
 
 def _plan(operation, x_shape, dtype, memory_limit, backend, device):
-    _check_dtype(dtype)
-    o = _options(memory_limit, backend, device)
-    return _native.plan_batchnorm(operation, as_shape(x_shape, "x_shape"), o["memory_limit"], o["backend"],
-                                  o["device"])
+    check_dtype(dtype)
+    options = call_options(memory_limit, backend, device)
+    return _native.plan_batchnorm(operation, as_shape(x_shape, "x_shape"), options)
 
 
 def batchnorm_forward_training(x, scale, bias, *, eps=1e-5, momentum=0.1, running_mean=None, running_var=None,
@@ -97,12 +91,12 @@ def batchnorm_forward_training(x, scale, bias, *, eps=1e-5, momentum=0.1, runnin
         running_var = _per_channel(running_var, "running_var", c, writable=True)
     if x.size // c <= 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(x.shape)}")
-    o = _options(memory_limit, backend, device)
+    options = call_options(memory_limit, backend, device)
     out = _output(out, x, {"x": x, "scale": scale, "bias": bias})
     saved_mean, saved_invstd = np.empty(c, np.float32), np.empty(c, np.float32)
     _run("batchnorm_forward_training", x,
          {"x": x, "scale": scale, "bias": bias, "out": out, "out2": saved_mean, "out3": saved_invstd,
-          "running_mean": running_mean, "running_var": running_var}, eps, momentum, o)
+          "running_mean": running_mean, "running_var": running_var}, eps, momentum, options)
     return out, saved_mean, saved_invstd
 
 
@@ -115,9 +109,9 @@ def batchnorm_forward_inference(x, scale, bias, mean, var, *, eps=1e-5, out=None
     arrays = {name: _per_channel(a, name, c) for name, a in
               (("scale", scale), ("bias", bias), ("mean", mean), ("var", var))}
     eps = _eps(eps)
-    o = _options(memory_limit, backend, device)
+    options = call_options(memory_limit, backend, device)
     out = _output(out, x, dict(arrays, x=x))
-    _run("batchnorm_forward_inference", x, dict(arrays, x=x, out=out), eps, 0.0, o)
+    _run("batchnorm_forward_inference", x, dict(arrays, x=x, out=out), eps, 0.0, options)
     return out
 
 
@@ -134,12 +128,12 @@ def batchnorm_backward(x, dy, scale, saved_mean, saved_invstd, *, eps=1e-5, out=
     saved_mean = _per_channel(saved_mean, "saved_mean", c)
     saved_invstd = _per_channel(saved_invstd, "saved_invstd", c)
     _eps(eps)
-    o = _options(memory_limit, backend, device)
+    options = call_options(memory_limit, backend, device)
     out = _output(out, x, {"x": x, "dy": dy, "scale": scale})
     dscale, dbias = np.empty(c, np.float32), np.empty(c, np.float32)
     _run("batchnorm_backward", x,
          {"x": x, "dy": dy, "scale": scale, "mean": saved_mean, "var": saved_invstd, "out": out, "out2": dscale,
-          "out3": dbias}, 1e-5, 0.0, o)
+          "out3": dbias}, 1e-5, 0.0, options)
     return out, dscale, dbias
 
 

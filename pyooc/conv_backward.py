@@ -1,12 +1,12 @@
 """The convolution's gradients out of core (cuDNN's BackwardData, BackwardFilter, BackwardBias) over
-host arrays. Arguments are checked as conv.py checks them; libooc validates the geometry (dy must be
-the forward output of x and w), plans the split and runs it with the GIL released."""
+host arrays. Arguments are checked with the shared checks (pyooc/_call_args.py); libooc validates
+the geometry (dy must be the forward output of x and w), plans the split and runs it with the GIL
+released."""
 
-import numpy as np
-
-from pyooc._arrays import as_input, as_output, as_shape
+from pyooc import _last_stats
+from pyooc._arrays import as_input, as_shape
+from pyooc._call_args import check_dtype, conv_args, output_array, spatial_dims
 from pyooc._loader import load_native
-from pyooc.conv import _check_dtype, _common, _record_stats, _spatial_dims
 
 _native = load_native()
 
@@ -19,27 +19,21 @@ def _run(operation, inputs, third_shape, out_shape, formula, out, o):
     # Validates the geometry (ValueError naming the argument) before anything is allocated.
     _native.check_backward(operation, a.shape, b_shape, third_shape, o["stride"], o["padding"], o["dilation"],
                            o["groups"])
-    if out is None:
-        if o["beta"] != 0.0:
-            raise ValueError(f"beta != 0 needs out= ({formula})")
-        out = np.empty(out_shape(), dtype=np.float32)
-    else:
-        as_output(out, out_shape(), {name: array for name, array in inputs.items() if array is not None})
-    plan, stats = _native.conv_backward(
+    given = {name: array for name, array in inputs.items() if array is not None}
+    out = output_array(out, out_shape(), given, o["beta"], formula)
+    _last_stats.record(_native.conv_backward(
         operation, a.reshape(-1), a.shape, None if b is None else b.reshape(-1), b_shape, third_shape, out.reshape(-1),
-        o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha"], o["beta"], o["memory_limit"], o["backend"],
-        o["device"])
-    _record_stats(plan, stats)
+        o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha"], o["beta"], o["options"]))
     return out
 
 
 def _plan(operation, shapes, w_shape, dtype, stride, padding, dilation, groups, alpha, beta, memory_limit, backend,
           device, pinned):
-    _check_dtype(dtype)
-    o = _common(_spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device)
+    check_dtype(dtype)
+    o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
+                  pinned)
     return _native.plan_conv_backward(operation, *shapes, o["stride"], o["padding"], o["dilation"], o["groups"],
-                                      o["alpha"], o["beta"], o["memory_limit"], o["backend"], o["device"],
-                                      bool(pinned))
+                                      o["alpha"], o["beta"], o["options"])
 
 
 def plan_conv_backward_data(dy_shape, w_shape, x_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
@@ -78,8 +72,8 @@ def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, group
     options as for conv_forward; the result is a new array of x_shape, or `out` (which beta scales)."""
     inputs = {"dy": as_input(dy, "dy"), "w": as_input(w, "w")}
     x_shape = as_shape(x_shape, "x_shape")
-    o = _common(_spatial_dims(inputs["w"].shape), stride, padding, dilation, groups, alpha, beta, memory_limit,
-                backend, device)
+    o = conv_args(spatial_dims(inputs["w"].shape), stride, padding, dilation, groups, alpha, beta, memory_limit,
+                  backend, device)
     return _run("conv_backward_data", inputs, x_shape, lambda: x_shape,
                 "dx = alpha * conv_transpose(dy, w) + beta * out", out, o)
 
@@ -92,7 +86,7 @@ def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, gro
     gives for x and w_shape; the result is a new array of w_shape, or `out` (which beta scales once)."""
     inputs = {"x": as_input(x, "x"), "dy": as_input(dy, "dy")}
     w_shape = as_shape(w_shape, "w_shape")
-    o = _common(_spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device)
+    o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device)
     return _run("conv_backward_filter", inputs, w_shape, lambda: w_shape, "dw = alpha * dconv(x, dy) + beta * out",
                 out, o)
 
@@ -101,6 +95,6 @@ def conv_backward_bias(dy, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, 
     """db = alpha * dy summed over samples and positions + beta * out (cuDNN's
     ConvolutionBackwardBias), computed out of core; dy is [N, K, *spatial], db has K elements."""
     inputs = {"dy": as_input(dy, "dy"), "": None}
-    o = _common(1, 1, 0, 1, 1, alpha, beta, memory_limit, backend, device)
+    o = conv_args(1, 1, 0, 1, 1, alpha, beta, memory_limit, backend, device)
     return _run("conv_backward_bias", inputs, (), lambda: inputs["dy"].shape[1:2], "db = alpha * sum(dy) + beta * out",
                 out, o)

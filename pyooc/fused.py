@@ -2,13 +2,15 @@
 operations in one pass over the chunks, the intermediates kept on the GPU. On a link-bound GPU the
 fastest byte is the one never moved, so each function moves what its unfused composition reads and
 writes once, not once per operation. Each has a plan_* twin whose Plan reports the bytes it moves
-(bytes_h2d, bytes_d2h). Arguments are checked as conv.py checks them; libooc validates the geometry."""
+(bytes_h2d, bytes_d2h). Arguments are checked with the shared checks (pyooc/_call_args.py); libooc
+validates the geometry."""
 
 import numpy as np
 
+from pyooc import _last_stats
 from pyooc._arrays import as_input, as_output, as_shape, spatial_tuple
+from pyooc._call_args import bias_input, check_dtype, conv_args, conv_inputs, spatial_dims
 from pyooc._loader import load_native
-from pyooc.conv import _check_dtype, _common, _conv_inputs, _record_stats, _spatial_dims
 from pyooc.layers import _coef, _str
 
 _native = load_native()
@@ -47,21 +49,23 @@ def _forward_output(out, y_shape, x, w, bias, z, alpha2):
 
 
 def _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1, alpha2, memory_limit,
-                       backend, device):
-    """A fused forward's plan twin's arguments checked: (x_shape, w_shape, options); z: whether the
-    call gets a z (alpha2 != 0 needs one)."""
+                       backend, device, pinned):
+    """A fused forward's plan twin's arguments checked: (x_shape, w_shape, o as _geometry gives it);
+    z: whether the call gets a z (alpha2 != 0 needs one)."""
     x_shape = as_shape(x_shape, "x_shape")
     w_shape = as_shape(w_shape, "w_shape")
-    _check_dtype(dtype)
-    o = _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
+    check_dtype(dtype)
+    o = _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device, pinned)
     if not z and o["alpha2"] != 0.0:
         raise ValueError(_NEEDS_Z)
     return x_shape, w_shape, o
 
 
-def _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device):
-    o = _common(_spatial_dims(w_shape), stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend,
-                device)
+def _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device,
+              pinned=False):
+    """conv_args with cuDNN's fused names for the scales (alpha1: the convolution's, alpha2: z's)."""
+    o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend,
+                  device, pinned)
     o["alpha1"], o["alpha2"] = o.pop("alpha"), o.pop("beta")
     return o
 
@@ -84,18 +88,16 @@ def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=Non
     (coef: its ceiling, required), "elu" (coef: alpha, default 1) or "swish" (coef: beta, default 1).
     alpha2 != 0 needs z; as in cuDNN, z is not read when alpha2 == 0. The result is a new array, or
     `out` (which may be z itself: in place)."""
-    x, w, bias = _conv_inputs(x, w, bias)
+    x, w, bias = conv_inputs(x, w, bias)
     coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
     z = _z_input(z, y_shape, o["alpha2"])
     out, read_z = _forward_output(out, y_shape, x, w, bias, z, o["alpha2"])
-    plan, stats = _native.conv_bias_activation_forward(
+    _last_stats.record(_native.conv_bias_activation_forward(
         x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
         None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, o["stride"], o["padding"],
-        o["dilation"], o["groups"], o["alpha1"], o["alpha2"] if read_z else 0.0, o["memory_limit"], o["backend"],
-        o["device"])
-    _record_stats(plan, stats)
+        o["dilation"], o["groups"], o["alpha1"], o["alpha2"] if read_z else 0.0, o["options"]))
     return out
 
 
@@ -106,10 +108,10 @@ def plan_conv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, a
     with z read in place of y where alpha2 != 0 (z: whether a z is given). bytes_h2d / bytes_d2h
     are what the call moves. pinned: plan for pinned arrays (as plan_conv_forward)."""
     x_shape, w_shape, o = _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1,
-                                             alpha2, memory_limit, backend, device)
+                                             alpha2, memory_limit, backend, device, pinned)
     return _native.plan_conv_bias_activation_forward(
         x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
-        o["alpha2"] if z else 0.0, bool(bias), o["memory_limit"], o["backend"], o["device"], bool(pinned))
+        o["alpha2"] if z else 0.0, bool(bias), o["options"])
 
 
 def _pool_geometry(spatial, kernel, stride, padding, mode):
@@ -135,11 +137,11 @@ def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_s
     link, only x, w, z and the pooled result do. The chunks tile the pooled output; each computes
     the y rows its pooling windows need (so no window straddles two chunks: rows two tiles' windows
     share are computed twice, never moved). The result is a new array, or `out`."""
-    x, w, bias = _conv_inputs(x, w, bias)
+    x, w, bias = conv_inputs(x, w, bias)
     coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
-    pool = _pool_geometry(_spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
+    pool = _pool_geometry(spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
     out_shape = _native.pooled_shape(x.shape, w.shape, *geometry, *pool)
     y_shape = _native.conv_output_shape(x.shape, w.shape, *geometry)
     z = _z_input(z, y_shape, o["alpha2"])
@@ -148,11 +150,10 @@ def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_s
     else:
         as_output(out, out_shape, {"x": x, "w": w, "bias": bias, "z": z})
     read_z = z is not None and o["alpha2"] != 0.0
-    plan, stats = _native.conv_bias_activation_pooling_forward(
+    _last_stats.record(_native.conv_bias_activation_pooling_forward(
         x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
         None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, *geometry, o["alpha1"],
-        o["alpha2"] if read_z else 0.0, *pool, pool_mode, o["memory_limit"], o["backend"], o["device"])
-    _record_stats(plan, stats)
+        o["alpha2"] if read_z else 0.0, *pool, pool_mode, o["options"]))
     return out
 
 
@@ -163,11 +164,11 @@ def plan_conv_bias_activation_pooling_forward(x_shape, w_shape, *, pool_kernel, 
     """The Plan conv_bias_activation_pooling_forward would run, without running it: its splits tile
     the pooled output ("h", "w", ... are the pooled dims); bytes_d2h is the pooled result once."""
     x_shape, w_shape, o = _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1,
-                                             alpha2, memory_limit, backend, device)
-    pool = _pool_geometry(_spatial_dims(w_shape), pool_kernel, pool_stride, pool_padding, "max")
+                                             alpha2, memory_limit, backend, device, pinned)
+    pool = _pool_geometry(spatial_dims(w_shape), pool_kernel, pool_stride, pool_padding, "max")
     return _native.plan_conv_bias_activation_pooling_forward(
         x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
-        o["alpha2"] if z else 0.0, bool(bias), *pool, o["memory_limit"], o["backend"], o["device"], bool(pinned))
+        o["alpha2"] if z else 0.0, bool(bias), *pool, o["options"])
 
 
 def deconv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=None, z=None, alpha1=1.0,
@@ -191,18 +192,16 @@ def deconv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=N
     x, w, bias = as_input(x, "x"), as_input(w, "w"), None if bias is None else as_input(bias, "bias")
     coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
-    output_padding = spatial_tuple(output_padding, _spatial_dims(w.shape), "output_padding")
+    output_padding = spatial_tuple(output_padding, spatial_dims(w.shape), "output_padding")
     geometry = (o["stride"], o["padding"], output_padding, o["dilation"], o["groups"])
     y_shape = _native.deconv_output_shape(x.shape, w.shape, *geometry)
-    if bias is not None and (bias.ndim != 1 or bias.shape[0] != y_shape[1]):
-        raise ValueError(f"bias must have shape [{y_shape[1]}] (one per output channel), got {list(bias.shape)}")
+    bias = bias_input(bias, y_shape[1], "output channel")
     z = _z_input(z, y_shape, o["alpha2"])
     out, read_z = _forward_output(out, y_shape, x, w, bias, z, o["alpha2"])
-    plan, stats = _native.deconv_bias_activation_forward(
+    _last_stats.record(_native.deconv_bias_activation_forward(
         x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
         None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, *geometry, o["alpha1"],
-        o["alpha2"] if read_z else 0.0, o["memory_limit"], o["backend"], o["device"])
-    _record_stats(plan, stats)
+        o["alpha2"] if read_z else 0.0, o["options"]))
     return out
 
 
@@ -212,11 +211,11 @@ def plan_deconv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False,
     """The Plan deconv_bias_activation_forward would run, without running it (a backward-data plan
     with the bias resident: bytes_h2d counts x, w, z where read, and bias)."""
     x_shape, w_shape, o = _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1,
-                                             alpha2, memory_limit, backend, device)
-    output_padding = spatial_tuple(output_padding, _spatial_dims(w_shape), "output_padding")
+                                             alpha2, memory_limit, backend, device, pinned)
+    output_padding = spatial_tuple(output_padding, spatial_dims(w_shape), "output_padding")
     return _native.plan_deconv_bias_activation_forward(
         x_shape, w_shape, o["stride"], o["padding"], output_padding, o["dilation"], o["groups"], o["alpha1"],
-        o["alpha2"] if z else 0.0, bool(bias), o["memory_limit"], o["backend"], o["device"], bool(pinned))
+        o["alpha2"] if z else 0.0, bool(bias), o["options"])
 
 
 def _backward_outputs(out, x, dy, w, more_inputs=None):
@@ -254,10 +253,9 @@ def conv_backward_data_filter_bias(x, dy, w, *, stride=1, padding=0, dilation=1,
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
     _native.check_conv_backward_data_filter_bias(x.shape, dy.shape, w.shape, *geometry)
     dx, dw, db = _backward_outputs(out, x, dy, w)
-    plan, stats = _native.conv_backward_data_filter_bias(
+    _last_stats.record(_native.conv_backward_data_filter_bias(
         x.reshape(-1), x.shape, dy.reshape(-1), dy.shape, w.reshape(-1), w.shape, dx.reshape(-1), dw.reshape(-1),
-        db.reshape(-1), *geometry, o["memory_limit"], o["backend"], o["device"])
-    _record_stats(plan, stats)
+        db.reshape(-1), *geometry, o["options"]))
     return dx, dw, db
 
 
@@ -267,11 +265,10 @@ def plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, stride=1,
     once, bytes_d2h dx, dw and db once; kept_bytes and scratch_bytes the device memory dw, db and the
     carried dx rows take. pinned: plan for pinned arrays (as plan_conv_forward)."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
-    _check_dtype(dtype)
-    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    check_dtype(dtype)
+    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device, pinned)
     return _native.plan_conv_backward_data_filter_bias(*shapes, o["stride"], o["padding"], o["dilation"],
-                                                       o["groups"], o["memory_limit"], o["backend"], o["device"],
-                                                       bool(pinned))
+                                                       o["groups"], o["options"])
 
 
 def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu", coef=None, pre=None, stride=1,
@@ -303,11 +300,10 @@ def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu",
                          "does not give it")
     dx, dw, db = _backward_outputs(out, x, dy, w, inputs)
     y, pre = inputs["y"], inputs["pre"]
-    plan, stats = _native.activation_conv_backward_data_filter_bias(
+    _last_stats.record(_native.activation_conv_backward_data_filter_bias(
         x.reshape(-1), x.shape, dy.reshape(-1), dy.shape, w.reshape(-1), w.shape, y.reshape(-1),
         None if pre is None else pre.reshape(-1), dx.reshape(-1), dw.reshape(-1), db.reshape(-1), activation, coef,
-        *geometry, o["memory_limit"], o["backend"], o["device"])
-    _record_stats(plan, stats)
+        *geometry, o["options"]))
     return dx, dw, db
 
 
@@ -318,12 +314,11 @@ def plan_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *
     """The Plan activation_conv_backward_data_filter_bias would run (pre: whether the call gets the
     activation's input), without running it: bytes_h2d counts dy, y (and pre) once each."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
-    _check_dtype(dtype)
+    check_dtype(dtype)
     coef = _activation_coef(activation, coef)
-    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device, pinned)
     return _native.plan_activation_conv_backward_data_filter_bias(
-        *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"],
-        o["memory_limit"], o["backend"], o["device"], bool(pinned))
+        *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], o["options"])
 
 
 def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_kernel, pool_stride=None,
@@ -347,7 +342,7 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
     coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
-    pool = _pool_geometry(_spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
+    pool = _pool_geometry(spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
     y_shape = tuple(_native.conv_output_shape(x.shape, w.shape, *geometry))
     pooled = tuple(_native.pooled_shape(x.shape, w.shape, *geometry, *pool))
     inputs = {"q": as_input(q, "q"), "y": as_input(y, "y"), "pre": None if pre is None else as_input(pre, "pre")}
@@ -360,11 +355,10 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
                          "does not give it")
     dx, dw, db = _backward_outputs(out, x, dq, w, inputs)
     pre = inputs["pre"]
-    plan, stats = _native.pooling_activation_conv_backward_data_filter_bias(
+    _last_stats.record(_native.pooling_activation_conv_backward_data_filter_bias(
         x.reshape(-1), x.shape, dq.reshape(-1), w.reshape(-1), w.shape, inputs["q"].reshape(-1),
         inputs["y"].reshape(-1), y_shape, None if pre is None else pre.reshape(-1), dx.reshape(-1), dw.reshape(-1),
-        db.reshape(-1), activation, coef, *geometry, *pool, pool_mode, o["memory_limit"], o["backend"], o["device"])
-    _record_stats(plan, stats)
+        db.reshape(-1), activation, coef, *geometry, *pool, pool_mode, o["options"]))
     return dx, dw, db
 
 
@@ -377,10 +371,10 @@ def plan_pooling_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_
     pooling's input), without running it: bytes_h2d counts dq and q over each tile's pooled rows and
     y (and pre) over their windows."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
-    _check_dtype(dtype)
+    check_dtype(dtype)
     coef = _activation_coef(activation, coef)
-    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
-    pool = _pool_geometry(_spatial_dims(shapes[2]), pool_kernel, pool_stride, pool_padding, "max")
+    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device, pinned)
+    pool = _pool_geometry(spatial_dims(shapes[2]), pool_kernel, pool_stride, pool_padding, "max")
     return _native.plan_pooling_activation_conv_backward_data_filter_bias(
         *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], *pool,
-        o["memory_limit"], o["backend"], o["device"], bool(pinned))
+        o["options"])

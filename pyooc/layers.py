@@ -1,25 +1,19 @@
 """Activation, softmax and add-tensor out of core over host arrays (cuDNN's ActivationForward /
 Backward, SoftmaxForward / Backward, AddTensor; native/include/ooc/layers.hpp). Arrays are checked
-as conv.py checks them and reshaped to [n, c, spatial...] without copying; libooc plans the split
-and runs it with the GIL released."""
+(pyooc/_arrays.py, pyooc/_call_args.py) and reshaped to [n, c, spatial...] without copying; libooc
+plans the split and runs it with the GIL released."""
 
 import numpy as np
 
-from pyooc._arrays import as_float, as_input, as_int, as_output, as_shape
+from pyooc import _last_stats
+from pyooc._arrays import as_float, as_input, as_output, as_shape
+from pyooc._call_args import call_options, check_dtype
 from pyooc._loader import load_native
-from pyooc.conv import _BACKENDS, _check_dtype, _record_stats
-from pyooc.memory import parse_memory_limit
 
 _native = load_native()
 
 # coef's meaning per mode, and its default (cuDNN's coef is unused by the others).
 _COEF = {"clipped_relu": ("ceiling", None), "elu": ("alpha", 1.0), "swish": ("beta", 1.0)}
-
-
-def _options(memory_limit, backend, device):
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-    return parse_memory_limit(memory_limit) or 0, backend, as_int(device, "device")
 
 
 def _str(value, name):
@@ -66,22 +60,17 @@ def _same_shape(ref_name, ref, **arrays):
             raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(ref.shape)} (the shape of {ref_name})")
 
 
-def _finish(result, out):
-    plan, stats = result
-    _record_stats(plan, stats)
-    return out
-
-
 def activation_forward(x, mode, *, coef=None, out=None, memory_limit=None, backend="auto", device=0):
     """y = f(x) element-wise, f one of "relu", "sigmoid", "tanh", "clipped_relu" (coef: the
     ceiling, required), "elu" (coef: alpha, default 1), "swish" (coef: beta, default 1). `out` may be
     x itself (in place)."""
     x = as_input(x, "x")
     c = _coef(mode, coef)
-    o = _options(memory_limit, backend, device)
+    options = call_options(memory_limit, backend, device)
     y = _out(out, x.shape, {"x": x}, in_place_ok=x)
-    return _finish(_native.activation_forward(_activation_shape(x.shape), mode, c, x.reshape(-1), y.reshape(-1), *o),
-                   y)
+    _last_stats.record(_native.activation_forward(_activation_shape(x.shape), mode, c, x.reshape(-1), y.reshape(-1),
+                                                  options))
+    return y
 
 
 def activation_backward(y, dy, x, mode, *, coef=None, out=None, memory_limit=None, backend="auto", device=0):
@@ -89,23 +78,24 @@ def activation_backward(y, dy, x, mode, *, coef=None, out=None, memory_limit=Non
     y, dy, x = as_input(y, "y"), as_input(dy, "dy"), as_input(x, "x")
     _same_shape("y", y, dy=dy, x=x)
     c = _coef(mode, coef)
-    o = _options(memory_limit, backend, device)
+    options = call_options(memory_limit, backend, device)
     dx = _out(out, y.shape, {"y": y, "dy": dy, "x": x}, in_place_ok=dy)
-    return _finish(_native.activation_backward(_activation_shape(y.shape), mode, c, y.reshape(-1), dy.reshape(-1),
-                                               x.reshape(-1), dx.reshape(-1), *o), dx)
+    _last_stats.record(_native.activation_backward(_activation_shape(y.shape), mode, c, y.reshape(-1), dy.reshape(-1),
+                                                   x.reshape(-1), dx.reshape(-1), options))
+    return dx
 
 
 def plan_activation_forward(shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
     """The Plan activation_forward would run for this shape (splits over the flattened tensor: "w")."""
-    _check_dtype(dtype)
+    check_dtype(dtype)
     return _native.plan_layer("activation_forward", _activation_shape(as_shape(shape, "shape")), "", (), False,
-                              *_options(memory_limit, backend, device))
+                              call_options(memory_limit, backend, device))
 
 
 def plan_activation_backward(shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
-    _check_dtype(dtype)
+    check_dtype(dtype)
     return _native.plan_layer("activation_backward", _activation_shape(as_shape(shape, "shape")), "", (), False,
-                              *_options(memory_limit, backend, device))
+                              call_options(memory_limit, backend, device))
 
 
 def softmax_forward(x, *, mode="channel", log=False, out=None, memory_limit=None, backend="auto", device=0):
@@ -116,9 +106,10 @@ def softmax_forward(x, *, mode="channel", log=False, out=None, memory_limit=None
     mode = _str(mode, "mode")
     _native.softmax_mode(mode)
     shape = _softmax_shape(x.shape, "x")
-    o = _options(memory_limit, backend, device)
+    options = call_options(memory_limit, backend, device)
     y = _out(out, x.shape, {"x": x}, in_place_ok=x)
-    return _finish(_native.softmax_forward(shape, mode, bool(log), x.reshape(-1), y.reshape(-1), *o), y)
+    _last_stats.record(_native.softmax_forward(shape, mode, bool(log), x.reshape(-1), y.reshape(-1), options))
+    return y
 
 
 def softmax_backward(y, dy, *, mode="channel", log=False, out=None, memory_limit=None, backend="auto", device=0):
@@ -128,17 +119,18 @@ def softmax_backward(y, dy, *, mode="channel", log=False, out=None, memory_limit
     mode = _str(mode, "mode")
     _native.softmax_mode(mode)
     shape = _softmax_shape(y.shape, "y")
-    o = _options(memory_limit, backend, device)
+    options = call_options(memory_limit, backend, device)
     dx = _out(out, y.shape, {"y": y, "dy": dy}, in_place_ok=dy)
-    return _finish(_native.softmax_backward(shape, mode, bool(log), y.reshape(-1), dy.reshape(-1), dx.reshape(-1),
-                                            *o), dx)
+    _last_stats.record(_native.softmax_backward(shape, mode, bool(log), y.reshape(-1), dy.reshape(-1), dx.reshape(-1),
+                                                options))
+    return dx
 
 
 def _plan_softmax(operation, shape, mode, dtype, memory_limit, backend, device):
-    _check_dtype(dtype)
+    check_dtype(dtype)
     mode = _str(mode, "mode")
     return _native.plan_layer(operation, _softmax_shape(as_shape(shape, "shape"), "shape"), mode, (), False,
-                              *_options(memory_limit, backend, device))
+                              call_options(memory_limit, backend, device))
 
 
 def plan_softmax_forward(shape, *, mode="channel", dtype="float32", memory_limit=None, backend="auto", device=0):
@@ -170,19 +162,20 @@ def add_tensor(a, c, *, alpha=1.0, beta=1.0, out=None, memory_limit=None, backen
     a, c = as_input(a, "a"), as_input(c, "c")
     alpha, beta = as_float(alpha, "alpha"), as_float(beta, "beta")
     a_shape, c_shape = _add_shapes(a.shape, c.shape)
-    o = _options(memory_limit, backend, device)
+    options = call_options(memory_limit, backend, device)
     if out is None:
         out = np.empty(c.shape, dtype=np.float32)
     else:
         _out(out, c.shape, {"a": a, "c": c}, c)
-    return _finish(_native.add_tensor(a_shape, c_shape, alpha, a.reshape(-1), beta, c.reshape(-1), out.reshape(-1),
-                                      *o), out)
+    _last_stats.record(_native.add_tensor(a_shape, c_shape, alpha, a.reshape(-1), beta, c.reshape(-1), out.reshape(-1),
+                                          options))
+    return out
 
 
 def plan_add_tensor(a_shape, c_shape, *, in_place=False, dtype="float32", memory_limit=None, backend="auto",
                     device=0):
     """The Plan add_tensor would run (in_place: out is c)."""
-    _check_dtype(dtype)
+    check_dtype(dtype)
     a_shape, c_shape = _add_shapes(as_shape(a_shape, "a_shape"), as_shape(c_shape, "c_shape"))
     return _native.plan_layer("add_tensor", c_shape, "", a_shape, bool(in_place),
-                              *_options(memory_limit, backend, device))
+                              call_options(memory_limit, backend, device))

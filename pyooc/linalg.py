@@ -1,18 +1,21 @@
 """Out-of-core GEMM over host arrays: matmul and torch's F.linear with its gradients. Arguments are
-checked here as conv.py checks them; libooc (native/include/ooc/layers.hpp) validates the shapes
-(torch's wording), plans the 2D blocking with a split K and runs it with the GIL released."""
+checked here with the shared checks (pyooc/_call_args.py); libooc (native/include/ooc/layers.hpp)
+validates the shapes (torch's wording), plans the 2D blocking with a split K and runs it with the
+GIL released."""
 
 import numpy as np
 
-from pyooc._arrays import as_input, as_output, as_shape
+from pyooc import _last_stats
+from pyooc._arrays import as_input, as_shape
+from pyooc._call_args import bias_input, check_dtype, conv_args, output_array
 from pyooc._loader import load_native
-from pyooc.conv import _check_dtype, _common, _record_stats
 
 _native = load_native()
 
 
 def _options(alpha, beta, memory_limit, backend, device):
-    return _common(1, 1, 0, 1, 1, alpha, beta, memory_limit, backend, device)
+    """alpha, beta and "options" checked (in the order every op checks them)."""
+    return conv_args(1, 1, 0, 1, 1, alpha, beta, memory_limit, backend, device)
 
 
 def _matrix(array, name):
@@ -32,16 +35,10 @@ def _gemm(a, a_shape, trans_a, b, b_shape, trans_b, bias, out, o, inputs):
     # Validates the shapes (torch's message) before anything is allocated.
     _native.check_matmul(a_shape, b_shape)
     c_shape = (a_shape[0], b_shape[1])
-    if out is None:
-        if o["beta"] != 0.0:
-            raise ValueError("beta != 0 needs out= (c = alpha * a @ b + beta * out)")
-        out = np.empty(c_shape, dtype=np.float32)
-    else:
-        as_output(out, c_shape, inputs)
-    plan, stats = _native.matmul(a.reshape(-1), a_shape, trans_a, b.reshape(-1), b_shape, trans_b,
-                                 None if bias is None else bias.reshape(-1), out.reshape(-1), o["alpha"], o["beta"],
-                                 o["memory_limit"], o["backend"], o["device"])
-    _record_stats(plan, stats)
+    out = output_array(out, c_shape, inputs, o["beta"], "c = alpha * a @ b + beta * out")
+    _last_stats.record(_native.matmul(a.reshape(-1), a_shape, trans_a, b.reshape(-1), b_shape, trans_b,
+                                      None if bias is None else bias.reshape(-1), out.reshape(-1), o["alpha"],
+                                      o["beta"], o["options"]))
     return out
 
 
@@ -50,11 +47,10 @@ def plan_matmul(a_shape, b_shape, *, bias=False, alpha=1.0, beta=0.0, dtype="flo
     """The Plan matmul would run for a [M, K] @ b [K, N], without running it: splits n (M), k (N)
     and c (K, accumulated on the device). Raises MemoryError when nothing fits memory_limit."""
     a_shape, b_shape = as_shape(a_shape, "a_shape"), as_shape(b_shape, "b_shape")
-    _check_dtype(dtype)
+    check_dtype(dtype)
     _shapes_of(a_shape, b_shape)
     o = _options(alpha, beta, memory_limit, backend, device)
-    return _native.plan_matmul(a_shape, b_shape, o["alpha"], o["beta"], bool(bias), o["memory_limit"], o["backend"],
-                               o["device"])
+    return _native.plan_matmul(a_shape, b_shape, o["alpha"], o["beta"], bool(bias), o["options"])
 
 
 def matmul(a, b, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, backend="auto", device=0):
@@ -78,10 +74,7 @@ def linear_forward(x, w, bias=None, *, out=None, memory_limit=None, backend="aut
     """y = x @ w.T + bias (torch.nn.functional.linear) for x [M, K], w [N, K], bias [N], out of
     core; w is read in place (no transposed copy)."""
     x, w = _matrix(x, "input"), _matrix(w, "weight")
-    if bias is not None:
-        bias = as_input(bias, "bias")
-        if bias.ndim != 1 or bias.shape[0] != w.shape[0]:
-            raise ValueError(f"bias must have shape [{w.shape[0]}] (one per output feature), got {list(bias.shape)}")
+    bias = bias_input(bias, w.shape[0], "output feature")
     o = _options(1.0, 0.0, memory_limit, backend, device)
     return _gemm(x, x.shape, False, w, (w.shape[1], w.shape[0]), True, bias, out, o, {"x": x, "w": w, "bias": bias})
 

@@ -1,20 +1,21 @@
 """Pooling out of core over host arrays (cuDNN PoolingForward; native/include/ooc/layers.hpp):
-max, average counting padding, average excluding it, 1D/2D/3D. Arguments are checked as conv.py
-checks them; libooc validates the geometry (torch's rules) and splits n, c and the spatial dims
+max, average counting padding, average excluding it, 1D/2D/3D. Arguments are checked with the
+shared checks (pyooc/_call_args.py); libooc validates the geometry (torch's rules) and splits n, c and the spatial dims
 with the window halo (the backward keeps padded dims whole)."""
 
 import numpy as np
 
+from pyooc import _last_stats
 from pyooc._arrays import as_input, as_output, as_shape, spatial_tuple
+from pyooc._call_args import call_options, check_dtype, spatial_dims
 from pyooc._loader import load_native
-from pyooc.conv import _check_dtype, _record_stats
-from pyooc.layers import _options, _str
+from pyooc.layers import _str
 
 _native = load_native()
 
 
 def _geometry(x_shape, kernel, stride, padding):
-    spatial = min(max(len(x_shape) - 2, 1), 3)  # rank errors come from libooc, naming x
+    spatial = spatial_dims(x_shape)
     kernel = spatial_tuple(kernel, spatial, "kernel")
     stride = kernel if stride is None else spatial_tuple(stride, spatial, "stride")
     return kernel, stride, spatial_tuple(padding, spatial, "padding")
@@ -29,10 +30,10 @@ def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, mem
     _native.pool_mode(_str(mode, "mode"))
     kernel, stride, padding = _geometry(x.shape, kernel, stride, padding)
     y_shape = _native.pool_output_shape(x.shape, kernel, stride, padding)
-    o = _options(memory_limit, backend, device)
+    options = call_options(memory_limit, backend, device)
     y = np.empty(y_shape, dtype=np.float32) if out is None else as_output(out, y_shape, {"x": x})
-    plan, stats = _native.pool_forward(x.shape, kernel, stride, padding, mode, x.reshape(-1), y.reshape(-1), *o)
-    _record_stats(plan, stats)
+    _last_stats.record(_native.pool_forward(x.shape, kernel, stride, padding, mode, x.reshape(-1), y.reshape(-1),
+                                            options))
     return y
 
 
@@ -43,10 +44,10 @@ def plan_pool_forward(x_shape, kernel, *, stride=None, padding=0, dtype="float32
 
 
 def _plan(native_plan, x_shape, kernel, stride, padding, dtype, memory_limit, backend, device):
-    _check_dtype(dtype)
+    check_dtype(dtype)
     x_shape = as_shape(x_shape, "x_shape")
     kernel, stride, padding = _geometry(x_shape, kernel, stride, padding)
-    return native_plan(x_shape, kernel, stride, padding, *_options(memory_limit, backend, device))
+    return native_plan(x_shape, kernel, stride, padding, call_options(memory_limit, backend, device))
 
 
 def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=None, memory_limit=None,
@@ -62,11 +63,10 @@ def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=N
         if a.shape != tuple(y_shape):
             raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(y_shape)} (pool_forward's output "
                              f"for x of shape {list(x.shape)})")
-    o = _options(memory_limit, backend, device)
+    options = call_options(memory_limit, backend, device)
     dx = np.empty(x.shape, dtype=np.float32) if out is None else as_output(out, x.shape, {"y": y, "dy": dy, "x": x})
-    plan, stats = _native.pool_backward(x.shape, kernel, stride, padding, mode, y.reshape(-1), dy.reshape(-1),
-                                        x.reshape(-1), dx.reshape(-1), *o)
-    _record_stats(plan, stats)
+    _last_stats.record(_native.pool_backward(x.shape, kernel, stride, padding, mode, y.reshape(-1), dy.reshape(-1),
+                                             x.reshape(-1), dx.reshape(-1), options))
     return dx
 
 

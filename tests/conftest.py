@@ -32,6 +32,9 @@ if not hasattr(pyooc, "_native") or not hasattr(pyooc._native, "conv_forward"): 
     raise pytest.UsageError(f"imported pyooc from {pyooc.__file__} has no compiled _native extension")
 
 HAS_GPU = pyooc.device_count() > 0
+# The .status of an injected fault (pyooc._native.inject_fault; native/src/backend/cuda/fault_injection.cpp):
+# a copy fails as cudaErrorLaunchFailure, a cuDNN call as CUDNN_STATUS_EXECUTION_FAILED.
+INJECTED_FAULT_STATUS = {"copy": 719, "conv": 5000}
 SPATIAL_NAMES = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}
 
 

@@ -11,7 +11,7 @@ import pytest
 import pyooc
 from backward_helpers import (OPS, TOL, find_backward_budget, random_backward, run_backward, run_backward_checked,
                               split_set)
-from conftest import expand, output_shape, rel_err
+from conftest import INJECTED_FAULT_STATUS, expand, output_shape, rel_err
 
 pytestmark = pytest.mark.gpu
 MiB = 2**20
@@ -109,10 +109,11 @@ def test_injected_conv_fault(rng, op, countdown):
     x, w, dy = random_backward(rng, x_shape, w_shape, **geometry)
     pyooc._native.inject_fault("conv", countdown)
     try:
-        with pytest.raises(pyooc.CudnnError, match="injected fault: conv_backward"):
+        with pytest.raises(pyooc.CudnnError, match="injected fault: conv_backward") as raised:
             run_backward(op, x, w, dy, memory_limit=limit, backend="cuda", **geometry)
     finally:
         pyooc._native.inject_fault("conv", 0)
+    assert raised.value.status == INJECTED_FAULT_STATUS["conv"]
     run_backward_checked(op, x, w, dy, memory_limit=limit, backend="cuda", **geometry)
 
 

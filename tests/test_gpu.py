@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import pyooc
-from conftest import (TOL, find_budget, output_shape, random_problem, reference_at, reference_conv, rel_err,
-                      run_checked, smallest_budget, split_set)
+from conftest import (INJECTED_FAULT_STATUS, TOL, find_budget, output_shape, random_problem, reference_at,
+                      reference_conv, rel_err, run_checked, smallest_budget, split_set)
 from test_conv_host import ALPHA_BETA_SPLITS, GEOMETRIES, SPLITS, SPLITS_AT_LEAST
 
 pytestmark = pytest.mark.gpu
@@ -252,10 +252,11 @@ def test_injected_fault(rng, where, countdown, exc, memory):
     baseline = free()
     try:
         pyooc._native.inject_fault(where, countdown)
-        with pytest.raises(exc, match="injected fault"):
+        with pytest.raises(exc, match="injected fault") as raised:
             pyooc.conv_forward(x, w, bias=b, memory_limit=limit, backend="cuda", **geometry)
     finally:
         pyooc._native.inject_fault(where, 0)
+    assert raised.value.status == INJECTED_FAULT_STATUS[where]
     time.sleep(0.1)
     assert abs(free() - baseline) <= 2 * MiB, "device memory not released after a failed call"
     assert np.array_equal(x, x0) and np.array_equal(w, w0)

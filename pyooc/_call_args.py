@@ -1,0 +1,85 @@
+"""The argument checks and call options the operations share.
+
+Each public function (conv.py, layers.py, fused.py, ...) checks its arguments with these and with
+_arrays.py's, then hands its binding (pyooc/_native.pyx) one CallOptions, built by call_options or
+conv_args: memory_limit, backend, device and pinned as libooc's Options (native/include/ooc/ooc.hpp).
+Checked here is only what needs Python objects: types, "512MiB"-style limits, backend names, bias
+and out= arrays; shapes and geometry are validated once, in libooc, and arrive as ValueError naming
+the argument."""
+
+import numpy as np
+
+from pyooc._arrays import as_float, as_input, as_int, as_output, spatial_tuple
+from pyooc._loader import load_native
+from pyooc.memory import parse_memory_limit
+
+_native = load_native()
+BACKENDS = ("auto", "cuda", "host")
+
+
+def check_backend(backend):
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+
+
+def call_options(memory_limit, backend, device, pinned=False):
+    """The CallOptions of one call from its public arguments: memory_limit (bytes or "512MiB";
+    None: the process default), backend, device; pinned (plan_* only): plan as if every array
+    were pinned."""
+    check_backend(backend)
+    return _native.CallOptions(parse_memory_limit(memory_limit) or 0, backend, as_int(device, "device"),
+                               bool(pinned))
+
+
+def conv_args(spatial, stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
+              pinned=False):
+    """A convolution-shaped call's scalars checked, as a dict: stride, padding, dilation (tuples of
+    `spatial` ints), groups, alpha, beta, and "options" (a CallOptions)."""
+    check_backend(backend)  # first: a bad backend is reported before a bad geometry, as it always was
+    return dict(
+        stride=spatial_tuple(stride, spatial, "stride"),
+        padding=spatial_tuple(padding, spatial, "padding"),
+        dilation=spatial_tuple(dilation, spatial, "dilation"),
+        groups=as_int(groups, "groups"),
+        alpha=as_float(alpha, "alpha"),
+        beta=as_float(beta, "beta"),
+        options=call_options(memory_limit, backend, device, pinned),
+    )
+
+
+def spatial_dims(shape):
+    """How many spatial dims an [N or K, C, *spatial] shape has, clamped to 1..3: rank errors are
+    reported by libooc, naming the tensor; here only pick a count the tuples parse with."""
+    return min(max(len(shape) - 2, 1), 3)
+
+
+def check_dtype(dtype):
+    if np.dtype(dtype) != np.float32:
+        raise TypeError(f"dtype must be float32 (other dtypes are planned), got {np.dtype(dtype)}")
+
+
+def conv_inputs(x, w, bias):
+    """x, w and bias (or None) as zero-copy views, bias checked against w's output channels."""
+    x = as_input(x, "x")
+    w = as_input(w, "w")
+    return x, w, bias_input(bias, w.shape[0], "output channel")
+
+
+def bias_input(bias, count, per):
+    """bias (or None) as a zero-copy view of `count` floats, one per `per` ("output channel", ...)."""
+    if bias is None:
+        return None
+    bias = as_input(bias, "bias")
+    if bias.ndim != 1 or bias.shape[0] != count:
+        raise ValueError(f"bias must have shape [{count}] (one per {per}), got {list(bias.shape)}")
+    return bias
+
+
+def output_array(out, shape, inputs, beta, formula):
+    """The array a scaled op writes: a new one, or the caller's out checked against the inputs;
+    beta != 0 scales out, so it needs one (formula: the op's, for the error)."""
+    if out is None:
+        if beta != 0.0:
+            raise ValueError(f"beta != 0 needs out= ({formula})")
+        return np.empty(shape, dtype=np.float32)
+    return as_output(out, shape, inputs)
