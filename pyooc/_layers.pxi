@@ -27,9 +27,13 @@ def plan_layer(str operation, tuple shape, str mode, tuple a_shape, bint in_plac
     return Plan.wrap(plan)
 
 
-def activation_mode(str mode):
-    """Checks an activation mode name (ValueError listing the valid ones)."""
-    ooc.activation_mode_from_name(mode.encode())
+def activation_traits(str mode):
+    """(coef_name, coef_default, gradient_from_y) of an activation mode (ooc/types.hpp's
+    ActivationTraits; coef_name "" when coef is unused, coef_default None when it must be given);
+    ValueError listing the valid names otherwise."""
+    cdef ooc.ActivationTraits t = ooc.activation_traits(ooc.activation_mode_from_name(mode.encode()))
+    default = None if t.coef_default != t.coef_default else t.coef_default
+    return t.coef_name.decode(), default, t.gradient_from_y
 
 
 def softmax_mode(str mode):

@@ -191,6 +191,11 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
                             RunStats* stats) except +translate_exception
     cdef enum class ActivationMode(int):
         relu
+    cdef cppclass ActivationTraits:
+        const char* coef_name
+        double coef_default
+        bint gradient_from_y
+    ActivationTraits activation_traits(ActivationMode mode)
     cdef enum class SoftmaxMode(int):
         channel
 

@@ -19,7 +19,7 @@ _NEEDS_Z = "alpha2 != 0 needs z (y = act(alpha1 * conv(x, w) + alpha2 * z + bias
 
 def _activation_coef(activation, coef):
     """activation's name and coef as libooc takes them: "identity" has none; the others as
-    activation_forward's modes (clipped_relu needs its ceiling, elu and swish default to 1)."""
+    activation_forward's modes, with its coef as activation_forward takes it."""
     _native.fused_activation(_str(activation, "activation"), 0.0)  # ValueError listing the names
     return 0.0 if activation == "identity" else _coef(activation, coef)
 
@@ -84,8 +84,8 @@ def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=Non
     whose x, w, bias, stride, padding, dilation, groups and memory_limit it takes as they are; z
     ([N, K, *out], y's shape) starts each output tile on the device, bias and the activation are
     applied there, and only the finished y crosses back: x, w, z and y cross the link once each,
-    instead of y five times. activation: "identity", "relu", "sigmoid", "tanh", "clipped_relu"
-    (coef: its ceiling, required), "elu" (coef: alpha, default 1) or "swish" (coef: beta, default 1).
+    instead of y five times. activation: "identity" or one of activation_forward's modes (coef as
+    activation_forward takes it).
     alpha2 != 0 needs z; as in cuDNN, z is not read when alpha2 == 0. The result is a new array, or
     `out` (which may be z itself: in place)."""
     x, w, bias = conv_inputs(x, w, bias)
@@ -283,8 +283,8 @@ def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu",
     (itself conv_backward_data, _filter and _bias of dz), whose arguments it takes as they are: dz
     is formed on the GPU from each dy tile and never crosses the link, so dy, y (and pre) cross once
     and dz not at all, against dy, y, pre in and dz out and in three times. pre, the activation's
-    input, is needed for "clipped_relu", "elu" and "swish"; "relu", "sigmoid" and "tanh" take their
-    gradient from y alone (pre=None moves one tensor less). "identity": dz = dy (y unused). The
+    input, is needed unless the gradient follows from y alone, as for "relu", "sigmoid" and "tanh"
+    (pre=None then moves one tensor less). "identity": dz = dy (y unused). The
     results are new arrays, or out=(dx, dw, db)."""
     x, dy, w = as_input(x, "x"), as_input(dy, "dy"), as_input(w, "w")
     coef = _activation_coef(activation, coef)
@@ -295,7 +295,7 @@ def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu",
     for name, a in inputs.items():
         if a is not None and a.shape != dy.shape:
             raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(dy.shape)} (the shape of dy)")
-    if pre is None and activation in ("clipped_relu", "elu", "swish"):
+    if pre is None and activation != "identity" and not _native.activation_traits(activation)[2]:
         raise ValueError(f"pre (the activation's input) is needed for the gradient of {activation}: y alone "
                          "does not give it")
     dx, dw, db = _backward_outputs(out, x, dy, w, inputs)
@@ -350,7 +350,7 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
                            ("pre", inputs["pre"], y_shape)):
         if a is not None and a.shape != shape:
             raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(shape)}")
-    if pre is None and activation in ("clipped_relu", "elu", "swish"):
+    if pre is None and activation != "identity" and not _native.activation_traits(activation)[2]:
         raise ValueError(f"pre (the activation's input) is needed for the gradient of {activation}: y alone "
                          "does not give it")
     dx, dw, db = _backward_outputs(out, x, dq, w, inputs)

@@ -12,8 +12,6 @@ from pyooc._loader import load_native
 
 _native = load_native()
 
-# coef's meaning per mode, and its default (cuDNN's coef is unused by the others).
-_COEF = {"clipped_relu": ("ceiling", None), "elu": ("alpha", 1.0), "swish": ("beta", 1.0)}
 
 
 def _str(value, name):
@@ -35,10 +33,10 @@ def _softmax_shape(shape, name):
 
 
 def _coef(mode, coef):
-    _native.activation_mode(_str(mode, "mode"))
-    if mode not in _COEF:
+    # coef's meaning and default per mode come from libooc (ValueError listing the modes).
+    what, default, _ = _native.activation_traits(_str(mode, "mode"))
+    if not what:
         return 0.0 if coef is None else as_float(coef, "coef")
-    what, default = _COEF[mode]
     if coef is None:
         if default is None:
             raise ValueError(f"mode '{mode}' needs coef (the {what})")

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "exec/region_copy.hpp"
-#include "exec/thread_pool.hpp"
+#include "util/thread_pool.hpp"
 
 namespace {
 

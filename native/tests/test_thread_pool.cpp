@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "exec/thread_pool.hpp"
+#include "util/thread_pool.hpp"
 
 namespace {
 

@@ -38,6 +38,15 @@ struct RunStats {
 enum class ActivationMode { OOC_ACTIVATION_MODES(OOC_ACTIVATION_ENUMERATOR) };
 #undef OOC_ACTIVATION_ENUMERATOR
 const char* activation_mode_name(ActivationMode mode);  // "relu", ...
+// What an activation's coef means (coef_name "": unused), its default (NaN: none, the caller must
+// give it), and whether its gradient follows from y = f(x) alone (so a fused backward need not
+// stream the activation's input).
+struct ActivationTraits {
+  const char* coef_name;
+  double coef_default;
+  bool gradient_from_y;
+};
+ActivationTraits activation_traits(ActivationMode mode);
 
 enum class SoftmaxMode { channel, instance };  // channel: over c per (n, position); instance: over c*space per n
 

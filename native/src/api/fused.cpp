@@ -7,7 +7,7 @@
 
 #include "api/run_operation.hpp"
 #include "exec/fused_pipeline.hpp"
-#include "exec/thread_pool.hpp"
+#include "util/thread_pool.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/fused_planner.hpp"
 #include "plan/planner.hpp"
@@ -64,11 +64,8 @@ void require_backward(const ConvProblem& p, const char* function) {
 // gradient needs it, the activation's input.
 int activation_y_inputs(const FusedActivation& a, bool with_pre) {
   if (a.identity) return 1;
-  // relu's mask is y > 0 as well; sigmoid's and tanh's gradients are functions of y. clipped_relu's
-  // mask is not y < ceiling: at the ceiling y is the ceiling rounded to float, which may be below it.
-  const bool from_y = a.mode == ActivationMode::relu || a.mode == ActivationMode::sigmoid ||
-                      a.mode == ActivationMode::tanh;
-  if (!from_y && !with_pre) {
+  // (activation_formulas.hpp says which gradients follow from y alone; relu's mask is y > 0 as well.)
+  if (!activation_traits(a.mode).gradient_from_y && !with_pre) {
     throw invalid_argument(std::string("pre (the activation's input) is needed for the gradient of ") +
                            activation_mode_name(a.mode) + ": y alone does not give it");
   }

@@ -5,7 +5,7 @@
 
 #include "api/run_operation.hpp"
 #include "exec/layer_pipeline.hpp"
-#include "exec/thread_pool.hpp"
+#include "util/thread_pool.hpp"
 #include "plan/layer_planners.hpp"
 
 namespace ooc {

@@ -12,7 +12,7 @@
 
 #include "api/run_operation.hpp"
 #include "exec/conv_pipeline.hpp"
-#include "exec/thread_pool.hpp"
+#include "util/thread_pool.hpp"
 #include "plan/planner.hpp"
 
 namespace ooc {

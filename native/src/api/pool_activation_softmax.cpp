@@ -5,8 +5,9 @@
 #include <sstream>
 
 #include "api/run_operation.hpp"
+#include "backend/activation_formulas.hpp"
 #include "exec/pool_activation_softmax_pipeline.hpp"
-#include "exec/thread_pool.hpp"
+#include "util/thread_pool.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/layer_planner.hpp"
 #include "plan/shape_format.hpp"
@@ -91,6 +92,8 @@ constexpr std::array kActivationNames{OOC_ACTIVATION_MODES(OOC_ACTIVATION_NAME)}
 #undef OOC_ACTIVATION_NAME
 
 const char* activation_mode_name(ActivationMode mode) { return kActivationNames.at(static_cast<size_t>(mode)); }
+
+ActivationTraits activation_traits(ActivationMode mode) { return activation_traits_of(mode); }
 
 ActivationMode activation_mode_from_name(const std::string& name) {
   return mode_from_name<ActivationMode>(name, "activation mode", kActivationNames);

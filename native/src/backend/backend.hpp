@@ -275,6 +275,10 @@ class Backend {
 // Makes the backend options ask for (automatic: cuda when a GPU is present).
 std::unique_ptr<Backend> make_backend(const Options& options);
 std::unique_ptr<Backend> make_host_backend();
+// Test hooks of the host backend (ooc::testing in ooc.hpp): treat all caller memory as pinned; honour
+// armed faults (fault_injection.hpp).
+void set_host_backend_direct_access(bool enabled);
+void set_host_backend_fault_injection(bool enabled);
 std::unique_ptr<Backend> make_cuda_backend(int device);
 
 }  // namespace ooc

@@ -9,7 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-#include "ooc/ooc.hpp"
+#include "ooc/errors.hpp"
 
 namespace ooc {
 namespace {
@@ -66,9 +66,7 @@ void throw_if_fault_injected(FaultSite site, const char* operation) {
                              std::string("injected fault: ") + operation + " (ooc::testing::inject_fault)");
 }
 
-namespace testing {
-
-void inject_fault(const std::string& where, int64_t countdown) {
+void arm_fault(const std::string& where, int64_t countdown) {
   for (size_t i = 0; i < kSiteNames.size(); ++i)
     if (where == kSiteNames[i]) {
       g_countdowns[i].store(countdown > 0 ? countdown : 0);
@@ -77,5 +75,4 @@ void inject_fault(const std::string& where, int64_t countdown) {
   throw invalid_argument("inject_fault: where must be one of " + valid_site_names() + ", got \"" + where + "\"");
 }
 
-}  // namespace testing
 }  // namespace ooc

@@ -5,6 +5,9 @@
 // ooc::testing::set_host_fault_injection(true)).
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 namespace ooc {
 
 // The kinds of operation a fault can be armed for: one per family of Backend operations
@@ -16,5 +19,9 @@ constexpr int kFaultSiteCount = static_cast<int>(FaultSite::device_copy) + 1;  /
 // Called before issuing the work: throws what the library doing that work would (cuda_error or
 // cudnn_error) when this call is the armed one, and disarms. `operation` names the call in the message.
 void throw_if_fault_injected(FaultSite site, const char* operation);
+
+// Arms the site named `where` ("copy", "conv", ...) for its countdown-th next operation; countdown
+// <= 0 disarms. invalid_argument naming the valid sites otherwise.
+void arm_fault(const std::string& where, int64_t countdown);
 
 }  // namespace ooc

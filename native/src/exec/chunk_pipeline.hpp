@@ -12,7 +12,7 @@
 
 #include "backend/backend.hpp"
 #include "exec/region_copy.hpp"
-#include "exec/thread_pool.hpp"
+#include "util/thread_pool.hpp"
 #include "ooc/types.hpp"
 
 namespace ooc {

@@ -4,7 +4,7 @@
 
 #include "backend/backend.hpp"
 #include "exec/chunk_pipeline.hpp"
-#include "exec/thread_pool.hpp"
+#include "util/thread_pool.hpp"
 #include "ooc/types.hpp"
 
 namespace ooc {

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "backend/backend.hpp"
-#include "exec/thread_pool.hpp"
+#include "util/thread_pool.hpp"
 #include "ooc/types.hpp"
 
 namespace ooc {

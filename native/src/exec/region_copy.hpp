@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "exec/thread_pool.hpp"
+#include "util/thread_pool.hpp"
 
 namespace ooc {
 

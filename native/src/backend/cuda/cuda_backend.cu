@@ -56,6 +56,9 @@ bool find_algorithms_from_env() {
   return !(v && std::string(v) == "0");
 }
 
+// The elements of a dense [n, c, in...] layer chunk.
+int64_t dense_elements(const ChunkConv& s) { return s.n * s.c * s.in[0] * s.in[1] * s.in[2]; }
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device), machine_(cuda_machine_model_from_env()) {
@@ -260,12 +263,24 @@ class CudaBackend final : public Backend {
   }
 
   // The layers of layers.hpp (cudnn_layers.cpp), with the cuDNN handle on the compute stream.
+  // Activations cuDNN has no mode for run as our own kernels (activation_formulas.hpp).
   void do_activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const float* x, float* y,
                              double alpha, double beta) override {
+    if (!cudnn_layers::has_activation(mode)) {
+      cuda_kernels::activation_forward(dense_elements(s), mode, static_cast<float>(coef), x, y,
+                                       static_cast<float>(alpha), static_cast<float>(beta), resources_->compute.get());
+      return;
+    }
     cudnn_layers::activation_forward(cudnn_on_compute(), s, mode, coef, x, y, {alpha, beta});
   }
   void do_activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const float* y, const float* dy,
                               const float* x, float* dx, double alpha, double beta) override {
+    if (!cudnn_layers::has_activation(mode)) {
+      cuda_kernels::activation_backward(dense_elements(s), mode, static_cast<float>(coef), y, dy, x, dx,
+                                        static_cast<float>(alpha), static_cast<float>(beta),
+                                        resources_->compute.get());
+      return;
+    }
     cudnn_layers::activation_backward(cudnn_on_compute(), s, mode, coef, y, dy, x, dx, {alpha, beta});
   }
   void do_softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* x, float* y, double alpha,

@@ -37,16 +37,22 @@ void set_5d(const TensorDescriptor& d, const ChunkConv& s) {
   set_packed(d, dims, 5);
 }
 
+// cuDNN's mode for an activation; false where cuDNN has none.
+bool cudnn_mode(ActivationMode mode, cudnnActivationMode_t* m) {
+  switch (mode) {
+    case ActivationMode::relu: *m = CUDNN_ACTIVATION_RELU; return true;
+    case ActivationMode::sigmoid: *m = CUDNN_ACTIVATION_SIGMOID; return true;
+    case ActivationMode::tanh: *m = CUDNN_ACTIVATION_TANH; return true;
+    case ActivationMode::clipped_relu: *m = CUDNN_ACTIVATION_CLIPPED_RELU; return true;
+    case ActivationMode::elu: *m = CUDNN_ACTIVATION_ELU; return true;
+    case ActivationMode::swish: *m = CUDNN_ACTIVATION_SWISH; return true;
+    default: return false;  // layer_kernels.hpp runs the others
+  }
+}
+
 void set_activation(const ActivationDescriptor& d, ActivationMode mode, double coef) {
   cudnnActivationMode_t m = CUDNN_ACTIVATION_RELU;
-  switch (mode) {
-    case ActivationMode::relu: m = CUDNN_ACTIVATION_RELU; break;
-    case ActivationMode::sigmoid: m = CUDNN_ACTIVATION_SIGMOID; break;
-    case ActivationMode::tanh: m = CUDNN_ACTIVATION_TANH; break;
-    case ActivationMode::clipped_relu: m = CUDNN_ACTIVATION_CLIPPED_RELU; break;
-    case ActivationMode::elu: m = CUDNN_ACTIVATION_ELU; break;
-    case ActivationMode::swish: m = CUDNN_ACTIVATION_SWISH; break;
-  }
+  if (!cudnn_mode(mode, &m)) throw std::logic_error("cudnn_layers: cuDNN has no such activation mode");
   OOC_CUDNN_CHECK(cudnnSetActivationDescriptor(d, m, CUDNN_PROPAGATE_NAN, coef));
   if (mode == ActivationMode::swish) OOC_CUDNN_CHECK(cudnnSetActivationDescriptorSwishBeta(d, coef));
 }
@@ -57,6 +63,11 @@ cudnnSoftmaxMode_t softmax_mode(SoftmaxMode m) {
 }
 
 }  // namespace
+
+bool has_activation(ActivationMode mode) {
+  cudnnActivationMode_t m;
+  return cudnn_mode(mode, &m);
+}
 
 void activation_forward(cudnnHandle_t handle, const ChunkConv& shape, ActivationMode mode, double coef,
                         const float* x, float* y, Scaling k) {

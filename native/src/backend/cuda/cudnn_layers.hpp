@@ -15,6 +15,8 @@ struct Scaling {
   Scaling(double a, double b) : alpha(static_cast<float>(a)), beta(static_cast<float>(b)) {}
 };
 
+// Whether cuDNN has the activation (layer_kernels.hpp runs those it has not).
+bool has_activation(ActivationMode mode);
 void activation_forward(cudnnHandle_t handle, const ChunkConv& shape, ActivationMode mode, double coef,
                         const float* x, float* y, Scaling scaling);
 void activation_backward(cudnnHandle_t handle, const ChunkConv& shape, ActivationMode mode, double coef,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/activation_formulas.hpp"
 #include "backend/cuda/cuda_check.hpp"
 
 namespace ooc::cuda_kernels {
@@ -93,6 +94,24 @@ __global__ void affine_kernel(int64_t total, int64_t c, int64_t space, const flo
   }
 }
 
+__device__ float blended(float r, float alpha, float beta, const float& out) {
+  return beta == 0.0f ? alpha * r : alpha * r + beta * out;
+}
+
+__global__ void activation_forward_kernel(int64_t total, ActivationMode mode, float coef, const float* x, float* y,
+                                          float alpha, float beta) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = blended(activation_value(mode, coef, x[i]), alpha, beta, y[i]);
+}
+
+__global__ void activation_backward_kernel(int64_t total, ActivationMode mode, float coef, const float* y,
+                                           const float* dy, const float* x, float* dx, float alpha, float beta) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dx[i] = blended(activation_gradient(mode, coef, y[i], dy[i], x[i]), alpha, beta, dx[i]);
+}
+
 __global__ void row_bias_kernel(int64_t total, int64_t cols, const float* bias, float* c) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -141,6 +160,18 @@ void channel_affine(const ChunkChannels& s, const float* x, const float* dy, con
                     cudaStream_t stream) {
   const int64_t total = s.n * s.c * s.space;
   affine_kernel<<<grid_for(total, 256), 256, 0, stream>>>(total, s.c, s.space, x, dy, coef, beta, y);
+  OOC_CUDA_CHECK(cudaGetLastError());
+}
+
+void activation_forward(int64_t count, ActivationMode mode, float coef, const float* x, float* y, float alpha,
+                        float beta, cudaStream_t stream) {
+  activation_forward_kernel<<<grid_for(count, 256), 256, 0, stream>>>(count, mode, coef, x, y, alpha, beta);
+  OOC_CUDA_CHECK(cudaGetLastError());
+}
+
+void activation_backward(int64_t count, ActivationMode mode, float coef, const float* y, const float* dy,
+                         const float* x, float* dx, float alpha, float beta, cudaStream_t stream) {
+  activation_backward_kernel<<<grid_for(count, 256), 256, 0, stream>>>(count, mode, coef, y, dy, x, dx, alpha, beta);
   OOC_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,4 +1,5 @@
-// CUDA kernels of the batch-norm chunk operations and the GEMM bias (backend.hpp's channel_*),
+// CUDA kernels of the batch-norm chunk operations, the GEMM bias (backend.hpp's channel_*) and the
+// activations cuDNN lacks,
 // launched on the given stream; every launch is checked (cuda_error).
 #pragma once
 
@@ -31,6 +32,12 @@ void channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, 
 // y = the per-channel affine map of x (and dy) + beta * y; beta == 0 never reads y.
 void channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float beta, float* y,
                     cudaStream_t stream);
+// The activations cuDNN has no mode for (backend/activation_formulas.hpp), over `count` dense
+// elements, blended as cuDNN blends: out = alpha * r + beta * out; beta == 0 never reads out.
+void activation_forward(int64_t count, ActivationMode mode, float coef, const float* x, float* y, float alpha,
+                        float beta, cudaStream_t stream);
+void activation_backward(int64_t count, ActivationMode mode, float coef, const float* y, const float* dy,
+                         const float* x, float* dx, float alpha, float beta, cudaStream_t stream);
 // c[i, j] += bias[j] over a row-major [rows, cols] matrix.
 void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* c, cudaStream_t stream);
 

@@ -1,5 +1,8 @@
 // Measures the host<->device link with pinned buffers: the ceiling every out-of-core operation is
-// judged against (DESIGN §4: the roofline is the slowest of H2D, D2H and both at once).
+// judged against (docs/ARCHITECTURE.md, "The cost model": the roofline is the slowest of H2D, D2H
+// and both at once).
+#include "backend/cuda/link_bandwidth.hpp"
+
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -8,7 +11,6 @@
 #include "backend/cuda/cuda_stream.hpp"
 #include "backend/cuda/device_scope.hpp"
 #include "backend/cuda/pinned_memory.hpp"
-#include "ooc/ooc.hpp"
 
 namespace ooc {
 namespace {
@@ -51,7 +53,7 @@ double median_seconds(int reps, cudaStream_t first, Issue issue) {
 
 }  // namespace
 
-LinkBandwidth measure_link_bandwidth(int device, size_t bytes) {
+LinkBandwidth measure_pinned_link_bandwidth(int device, size_t bytes) {
   DeviceScope scope(device);
   PinnedBuffer host_in(bytes), host_out(bytes);
   DeviceBuffer dev_in(bytes), dev_out(bytes);

@@ -1,10 +1,8 @@
-// Also defines ooc::alloc_pinned / ooc::free_pinned (ooc.hpp), the public face of the same calls.
 #include "backend/cuda/pinned_memory.hpp"
 
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.hpp"
-#include "ooc/ooc.hpp"
 
 namespace ooc {
 
@@ -18,7 +16,5 @@ void pinned_host_free(void* ptr) noexcept {
   if (ptr) cuda_detail::ignore_cuda_error(cudaFreeHost(ptr));
 }
 
-void* alloc_pinned(size_t bytes) { return pinned_host_alloc(bytes); }
-void free_pinned(void* ptr) noexcept { pinned_host_free(ptr); }
 
 }  // namespace ooc

@@ -9,11 +9,10 @@
 
 #include "backend/backend.hpp"
 #include "backend/fault_injection.hpp"
-#include "ooc/ooc.hpp"  // testing::set_host_direct_access
 #include "backend/host/host_conv.hpp"
 #include "backend/host/host_layers.hpp"
 #include "backend/host/host_pool_activation_softmax.hpp"
-#include "exec/thread_pool.hpp"
+#include "util/thread_pool.hpp"
 
 namespace ooc {
 namespace {
@@ -168,8 +167,8 @@ class HostBackend final : public Backend {
 
 }  // namespace
 
-void testing::set_host_direct_access(bool enabled) { direct_access_flag() = enabled; }
-void testing::set_host_fault_injection(bool enabled) { fault_injection_flag() = enabled; }
+void set_host_backend_direct_access(bool enabled) { direct_access_flag() = enabled; }
+void set_host_backend_fault_injection(bool enabled) { fault_injection_flag() = enabled; }
 
 std::unique_ptr<Backend> make_host_backend() { return std::make_unique<HostBackend>(); }
 

@@ -1,5 +1,7 @@
 #include "backend/host/host_pool_activation_softmax.hpp"
 
+#include "backend/activation_formulas.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -24,36 +26,6 @@ float blend(double r, double alpha, double beta, const float& out) {
   return static_cast<float>(beta == 0.0 ? alpha * r : alpha * r + beta * out);
 }
 
-double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
-
-double activate(ActivationMode mode, double coef, double x) {
-  switch (mode) {
-    case ActivationMode::relu: return x > 0 ? x : 0.0;
-    case ActivationMode::sigmoid: return sigmoid(x);
-    case ActivationMode::tanh: return std::tanh(x);
-    case ActivationMode::clipped_relu: return std::min(std::max(x, 0.0), coef);
-    case ActivationMode::elu: return x > 0 ? x : coef * std::expm1(x);
-    case ActivationMode::swish: return x * sigmoid(coef * x);
-  }
-  throw std::logic_error("activation: unknown mode");
-}
-
-// dy * f'(x), from y = f(x) where that is how cuDNN computes it.
-double activate_grad(ActivationMode mode, double coef, double y, double dy, double x) {
-  switch (mode) {
-    case ActivationMode::relu: return x > 0 ? dy : 0.0;
-    case ActivationMode::sigmoid: return dy * y * (1.0 - y);
-    case ActivationMode::tanh: return dy * (1.0 - y * y);
-    case ActivationMode::clipped_relu: return x > 0 && x < coef ? dy : 0.0;
-    case ActivationMode::elu: return x > 0 ? dy : dy * coef * std::exp(x);
-    case ActivationMode::swish: {
-      const double s = sigmoid(coef * x);
-      return dy * (s + coef * x * s * (1.0 - s));
-    }
-  }
-  throw std::logic_error("activation: unknown mode");
-}
-
 // Calls f(base, count, stride) for each group softmax reduces over: channel mode: the c values at
 // one (n, position), `stride` apart; instance: the c*space values of one n, contiguous.
 template <typename F>
@@ -73,13 +45,13 @@ void for_each_group(ThreadPool& pool, const ChunkConv& s, SoftmaxMode mode, F f)
 
 void host_activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y,
                              double alpha, double beta, ThreadPool& pool) {
-  each(pool, elements(shape), [&](int64_t i) { y[i] = blend(activate(mode, coef, x[i]), alpha, beta, y[i]); });
+  each(pool, elements(shape), [&](int64_t i) { y[i] = blend(activation_value<double>(mode, coef, x[i]), alpha, beta, y[i]); });
 }
 
 void host_activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
                               const float* dy, const float* x, float* dx, double alpha, double beta, ThreadPool& pool) {
   each(pool, elements(shape), [&](int64_t i) {
-    dx[i] = blend(activate_grad(mode, coef, y[i], dy[i], x[i]), alpha, beta, dx[i]);
+    dx[i] = blend(activation_gradient<double>(mode, coef, y[i], dy[i], x[i]), alpha, beta, dx[i]);
   });
 }
 

@@ -1,4 +1,4 @@
-#include "exec/thread_pool.hpp"
+#include "util/thread_pool.hpp"
 
 #include <algorithm>
 
