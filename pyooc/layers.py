@@ -60,7 +60,8 @@ def _same_shape(ref_name, ref, **arrays):
 
 def activation_forward(x, mode, *, coef=None, out=None, memory_limit=None, backend="auto", device=0):
     """y = f(x) element-wise, f one of "relu", "sigmoid", "tanh", "clipped_relu" (coef: the
-    ceiling, required), "elu" (coef: alpha, default 1), "swish" (coef: beta, default 1). `out` may be
+    ceiling, required), "elu" (coef: alpha, default 1), "swish" (coef: beta, default 1), "gelu"
+    (exact, torch's default) and "leaky_relu" (coef: negative_slope, default 0.01). `out` may be
     x itself (in place)."""
     x = as_input(x, "x")
     c = _coef(mode, coef)

@@ -14,7 +14,7 @@ from conftest import expected_traffic, needed_budget, output_shape, reference_co
 from layers_helpers import COEF, ref_activation, ref_activation_grad
 
 TOL = 1e-5
-ACTIVATIONS = ["identity", "relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish"]
+ACTIVATIONS = ["identity", "relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish", "gelu", "leaky_relu"]
 
 
 def coef_of(activation):

@@ -1,16 +1,26 @@
 """float64 references of the layers (activation, softmax, add_tensor) and budget search for plans
 that split the way a test wants."""
 
+import math
+
 import numpy as np
 
 import pyooc
 
-ACTIVATIONS = ["relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish"]
-COEF = {"relu": None, "sigmoid": None, "tanh": None, "clipped_relu": 0.7, "elu": 1.3, "swish": 0.8}
+ACTIVATIONS = ["relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish", "gelu", "leaky_relu"]
+COEF = {"relu": None, "sigmoid": None, "tanh": None, "clipped_relu": 0.7, "elu": 1.3, "swish": 0.8, "gelu": None,
+        "leaky_relu": 0.2}
 
 
 def sigmoid(v):
     return 1.0 / (1.0 + np.exp(-v))
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def normal_cdf(v):
+    return 0.5 * (1.0 + _erf(v / math.sqrt(2.0)))
 
 
 def ref_activation(x, mode, coef):
@@ -27,6 +37,10 @@ def ref_activation(x, mode, coef):
         return np.where(x > 0, x, coef * np.expm1(np.minimum(x, 0)))
     if mode == "swish":
         return x * sigmoid(coef * x)
+    if mode == "gelu":  # exact (torch's approximate="none")
+        return x * normal_cdf(x)
+    if mode == "leaky_relu":
+        return np.where(x > 0, x, coef * x)
     raise ValueError(mode)
 
 
@@ -47,6 +61,10 @@ def ref_activation_grad(x, dy, mode, coef):
     elif mode == "swish":
         s = sigmoid(coef * x)
         d = s + coef * x * s * (1 - s)
+    elif mode == "gelu":
+        d = normal_cdf(x) + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    elif mode == "leaky_relu":
+        d = np.where(x > 0, 1.0, coef)
     else:
         raise ValueError(mode)
     return dy * d

@@ -189,3 +189,19 @@ def test_layer_plans_report():
     assert "softmax_backward" in str(plan)
     boxes = plan.chunks
     assert len(boxes) == plan.num_chunks and all(ch["c"] == (0, 8) for ch in boxes)
+
+
+def test_activation_traits_give_each_modes_coef_and_gradient_source():
+    # leaky_relu's coef defaults to torch's negative_slope; gelu takes none; only relu, sigmoid and
+    # tanh take their gradient from y alone.
+    x = np.linspace(-3, 3, 61, dtype=np.float32).reshape(1, 61)
+    leaky = pyooc.activation_forward(x, "leaky_relu", backend="host")
+    np.testing.assert_allclose(leaky, ref_activation(x, "leaky_relu", 0.01), rtol=1e-6, atol=1e-7)
+    with pytest.raises(TypeError, match="coef must be a real number"):
+        pyooc.activation_forward(x, "leaky_relu", coef="steep", backend="host")
+    from pyooc._loader import load_native
+    native = load_native()
+    assert native.activation_traits("leaky_relu") == ("negative_slope", 0.01, False)
+    assert native.activation_traits("gelu") == ("", 0.0, False)
+    assert native.activation_traits("clipped_relu") == ("ceiling", None, False)
+    assert [m for m in ACTIVATIONS if native.activation_traits(m)[2]] == ["relu", "sigmoid", "tanh"]

@@ -27,6 +27,8 @@ inline double reference_activation(const ooc::FusedActivation& a, double v) {
     case ooc::ActivationMode::clipped_relu: return std::min(std::max(v, 0.0), a.coef);
     case ooc::ActivationMode::elu: return v > 0 ? v : a.coef * std::expm1(v);
     case ooc::ActivationMode::swish: return v * sigmoid(a.coef * v);
+    case ooc::ActivationMode::gelu: return 0.5 * v * std::erfc(-v / std::sqrt(2.0));
+    case ooc::ActivationMode::leaky_relu: return v > 0 ? v : a.coef * v;
   }
   return v;
 }
@@ -36,7 +38,7 @@ inline std::vector<std::pair<std::string, ooc::FusedActivation>> fused_activatio
   std::vector<std::pair<std::string, ooc::FusedActivation>> v;
   for (const auto& [name, coef] : std::vector<std::pair<std::string, double>>{
            {"identity", 0}, {"relu", 0}, {"sigmoid", 0}, {"tanh", 0}, {"clipped_relu", 0.6}, {"elu", 1.3},
-           {"swish", 0.8}})
+           {"swish", 0.8}, {"gelu", 0}, {"leaky_relu", 0.2}})
     v.emplace_back(name, ooc::fused_activation_from_name(name, coef));
   return v;
 }
@@ -261,6 +263,9 @@ inline double reference_activation_grad(const ooc::FusedActivation& a, double pr
       const double s = sigmoid(a.coef * pre);
       return dy * (s + a.coef * pre * s * (1.0 - s));
     }
+    case ooc::ActivationMode::gelu:
+      return dy * (0.5 * std::erfc(-pre / std::sqrt(2.0)) + pre * std::exp(-0.5 * pre * pre) / std::sqrt(2.0 * M_PI));
+    case ooc::ActivationMode::leaky_relu: return pre > 0 ? dy : a.coef * dy;
   }
   return dy;
 }

@@ -156,10 +156,10 @@ std::vector<FusedBackwardCase> activation_cases() {
 INSTANTIATE_TEST_SUITE_P(Cases, ActivationFusedBackwardHost, ::testing::ValuesIn(activation_cases()),
                          [](const auto& info) { return std::string(info.param.name); });
 
-TEST(ActivationFusedBackward, ClippedReluEluAndSwishNeedTheActivationsInput) {
+TEST(ActivationFusedBackward, ActivationsWhoseGradientIsNotAFunctionOfYNeedTheirInput) {
   const ooc::ConvProblem p =
       ooc_test::backward_spec(ooc::Operation::backward_data, {1, 2, 8}, {3, 2, 3}).problem();
-  for (const char* name : {"clipped_relu", "elu", "swish"}) {
+  for (const char* name : {"clipped_relu", "elu", "swish", "gelu", "leaky_relu"}) {
     try {
       ooc::plan_activation_conv_backward_data_filter_bias(p, ooc::fused_activation_from_name(name, 1.0), false,
                                                           ooc_layers_test::host(0));

@@ -78,7 +78,7 @@ TEST(LayerPlanner, AddTensorBroadcastBoxes) {
 
 TEST(LayerPlanner, BadModesListValidNames) {
   try {
-    ooc::activation_mode_from_name("gelu");
+    ooc::activation_mode_from_name("mish");
     FAIL();
   } catch (const ooc::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("'swish'"), std::string::npos) << e.what();
@@ -94,6 +94,8 @@ double act(ActivationMode m, double coef, double x) {
     case ActivationMode::clipped_relu: return std::min(std::max(x, 0.0), coef);
     case ActivationMode::elu: return x > 0 ? x : coef * (std::exp(x) - 1);
     case ActivationMode::swish: return x / (1 + std::exp(-coef * x));
+    case ActivationMode::gelu: return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+    case ActivationMode::leaky_relu: return x > 0 ? x : coef * x;
   }
   return 0;
 }
@@ -103,7 +105,8 @@ TEST(LayerHost, ActivationForwardAndBackwardMatchFiniteDifferences) {
   const Shape shape{2, 3, 5, 7};
   const size_t count = static_cast<size_t>(ooc_test::product(shape));
   for (ActivationMode m : {ActivationMode::relu, ActivationMode::sigmoid, ActivationMode::tanh,
-                           ActivationMode::clipped_relu, ActivationMode::elu, ActivationMode::swish}) {
+                           ActivationMode::clipped_relu, ActivationMode::elu, ActivationMode::swish,
+                           ActivationMode::gelu, ActivationMode::leaky_relu}) {
     const double coef = m == ActivationMode::clipped_relu ? 0.5 : 1.3;
     std::vector<float> x = ooc_test::random_vector(count, rng), dy = ooc_test::random_vector(count, rng);
     std::vector<float> y(count, NAN), dx(count, NAN);

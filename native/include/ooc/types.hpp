@@ -33,7 +33,7 @@ struct RunStats {
 
 // Every activation, in the order of ActivationMode: X(name). A mode's formula (value and gradient,
 // host and device alike) lives in backend/activation_formulas.hpp; cuDNN runs those it has.
-#define OOC_ACTIVATION_MODES(X) X(relu) X(sigmoid) X(tanh) X(clipped_relu) X(elu) X(swish)
+#define OOC_ACTIVATION_MODES(X) X(relu) X(sigmoid) X(tanh) X(clipped_relu) X(elu) X(swish) X(gelu) X(leaky_relu)
 #define OOC_ACTIVATION_ENUMERATOR(name) name,
 enum class ActivationMode { OOC_ACTIVATION_MODES(OOC_ACTIVATION_ENUMERATOR) };
 #undef OOC_ACTIVATION_ENUMERATOR

@@ -33,6 +33,8 @@ inline ActivationTraits activation_traits_of(ActivationMode mode) {
     case ActivationMode::clipped_relu: return {"ceiling", required, false};
     case ActivationMode::elu: return {"alpha", 1.0, false};
     case ActivationMode::swish: return {"beta", 1.0, false};
+    case ActivationMode::gelu: return {"", 0.0, false};
+    case ActivationMode::leaky_relu: return {"negative_slope", 0.01, false};  // torch's default
   }
   return {"", 0.0, false};
 }
@@ -55,6 +57,8 @@ OOC_HOST_DEVICE inline T activation_value(ActivationMode mode, T coef, T x) {
     }
     case ActivationMode::elu: return x > T(0) ? x : coef * expm1(x);
     case ActivationMode::swish: return x * activation_sigmoid(coef * x);
+    case ActivationMode::gelu: return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));  // exact, as torch's
+    case ActivationMode::leaky_relu: return x > T(0) ? x : coef * x;
   }
   return x;
 }
@@ -72,6 +76,10 @@ OOC_HOST_DEVICE inline T activation_gradient(ActivationMode mode, T coef, T y, T
       const T s = activation_sigmoid(coef * x);
       return dy * (s + coef * x * s * (T(1) - s));
     }
+    case ActivationMode::gelu:  // Phi(x) + x * phi(x)
+      return dy * (T(0.5) * (T(1) + erf(x * T(0.70710678118654752440))) +
+                   x * T(0.39894228040143267794) * exp(T(-0.5) * x * x));
+    case ActivationMode::leaky_relu: return x > T(0) ? dy : coef * dy;
   }
   return dy;
 }
