@@ -43,6 +43,25 @@ cdef tuple _ranges(ooc.RangeArray3& r, int n):
     return tuple(out)
 
 
+cdef object _chunk_member(ooc.Chunk& ch, int member, int sd):
+    # ooc::ChunkMember's order: n, k, c, out, in, target, out_read, load_x, load_w, load_y, first_c, last_c
+    if member == 0:
+        return (ch.n.begin, ch.n.end)
+    if member == 1:
+        return (ch.k.begin, ch.k.end)
+    if member == 2:
+        return (ch.c.begin, ch.c.end)
+    if member == 3:
+        return _ranges(ch.out, sd)
+    if member == 4:
+        return _ranges(ch.input, sd)
+    if member == 5:
+        return _ranges(ch.target, sd)
+    if member == 6:
+        return _ranges(ch.out_read, sd)
+    return (ch.load_x, ch.load_w, ch.load_y, ch.first_c, ch.last_c)[member - 7]
+
+
 cdef class Plan:
     """How one operation runs out of core (see native/include/ooc/plan.hpp). `str(plan)` prints it."""
     cdef unique_ptr[ooc.Plan] c_obj
@@ -184,68 +203,19 @@ cdef class Plan:
     @property
     def chunks(self):
         """The chunks in execution order, each a dict of index ranges (half-open) and flags, keyed by
-        the tensors the operation moves. conv_forward: n, k, c, out (y), in (x, halo included),
-        load_x, load_w, first_c, last_c. The gradients: first / last mark a reduction's first and
-        last chunk; matmul: m, n (the c tile), k (the K range reduced), load_a, load_b, first, last;
-        batch norm: n, c, spatial (an x tile; every pass walks the same list); conv_backward_data: n, c, k, dx (the rows written back), dx_computed, dy (the
-        device's rows), dy_read (the rows loaded: those contributing to dx), load_dy, load_w;
-        conv_backward_filter: n, k, c, dy, x, load_x, load_dy; conv_backward_bias: n, k, dy, load_dy;
-        conv_backward_data_filter_bias: n, c, dy (the dy tile, loaded once), x (the x slab, also the dx
-        rows computed), dx (the rows written back), load_dy, load_x, load_w;
-        conv_bias_activation_pooling_forward: n, k, c, y (the y rows computed), x (the x rows read),
-        pooled (the pooled rows written back), pooled_computed, load_x, load_w, first_c, last_c.
-        conv_bias_activation_forward: conv_forward's."""
+        the names the operation gives its tensors (ooc::Plan::chunk_fields, native/src/plan/
+        chunk_fields.cpp, says which for every operation). conv_forward: n, k, c, out (y), in (x,
+        halo included), load_x, load_w, first_c, last_c; the gradients name theirs (dy, dx, dy_read,
+        ...) and mark a reduction's first and last chunk; matmul: m, n, k; batch norm: n, c,
+        spatial; the layers: n, c, box, out, target."""
         cdef ooc.Plan* p = self.c_obj.get()
         cdef int sd = p.problem.spatial_dims
-        cdef ooc.Operation op = p.problem.op
-        cdef ooc.Chunk* ch
-        cdef bint fused_backward = (p.fused == b"conv_backward_data_filter_bias" or
-                                    p.fused == b"activation_conv_backward_data_filter_bias" or
-                                    p.fused == b"pooling_activation_conv_backward_data_filter_bias")
-        cdef bint fused_pooling = p.fused == b"conv_bias_activation_pooling_forward"
+        cdef vector[ooc.ChunkField] fields = p.chunk_fields()
+        names = [fields[f].name.decode() for f in range(fields.size())]
         result = []
         for i in range(p.chunks.size()):
-            ch = &p.chunks[i]
-            n, k, c = (ch.n.begin, ch.n.end), (ch.k.begin, ch.k.end), (ch.c.begin, ch.c.end)
-            if fused_pooling:  # y: rows computed; x: rows read; pooled: rows written back (pooled_computed: pooled)
-                result.append({"n": n, "k": k, "c": c, "y": _ranges(ch.out, sd), "x": _ranges(ch.input, sd),
-                               "pooled": _ranges(ch.target, sd), "pooled_computed": _ranges(ch.out_read, sd),
-                               "load_x": ch.load_x, "load_w": ch.load_w, "first_c": ch.first_c,
-                               "last_c": ch.last_c})
-            elif fused_backward:  # dy: the tile loaded (once); x: the x slab and dx rows computed; dx: written back
-                result.append({"n": n, "c": c, "dy": _ranges(ch.out, sd), "x": _ranges(ch.input, sd),
-                               "dx": _ranges(ch.target, sd), "load_dy": ch.load_y, "load_x": ch.load_x,
-                               "load_w": ch.load_w})
-            elif op == ooc.Operation.matmul:  # rows of c, columns of c, the K range reduced
-                result.append({"m": n, "n": k, "k": c, "load_a": ch.load_x, "load_b": ch.load_w,
-                               "first": ch.first_c, "last": ch.last_c})
-            elif (op == ooc.Operation.batchnorm_forward_training or op == ooc.Operation.batchnorm_forward_inference
-                  or op == ooc.Operation.batchnorm_backward):  # an x tile
-                result.append({"n": n, "c": c, "spatial": _ranges(ch.input, sd)})
-            elif op == ooc.Operation.forward:
-                result.append({
-                    "n": n, "k": k, "c": c, "out": _ranges(ch.out, sd), "in": _ranges(ch.input, sd),
-                    "load_x": ch.load_x, "load_w": ch.load_w, "first_c": ch.first_c, "last_c": ch.last_c,
-                })
-            elif op == ooc.Operation.backward_data:
-                result.append({
-                    "n": n, "c": c, "k": k, "dx": _ranges(ch.target, sd), "dx_computed": _ranges(ch.input, sd),
-                    "dy": _ranges(ch.out, sd), "dy_read": _ranges(ch.out_read, sd),
-                    "load_dy": ch.load_y, "load_w": ch.load_w, "first": ch.first_c, "last": ch.last_c,
-                })
-            elif op == ooc.Operation.backward_filter:
-                result.append({
-                    "n": n, "k": k, "c": c, "dy": _ranges(ch.out, sd), "x": _ranges(ch.input, sd),
-                    "load_x": ch.load_x, "load_dy": ch.load_y, "first": ch.first_c, "last": ch.last_c,
-                })
-            elif <int>op >= <int>ooc.Operation.activation_forward:
-                # layers: box: the x-shaped rows loaded; out: the y-shaped rows on the device
-                # (pooling); target: the rows written back (disjoint tiles of the output)
-                result.append({"n": n, "c": c, "box": _ranges(ch.input, sd), "out": _ranges(ch.out, sd),
-                               "target": _ranges(ch.target, sd)})
-            else:
-                result.append({"n": n, "k": k, "dy": _ranges(ch.out, sd), "load_dy": ch.load_y,
-                               "first": ch.first_c, "last": ch.last_c})
+            result.append({names[f]: _chunk_member(p.chunks[i], <int>fields[f].member, sd)
+                           for f in range(fields.size())})
         return result
 
     def __str__(self):

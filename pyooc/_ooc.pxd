@@ -98,6 +98,13 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         Dims3 compute_padding
         bool load_x, load_w, load_y, first_c, last_c
 
+    cdef enum class ChunkMember(int):
+        n
+
+    cdef cppclass ChunkField:
+        const char* name
+        ChunkMember member
+
     cdef cppclass MachineModel:
         double h2d_bytes_per_s, d2h_bytes_per_s, bidir_bytes_per_s, flops_per_s, chunk_overhead_s
 
@@ -120,6 +127,7 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         int y_inputs, pooled_inputs, out_buffers
         size_t pooled_slot_bytes, out_slot_bytes, kept_bytes, scratch_bytes
         size_t num_chunks()
+        vector[ChunkField] chunk_fields()
         string describe()
 
 

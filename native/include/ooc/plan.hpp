@@ -61,6 +61,14 @@ struct Chunk {
   bool first_c = true, last_c = true;
 };
 
+// The members of a Chunk an operation reads, for naming them (Plan::chunk_fields).
+enum class ChunkMember { n, k, c, out, in, target, out_read, load_x, load_w, load_y, first_c, last_c };
+// One member of an operation's chunks under the name the operation gives it ("dy", "load_dy", ...).
+struct ChunkField {
+  const char* name;
+  ChunkMember member;
+};
+
 struct MachineModel {
   double h2d_bytes_per_s = 5e9;
   double d2h_bytes_per_s = 5e9;
@@ -108,6 +116,9 @@ struct Plan {
   size_t out_slot_bytes = 0, kept_bytes = 0, scratch_bytes = 0;
 
   size_t num_chunks() const { return chunks.size(); }
+  // What this plan's chunks hold, named after its operation's tensors, in one table for every
+  // operation and fused function (plan/chunk_fields.cpp); Python's Plan.chunks reads it.
+  std::vector<ChunkField> chunk_fields() const;
   std::string describe() const;  // multi-line, human readable
 };
 

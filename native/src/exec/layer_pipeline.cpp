@@ -13,11 +13,16 @@ Box box_of(Range a, Range b, Range s0 = {0, 1}, Range s1 = {0, 1}, Range s2 = {0
   return Box{{a.begin, b.begin, s0.begin, s1.begin, s2.begin}, {a.end, b.end, s0.end, s1.end, s2.end}};
 }
 
-TensorView view(const void* data, const Extent& shape) { return TensorView::contiguous(data, shape, 5, 4); }
+TensorView view(const void* data, const Extent& shape, size_t element_size) {
+  return TensorView::contiguous(data, shape, kMaxRank, element_size);
+}
+// The per-chunk statistics and per-channel coefficients are float32 whatever the tensors' dtype:
+// the kernels accumulate and apply them in float32.
+constexpr size_t kStatisticsElementSize = sizeof(float);
 
 // A row-major [rows, cols] matrix whose rows lie `ld` elements apart.
-TensorView matrix_view(const void* data, int64_t rows, int64_t cols, int64_t ld) {
-  TensorView v = view(data, {rows, cols, 1, 1, 1});
+TensorView matrix_view(const void* data, int64_t rows, int64_t cols, int64_t ld, size_t element_size) {
+  TensorView v = view(data, {rows, cols, 1, 1, 1}, element_size);
   v.strides[0] = ld;
   return v;
 }
@@ -47,9 +52,10 @@ RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans
   spec.out = {c, plan.y_buffers, plan.y_slot_bytes};
   spec.beta = p.beta;
   spec.workspace_bytes = plan.workspace_bytes;
-  const TensorView av = trans_a ? matrix_view(a, K, M, lda) : matrix_view(a, M, K, lda);
-  const TensorView bv = trans_b ? matrix_view(b, N, K, ldb) : matrix_view(b, K, N, ldb);
-  const TensorView cv = matrix_view(c, M, N, ldc);
+  const size_t es = dtype_size(p.dtype);
+  const TensorView av = trans_a ? matrix_view(a, K, M, lda, es) : matrix_view(a, M, K, lda, es);
+  const TensorView bv = trans_b ? matrix_view(b, N, K, ldb, es) : matrix_view(b, K, N, ldb, es);
+  const TensorView cv = matrix_view(c, M, N, ldc, es);
   // Tiles keep the stored layout; the kernel is told which operand is transposed.
   spec.add_input({a, plan.x_buffers, plan.x_slot_bytes},
                  [=](const Chunk& ch) { return Region{av, trans_a ? box_of(ch.c, ch.n) : box_of(ch.n, ch.c)}; },
@@ -59,7 +65,7 @@ RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans
                  [](const Chunk& ch) { return ch.load_w; });
   spec.out_region = [=](const Chunk& ch) { return Region{cv, box_of(ch.n, ch.k)}; };
   if (p.has_bias) {  // resident; added by the last chunk of each K reduction
-    spec.resident = Region{view(bias, {N, 1, 1, 1, 1}), box_of({0, N}, {0, 1})};
+    spec.resident = Region{view(bias, {N, 1, 1, 1, 1}, es), box_of({0, N}, {0, 1})};
     spec.resident_bytes = plan.bias_bytes;
   }
   spec.compute = [&](const Chunk& ch, const ChunkBuffers& buf) {
@@ -75,8 +81,9 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
   const int64_t C = p.c;
   const Extent x_shape{p.n, C, p.in[0], p.in[1], p.in[2]};
   const bool backward = p.op == Operation::batchnorm_backward;
-  const TensorView xv = view(t.x, x_shape), ov = view(t.out, x_shape);
-  const TensorView dyv = backward ? view(t.dy, x_shape) : TensorView{};
+  const size_t es = dtype_size(p.dtype);
+  const TensorView xv = view(t.x, x_shape, es), ov = view(t.out, x_shape, es);
+  const TensorView dyv = backward ? view(t.dy, x_shape, es) : TensorView{};
   auto x_region = [xv](const Chunk& ch) { return Region{xv, box_of(ch.n, ch.c, ch.in[0], ch.in[1], ch.in[2])}; };
   auto shape_of = [](const Chunk& ch) {
     return ChunkChannels{ch.n.size(), ch.c.size(), ch.in[0].size() * ch.in[1].size() * ch.in[2].size()};
@@ -108,7 +115,7 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
     std::vector<float> table(static_cast<size_t>(rows * C * 2));
     std::vector<float> mean_invstd;
     OperationSpec spec = base_spec(table.data(), plan.y_slot_bytes);
-    const TensorView tv = view(table.data(), {rows, C, 2, 1, 1});
+    const TensorView tv = view(table.data(), {rows, C, 2, 1, 1}, kStatisticsElementSize);
     spec.out_region = [tv](const Chunk& ch) { return Region{tv, box_of(ch.k, ch.c, {0, 2})}; };
     if (backward) {
       mean_invstd.resize(2 * C);
@@ -116,7 +123,7 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
         mean_invstd[2 * c] = t.saved_mean[c];
         mean_invstd[2 * c + 1] = t.saved_invstd[c];
       }
-      spec.resident = Region{view(mean_invstd.data(), {C, 2, 1, 1, 1}), box_of({0, C}, {0, 2})};
+      spec.resident = Region{view(mean_invstd.data(), {C, 2, 1, 1, 1}, kStatisticsElementSize), box_of({0, C}, {0, 2})};
       spec.resident_bytes = plan.bias_bytes;
       spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
         backend.channel_grad_sums(shape_of(ch), b.in[0], b.in[1], b.resident + 2 * ch.c.begin, b.out);
@@ -177,7 +184,7 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
   OperationSpec spec = base_spec(t.out, plan.y_slot_bytes);
   spec.beta = p.beta;
   spec.out_region = [ov](const Chunk& ch) { return Region{ov, box_of(ch.n, ch.c, ch.in[0], ch.in[1], ch.in[2])}; };
-  spec.resident = Region{view(coef.data(), {C, per, 1, 1, 1}), box_of({0, C}, {0, per})};
+  spec.resident = Region{view(coef.data(), {C, per, 1, 1, 1}, kStatisticsElementSize), box_of({0, C}, {0, per})};
   spec.resident_bytes = plan.bias_bytes;
   spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
     backend.channel_affine(shape_of(ch), b.in[0], backward ? b.in[1] : nullptr, b.resident + per * ch.c.begin, b.beta,

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "plan/operation_vocabulary.hpp"
 #include "plan/shape_format.hpp"
 
 namespace ooc {
@@ -22,41 +23,6 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
-namespace {
-
-// What each slot family holds in this operation ("" where it holds nothing).
-struct SlotNames {
-  const char *x, *w, *y, *bias, *output;
-};
-SlotNames slot_names(Operation op) {
-  switch (op) {
-    case Operation::forward: return {"x", "w", "y", "bias", "y"};
-    case Operation::backward_data: return {"dx", "w", "dy", "", "dx"};
-    case Operation::backward_filter: return {"x", "dw", "dy", "", "dw"};
-    case Operation::backward_bias: return {"", "", "dy", "db", "db"};
-    case Operation::activation_forward: case Operation::softmax_forward: return {"x", "", "y", "", "y"};
-    case Operation::activation_backward: case Operation::softmax_backward: return {"y, dy, x", "", "dx", "", "dx"};
-    case Operation::add_tensor: return {"c", "a", "out", "", "out"};
-    case Operation::pool_forward: return {"x", "", "y", "", "y"};
-    case Operation::pool_backward: return {"x, dx", "", "y, dy", "", "dx"};
-    case Operation::matmul: return {"a", "b", "c", "bias", "c"};
-    case Operation::batchnorm_backward: return {"x", "dy", "dx", "coefficients", "dx"};
-    default: return {"x", "", "y", "coefficients", "y"};  // batch-norm forward
-  }
-  return {"x", "w", "y", "bias", "y"};
-}
-
-// The reduction the output accumulates over, as describe() says it.
-const char* reduction_name(Operation op) {
-  switch (op) {
-    case Operation::forward: return "c";
-    case Operation::backward_data: return "k";
-    case Operation::matmul: return "K";
-    default: return "n and space";
-  }
-}
-
-}  // namespace
 
 std::string Plan::describe() const {
   const int sd = problem.spatial_dims;
