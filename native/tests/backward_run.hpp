@@ -28,16 +28,7 @@ inline ooc::Plan plan_backward(const ooc::ConvProblem& p, const ooc::Options& o)
 
 // The smallest device budget any plan for `p` needs on `backend`.
 inline size_t backward_needed_bytes(const ooc::ConvProblem& p, ooc::BackendKind backend) {
-  ooc::Options o;
-  o.memory_limit = 1;
-  o.backend = backend;
-  try {
-    plan_backward(p, o);
-  } catch (const ooc::out_of_budget& e) {
-    return e.needed_bytes();
-  }
-  ADD_FAILURE() << "a 1-byte budget did not throw out_of_budget";
-  return 1;
+  return needed_bytes_of(plan_backward, p, backend);
 }
 
 // Bytes a run moves H2D when caller memory is DMA'd directly: only what lies inside each tensor
@@ -105,9 +96,7 @@ inline BackwardResult run_backward_and_check(const BackwardSpec& spec, size_t me
                                                : std::vector<float>(out_elements, std::numeric_limits<float>::quiet_NaN());
   // The library gets copies; the originals prove the inputs were not written.
   CallerCopy xc(x, memory), wc(w, memory), dyc(dy, memory), outc(old, memory);
-  ooc::Options options;
-  options.memory_limit = memory_limit;
-  options.backend = backend;
+  const ooc::Options options = options_for(backend, memory_limit);
   BackwardResult r;
   try {
     switch (p.op) {
@@ -138,18 +127,7 @@ inline BackwardResult run_backward_and_check(const BackwardSpec& spec, size_t me
   EXPECT_EQ(dyc.contents(), dy) << "dy was modified";
 
   EXPECT_EQ(r.plan.problem.op, p.op);
-  if (memory_limit) {
-    EXPECT_EQ(r.plan.memory_limit, memory_limit);
-  }
-  EXPECT_LE(r.plan.peak_device_bytes, r.plan.memory_limit);
-  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
-  if (memory == CallerMemory::pageable) {
-    EXPECT_EQ(r.stats.bytes_h2d, r.plan.bytes_h2d);
-  } else {
-    EXPECT_EQ(r.stats.bytes_h2d, backward_direct_h2d_bytes(r.plan));
-  }
-  EXPECT_EQ(r.stats.bytes_d2h, r.plan.bytes_d2h);
-  EXPECT_EQ(r.stats.chunks, static_cast<int64_t>(r.plan.num_chunks()));
+  expect_run_as_planned(r.plan, r.stats, memory_limit, memory, backward_direct_h2d_bytes);
   check_backward_plan(r.plan, true);
   return r;
 }
@@ -165,27 +143,13 @@ struct BackwardCase {
 };
 inline void PrintTo(const BackwardCase& c, std::ostream* os) { *os << c.name; }
 
-inline BackwardSpec backward_spec(Operation op, Shape x, Shape w, Shape stride = {1}, Shape padding = {0},
-                                  Shape dilation = {1}, double alpha = 1.0, double beta = 0.0) {
-  BackwardSpec s;
-  s.op = op;
-  s.x = std::move(x), s.w = std::move(w), s.stride = std::move(stride), s.padding = std::move(padding);
-  s.dilation = std::move(dilation);
-  s.alpha = alpha, s.beta = beta;
-  return s;
-}
-
 // The cases every backend runs: each split kind of each gradient, with the budget that forces it.
 inline std::vector<BackwardCase> backward_cases() {
   using O = Operation;
   using P = const ooc::Plan&;
   const O D = O::backward_data, F = O::backward_filter, B = O::backward_bias;
   auto only = [](std::function<bool(P)> split, int dims) {
-    return [split, dims](P p) {
-      const int n = (p.splits_n > 1) + (p.splits_k > 1) + (p.splits_c > 1) + (p.splits_out[0] > 1) +
-                    (p.splits_out[1] > 1) + (p.splits_out[2] > 1);
-      return split(p) && n == dims;
-    };
+    return [split, dims](P p) { return split(p) && split_dims(p) == dims; };
   };
   auto many = [](P p) { return p.num_chunks() > 1; };
   return {

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend_fixtures.hpp"
 #include "capi/capi_internal.hpp"
 #include "ooc/ooc.hpp"
 #include "ooc/ooc_cudnn.h"
@@ -163,16 +164,6 @@ class HostBackendTest : public ::testing::Test {
     ooc::capi::testing::use_host_backend(false);
     oocSetMemoryLimit(0);
   }
-};
-
-// Caller memory taken as pinned by the host backend (ooc::testing::set_host_direct_access): regions
-// move by strided DMA copies, halos and the blended output's surroundings zeroed on the "device".
-class DirectAccess {
- public:
-  explicit DirectAccess(bool on) { ooc::testing::set_host_direct_access(on); }
-  ~DirectAccess() { ooc::testing::set_host_direct_access(false); }
-  DirectAccess(const DirectAccess&) = delete;
-  DirectAccess& operator=(const DirectAccess&) = delete;
 };
 
 // What the calling thread's last C API call left behind, for failure messages.

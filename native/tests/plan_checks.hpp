@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -46,6 +47,39 @@ inline OutBox out_box(const ooc::Chunk& ch) {
           ch.out[1].begin, ch.out[1].end, ch.out[2].begin, ch.out[2].end};
 }
 
+// How many dimensions a plan splits (n, k, c and each spatial one).
+inline int split_dims(const ooc::Plan& p) {
+  return (p.splits_n > 1) + (p.splits_k > 1) + (p.splits_c > 1) + (p.splits_out[0] > 1) + (p.splits_out[1] > 1) +
+         (p.splits_out[2] > 1);
+}
+
+// Which dimensions a plan splits, as a label: "n", "k+c", "d0+d2", ... ("none" for one chunk).
+inline std::string split_kind(const ooc::Plan& plan) {
+  std::string s;
+  auto add = [&](bool split, const char* name) {
+    if (split) s += (s.empty() ? "" : "+") + std::string(name);
+  };
+  add(plan.splits_n > 1, "n");
+  add(plan.splits_k > 1, "k");
+  add(plan.splits_c > 1, "c");
+  add(plan.splits_out[0] > 1, "d0");
+  add(plan.splits_out[1] > 1, "d1");
+  add(plan.splits_out[2] > 1, "d2");
+  return s.empty() ? "none" : s;
+}
+
+// Whether some split dimension ends in a smaller tile. The spatial tiles are y's (dy's), except
+// backward data's, which are dx's.
+inline bool uneven_edge(const ooc::Plan& plan) {
+  const ooc::ConvProblem& p = plan.problem;
+  const bool dx_tiles = p.op == ooc::Operation::backward_data;
+  bool u = (plan.splits_n > 1 && p.n % plan.tiling.n) || (plan.splits_k > 1 && p.k % plan.tiling.k) ||
+           (plan.splits_c > 1 && p.c % plan.tiling.c);
+  for (int d = 0; d < ooc::kMaxSpatial; ++d)
+    u = u || (plan.splits_out[d] > 1 && (dx_tiles ? p.in[d] : p.out[d]) % plan.tiling.out[d]);
+  return u;
+}
+
 // The ranges of one dimension, over all chunks, must partition [0, extent) into `splits` pieces of
 // the plan's tile size (the last may be smaller); returns how many distinct ranges there were.
 inline void check_dimension_ranges(const std::set<std::pair<int64_t, int64_t>>& ranges, int64_t extent,
@@ -60,6 +94,24 @@ inline void check_dimension_ranges(const std::set<std::pair<int64_t, int64_t>>& 
   }
   ASSERT_EQ(expect_begin, extent) << what << ": ranges stop short of the extent";
   ASSERT_EQ(static_cast<int64_t>(ranges.size()), splits) << what << ": tile count differs from the plan's splits";
+}
+
+// Plans `p` with plan_for (a planner of plan/planner.hpp) under budgets from `needed` (its tightest)
+// to one so large that nothing need split, checks each plan with check(plan) and then counts it
+// with tally(plan). Stops at the first plan that fails a check: the caller returns on HasFailure().
+template <typename PlanFor, typename Check, typename Tally>
+void plan_under_every_budget(PlanFor plan_for, const ooc::ConvProblem& p, size_t needed, const std::string& trace,
+                             Check check, Tally tally) {
+  for (double factor : {1.0, 1.3, 2.0, 4.0, 16.0, 1e6}) {
+    const size_t budget = static_cast<size_t>(static_cast<double>(needed) * factor);
+    SCOPED_TRACE(trace + ", memory_limit " + std::to_string(budget));
+    ooc::Plan plan;
+    ASSERT_NO_THROW(plan = plan_for(p, config(budget)));
+    ASSERT_EQ(plan.memory_limit, budget);
+    check(plan);
+    ASSERT_FALSE(::testing::Test::HasFailure()) << plan.describe();
+    tally(plan);
+  }
 }
 
 // All structural properties of `plan`. count_elements: also count coverage element by element.
@@ -201,14 +253,9 @@ inline void check_plan(const ooc::Plan& plan, bool count_elements) {
     std::vector<uint8_t> count(static_cast<size_t>(p.y_elements()), 0);
     for (const ooc::Chunk& ch : chunks) {
       if (!ch.last_c) continue;
-      for (int64_t n = ch.n.begin; n < ch.n.end; ++n)
-        for (int64_t k = ch.k.begin; k < ch.k.end; ++k)
-          for (int64_t a = ch.out[0].begin; a < ch.out[0].end; ++a)
-            for (int64_t b = ch.out[1].begin; b < ch.out[1].end; ++b)
-              for (int64_t e = ch.out[2].begin; e < ch.out[2].end; ++e) {
-                const size_t i = static_cast<size_t>((((n * p.k + k) * p.out[0] + a) * p.out[1] + b) * p.out[2] + e);
-                if (count[i] < 255) ++count[i];
-              }
+      for_each_box_index(ch.n, ch.k, ch.out, p.k, p.out, [&](size_t i) {
+        if (count[i] < 255) ++count[i];
+      });
     }
     const auto bad = std::find_if(count.begin(), count.end(), [](uint8_t v) { return v != 1; });
     EXPECT_EQ(bad, count.end()) << "y element " << (bad - count.begin()) << " covered "

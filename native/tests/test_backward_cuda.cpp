@@ -15,8 +15,7 @@ using ooc::BackendKind;
 using ooc::Operation;
 using ooc_test::BackwardCase;
 using ooc_test::BackwardSpec;
-
-bool have_gpu() { return ooc::device_count() > 0; }
+using ooc_test::have_gpu;
 
 TEST(CudaBackwardWithoutGpu, AskingForCudaIsAClearError) {
   if (have_gpu()) GTEST_SKIP() << "a GPU is present";
@@ -26,11 +25,8 @@ TEST(CudaBackwardWithoutGpu, AskingForCudaIsAClearError) {
   EXPECT_THROW(ooc::plan_conv_backward_filter(p, o), ooc::invalid_argument);
 }
 
-class CudaBackward : public ::testing::TestWithParam<BackwardCase> {
+class CudaBackward : public ooc_test::GpuTest<::testing::TestWithParam<BackwardCase>> {
  protected:
-  void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  }
   size_t budget(const BackwardCase& bc) const {
     return bc.budget_factor > 0
                ? static_cast<size_t>(static_cast<double>(ooc_test::backward_needed_bytes(
@@ -67,12 +63,7 @@ TEST_P(CudaBackward, PinnedCallerMemory) {
 INSTANTIATE_TEST_SUITE_P(Cases, CudaBackward, ::testing::ValuesIn(ooc_test::backward_cases()),
                          [](const ::testing::TestParamInfo<BackwardCase>& info) { return std::string(info.param.name); });
 
-class CudaBackwardOps : public ::testing::TestWithParam<Operation> {
- protected:
-  void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class CudaBackwardOps : public ooc_test::GpuTest<::testing::TestWithParam<Operation>> {};
 
 TEST_P(CudaBackwardOps, LargerProblemAcrossManyChunks) {
   // Big enough for the streams to overlap; a budget an eighth of the working set.

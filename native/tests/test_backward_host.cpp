@@ -20,12 +20,7 @@ using ooc::Plan;
 using ooc_test::BackwardCase;
 using ooc_test::BackwardSpec;
 using ooc_test::backward_spec;
-
-class HostDirectAccess {
- public:
-  explicit HostDirectAccess(bool enabled) { ooc::testing::set_host_direct_access(enabled); }
-  ~HostDirectAccess() { ooc::testing::set_host_direct_access(false); }
-};
+using ooc_test::HostDirectAccess;
 
 class HostBackward : public ::testing::TestWithParam<std::tuple<BackwardCase, bool>> {};
 
@@ -45,7 +40,7 @@ TEST_P(HostBackward, MatchesFloat64Reference) {
                                        direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
   EXPECT_TRUE(bc.expect(r.plan)) << "the budget did not cause the split this case is about:\n" << r.plan.describe();
   if (bc.uneven) {
-    EXPECT_TRUE(ooc_test::backward_uneven_edge(r.plan)) << "no uneven edge tile:\n" << r.plan.describe();
+    EXPECT_TRUE(ooc_test::uneven_edge(r.plan)) << "no uneven edge tile:\n" << r.plan.describe();
   }
   EXPECT_EQ(r.plan.backend, "host");
 }
@@ -118,7 +113,7 @@ TEST(HostBackwardRandom, RandomProblemsAndBudgets) {
         direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
     ++runs;
     if (HasFailure()) return;
-    ++kinds[std::string(ooc_test::op_label(s.op)) + ":" + ooc_test::backward_split_kind(r.plan)];
+    ++kinds[std::string(ooc_test::op_label(s.op)) + ":" + ooc_test::split_kind(r.plan)];
   }
   int split = 0;
   for (const auto& kv : kinds) split += kv.first.find(":none") == std::string::npos ? kv.second : 0;

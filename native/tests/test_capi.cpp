@@ -16,8 +16,6 @@ namespace {
 
 using namespace ooc_test;
 
-bool have_gpu() { return ooc::device_count() > 0; }
-
 const cudnnHandle_t kDummyHandle = dummy_handle();
 
 class Capi : public HostBackendTest {

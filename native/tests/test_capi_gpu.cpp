@@ -128,11 +128,8 @@ TEST_P(CapiGpu, BackwardBias) {
 
 INSTANTIATE_TEST_SUITE_P(Memory, CapiGpu, gpu_cases(), case_name);
 
-class CapiGpuMemory : public ::testing::Test {
+class CapiGpuMemory : public GpuTest<> {
  protected:
-  void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  }
   void TearDown() override {
     oocSetDeviceAllocationLimit(static_cast<size_t>(-1));
     oocSetMemoryLimit(0);

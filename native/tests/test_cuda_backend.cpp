@@ -12,9 +12,8 @@ namespace {
 
 using ooc::BackendKind;
 using ooc_test::ConvSpec;
+using ooc_test::have_gpu;
 using ooc_test::PipelineCase;
-
-bool have_gpu() { return ooc::device_count() > 0; }
 
 TEST(CudaWithoutGpu, AskingForCudaIsAClearError) {
   if (have_gpu()) GTEST_SKIP() << "a GPU is present";
@@ -29,12 +28,7 @@ TEST(CudaWithoutGpu, AskingForCudaIsAClearError) {
   }
 }
 
-class CudaPipeline : public ::testing::TestWithParam<PipelineCase> {
- protected:
-  void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class CudaPipeline : public ooc_test::GpuTest<::testing::TestWithParam<PipelineCase>> {};
 
 TEST_P(CudaPipeline, MatchesFloat64Reference) {
   const PipelineCase& pc = GetParam();
@@ -64,12 +58,7 @@ TEST_P(CudaPipeline, PinnedCallerMemory) {
 INSTANTIATE_TEST_SUITE_P(Cases, CudaPipeline, ::testing::ValuesIn(ooc_test::pipeline_cases()),
                          [](const ::testing::TestParamInfo<PipelineCase>& info) { return std::string(info.param.name); });
 
-class CudaBackend : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class CudaBackend : public ooc_test::GpuTest<> {};
 
 TEST_F(CudaBackend, LargerProblemAcrossManyChunks) {
   // Big enough for the streams to overlap; split by a budget an eighth of what it would need whole.

@@ -7,12 +7,11 @@
 #include <string>
 
 #include "fused_run.hpp"
-#include "layers_run.hpp"
 
 namespace {
 
 using ooc::BackendKind;
-using ooc_layers_test::HostDirectAccess;
+using ooc_test::HostDirectAccess;
 using ooc_test::FusedBackwardCase;
 
 class FusedBackwardHost : public ::testing::TestWithParam<FusedBackwardCase> {};
@@ -118,7 +117,7 @@ TEST_P(ActivationFusedBackwardHost, EveryActivationMatchesTheComposition) {
       SCOPED_TRACE(name + (with_pre ? " with pre" : " from y alone"));
       // The budget for this plan's own y-shaped inputs (more of them leave less room for the split).
       const auto expect = fc.expect;
-      ooc::Options o = ooc_layers_test::host(0);
+      ooc::Options o = ooc_test::host_options(0);
       size_t budget = 0;
       if (expect) {
         const size_t needed = ooc_test::needed_bytes_of(
@@ -162,7 +161,7 @@ TEST(ActivationFusedBackward, ClippedReluEluAndSwishNeedTheActivationsInput) {
   for (const char* name : {"clipped_relu", "elu", "swish"}) {
     try {
       ooc::plan_activation_conv_backward_data_filter_bias(p, ooc::fused_activation_from_name(name, 1.0), false,
-                                                          ooc_layers_test::host(0));
+                                                          ooc_test::host_options(0));
       ADD_FAILURE() << name << " was planned without pre";
     } catch (const ooc::invalid_argument& e) {
       EXPECT_TRUE(ooc_test::names_argument(e.what(), "pre")) << e.what();

@@ -13,12 +13,7 @@ namespace {
 using ooc::BackendKind;
 using ooc_test::PipelineCase;
 
-class FusedForwardCuda : public ::testing::TestWithParam<PipelineCase> {
- protected:
-  void SetUp() override {
-    if (ooc::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class FusedForwardCuda : public ooc_test::GpuTest<::testing::TestWithParam<PipelineCase>> {};
 
 TEST_P(FusedForwardCuda, MatchesTheComposition) {
   const PipelineCase& pc = GetParam();
@@ -43,12 +38,7 @@ TEST_P(FusedForwardCuda, MatchesTheComposition) {
                                         ooc_test::CallerMemory::pinned, 2e-5);
 }
 
-class FusedBackwardCuda : public ::testing::TestWithParam<ooc_test::FusedBackwardCase> {
- protected:
-  void SetUp() override {
-    if (ooc::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class FusedBackwardCuda : public ooc_test::GpuTest<::testing::TestWithParam<ooc_test::FusedBackwardCase>> {};
 
 // The host cases' geometries; the cuda backend reserves workspace and models costs its own way, so
 // the budget asks for the case's split where one gives it, else for any split.
@@ -152,12 +142,7 @@ TEST_P(FusedForwardCuda, PoolingMatchesTheComposition) {
 INSTANTIATE_TEST_SUITE_P(PipelineCases, FusedForwardCuda, ::testing::ValuesIn(ooc_test::pipeline_cases()),
                          [](const auto& info) { return std::string(info.param.name); });
 
-class FusedDeconvCuda : public ::testing::TestWithParam<ooc_test::DeconvCase> {
- protected:
-  void SetUp() override {
-    if (ooc::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class FusedDeconvCuda : public ooc_test::GpuTest<::testing::TestWithParam<ooc_test::DeconvCase>> {};
 
 // deconv_bias_activation_forward on cuDNN: BackwardData as the transposed convolution, then
 // cudnnAddTensor (bias) and cudnnActivationForward in place, pageable and pinned.

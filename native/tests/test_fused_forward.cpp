@@ -7,12 +7,11 @@
 #include <string>
 
 #include "fused_run.hpp"
-#include "layers_run.hpp"
 
 namespace {
 
 using ooc::BackendKind;
-using ooc_layers_test::HostDirectAccess;
+using ooc_test::HostDirectAccess;
 using ooc_test::PipelineCase;
 
 class FusedForwardHost : public ::testing::TestWithParam<PipelineCase> {};
@@ -142,7 +141,7 @@ INSTANTIATE_TEST_SUITE_P(PipelineCases, FusedPoolingHost, ::testing::ValuesIn(oo
 TEST(FusedPooling, PoolMustPoolTheConvolutionsOutput) {
   const ooc::ConvProblem conv = ooc::ConvProblem::forward({1, 2, 8, 8}, {3, 2, 3, 3}, {1}, {0}, {1}, 1, 1, 0, false);
   const ooc::ConvProblem other = ooc::pool_problem({1, 3, 7, 7}, {2}, {2}, {0});
-  EXPECT_THROW(ooc::plan_conv_bias_activation_pooling_forward(conv, other, ooc_layers_test::host(0)),
+  EXPECT_THROW(ooc::plan_conv_bias_activation_pooling_forward(conv, other, ooc_test::host_options(0)),
                ooc::invalid_argument);
 }
 

@@ -16,15 +16,8 @@ namespace {
 
 using ooc::BackendKind;
 using ooc_test::ConvSpec;
+using ooc_test::HostDirectAccess;
 using ooc_test::PipelineCase;
-
-// Makes the host backend treat caller memory as pinned for one scope (the direct-DMA path:
-// strided copies straight into device slots, halos zeroed on the device).
-class HostDirectAccess {
- public:
-  explicit HostDirectAccess(bool enabled) { ooc::testing::set_host_direct_access(enabled); }
-  ~HostDirectAccess() { ooc::testing::set_host_direct_access(false); }
-};
 
 class HostPipeline : public ::testing::TestWithParam<std::tuple<PipelineCase, bool>> {};
 
