@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "ooc/ooc.hpp"
 
@@ -43,5 +46,40 @@ class HostDirectAccess {
   HostDirectAccess(const HostDirectAccess&) = delete;
   HostDirectAccess& operator=(const HostDirectAccess&) = delete;
 };
+
+// Where the caller's tensors live, which decides the pipeline's path.
+enum class CallerMemory {
+  pageable,     // std::vector: gathered into staging buffers by host workers
+  host_direct,  // host backend told to treat caller memory as pinned (HostDirectAccess)
+  pinned,       // ooc::alloc_pinned (cuda): DMA'd straight into device slots
+};
+
+// The host backend's caller memory with HostDirectAccess(direct) in force.
+inline CallerMemory host_caller_memory(bool direct) {
+  return direct ? CallerMemory::host_direct : CallerMemory::pageable;
+}
+
+// Host-backend cases that each run twice, staged and by direct DMA: the parameter is (case, direct)
+// and the host backend takes caller memory as pinned for the whole test when direct.
+template <typename Case>
+class StagedAndDirect : public ::testing::TestWithParam<std::tuple<Case, bool>> {
+ protected:
+  const Case& test_case() const { return std::get<0>(this->GetParam()); }
+  bool direct() const { return std::get<1>(this->GetParam()); }
+  CallerMemory memory() const { return host_caller_memory(direct()); }
+
+ private:
+  const HostDirectAccess access_{direct()};
+};
+
+// The parameters of a StagedAndDirect suite, and its tests' names: "<case>_staged", "<case>_direct".
+template <typename Case>
+auto staged_and_direct(const std::vector<Case>& cases) {
+  return ::testing::Combine(::testing::ValuesIn(cases), ::testing::Bool());
+}
+template <typename Case>
+std::string staged_or_direct_name(const ::testing::TestParamInfo<std::tuple<Case, bool>>& info) {
+  return std::string(std::get<0>(info.param).name) + (std::get<1>(info.param) ? "_direct" : "_staged");
+}
 
 }  // namespace ooc_test

@@ -122,6 +122,26 @@ inline std::vector<double> reference_backward_bias(const ooc::ConvProblem& p, co
   return blended(std::move(db), p, db_old);
 }
 
+// The gradient p.op computes from the forward's x, w and dy (dx, dw or db), blended with `old`.
+inline std::vector<double> reference_gradient(const ooc::ConvProblem& p, const std::vector<float>& x,
+                                              const std::vector<float>& w, const std::vector<float>& dy,
+                                              const std::vector<float>& old) {
+  switch (p.op) {
+    case Operation::backward_data: return reference_backward_data(p, dy, w, old);
+    case Operation::backward_filter: return reference_backward_filter(p, x, dy, old);
+    default: return reference_backward_bias(p, dy, old);
+  }
+}
+
+// How many floats the gradient p.op writes: dx's, dw's or db's.
+inline int64_t gradient_elements(const ooc::ConvProblem& p) {
+  switch (p.op) {
+    case Operation::backward_data: return p.x_elements();
+    case Operation::backward_filter: return p.w_elements();
+    default: return p.k;
+  }
+}
+
 // --------------------------------------------------------------------------------------------
 // plan properties
 
@@ -321,8 +341,7 @@ inline void check_backward_plan(const ooc::Plan& plan, bool count_elements) {
 
   // --- traffic and slot counts ---
   EXPECT_EQ(plan.bytes_h2d, h2d);
-  const int64_t output_elements = data ? p.x_elements() : filter ? p.w_elements() : p.k;
-  EXPECT_EQ(plan.bytes_d2h, static_cast<size_t>(output_elements) * 4);
+  EXPECT_EQ(plan.bytes_d2h, static_cast<size_t>(gradient_elements(p)) * 4);
   auto slots = [&](int64_t loads) { return static_cast<int>(std::min<int64_t>(plan.buffers, loads)); };
   EXPECT_EQ(plan.y_buffers, slots(loads_y));
   if (data) {

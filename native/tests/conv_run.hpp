@@ -31,6 +31,25 @@ inline unsigned test_seed(unsigned salt) {
   return base + salt * 7919u;
 }
 
+// A seed of the case `name`'s own (plus `salt` where a case draws more than one): test_seed's, so
+// fresh each run and replayed by OOC_TEST_SEED.
+inline unsigned case_seed(const char* name, unsigned salt = 0) {
+  return test_seed(static_cast<unsigned>(std::hash<std::string>{}(name)) + salt);
+}
+
+// A convolution's random inputs, drawn from rng in this order: x and w around input_mean (see
+// ConvSpec), the bias around 0.
+struct ConvInputs {
+  std::vector<float> x, w, bias;
+};
+inline ConvInputs random_conv_inputs(const ooc::ConvProblem& p, std::mt19937& rng, double input_mean = 0.0) {
+  ConvInputs in;
+  in.x = random_vector(static_cast<size_t>(p.x_elements()), rng, input_mean);
+  in.w = random_vector(static_cast<size_t>(p.w_elements()), rng, input_mean);
+  in.bias = random_vector(static_cast<size_t>(p.k), rng);
+  return in;
+}
+
 // The smallest device budget any plan of plan_fn (plan_conv_forward, ...) for `p` needs on `backend`.
 template <typename PlanFn>
 size_t needed_bytes_of(PlanFn plan_fn, const ooc::ConvProblem& p, ooc::BackendKind backend) {
@@ -52,6 +71,19 @@ struct RunResult {
   ooc::RunStats stats;
 };
 
+// Runs `call`, the library call under test (`name`): false, with the failure recorded, when it
+// throws, so that the run's checks are skipped rather than made on outputs it never wrote.
+template <typename Call>
+bool completes(const char* name, Call call) {
+  try {
+    call();
+    return true;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << name << " threw: " << e.what();
+    return false;
+  }
+}
+
 // Bytes that cross the link when caller memory is DMA'd directly: only the part of each region
 // inside its tensor (the halo outside is zeroed on the device, not copied).
 inline size_t direct_h2d_bytes(const ooc::Plan& plan) {
@@ -69,13 +101,6 @@ inline size_t direct_h2d_bytes(const ooc::Plan& plan) {
   }
   return bytes;
 }
-
-// Where the caller's tensors live, which decides the pipeline's path.
-enum class CallerMemory {
-  pageable,     // std::vector: gathered into staging buffers by host workers
-  host_direct,  // host backend told to treat caller memory as pinned (ooc::testing::set_host_direct_access)
-  pinned,       // ooc::alloc_pinned (cuda): DMA'd straight into device slots
-};
 
 // Page-locked copy of a vector, for CallerMemory::pinned.
 class PinnedFloats {
@@ -118,9 +143,7 @@ inline RunResult run_and_check(const ConvSpec& spec, size_t memory_limit, ooc::B
   SCOPED_TRACE("seed " + std::to_string(seed) + " (OOC_TEST_SEED to replay), " + p.describe() + ", memory_limit " +
                std::to_string(memory_limit));
   std::mt19937 rng(seed);
-  const std::vector<float> x = random_vector(static_cast<size_t>(p.x_elements()), rng, spec.input_mean);
-  const std::vector<float> w = random_vector(static_cast<size_t>(p.w_elements()), rng, spec.input_mean);
-  const std::vector<float> bias = random_vector(static_cast<size_t>(p.k), rng);
+  const auto [x, w, bias] = random_conv_inputs(p, rng, spec.input_mean);
   const std::vector<float> y_old = p.beta != 0.0 ? random_vector(static_cast<size_t>(p.y_elements()), rng)
                                                  : std::vector<float>(static_cast<size_t>(p.y_elements()),
                                                                       std::numeric_limits<float>::quiet_NaN());
@@ -137,12 +160,11 @@ inline RunResult run_and_check(const ConvSpec& spec, size_t memory_limit, ooc::B
   }
 
   RunResult r;
-  try {
-    ooc::conv_forward(p, xp, wp, spec.bias ? bp : nullptr, yp, options_for(backend, memory_limit), &r.plan, &r.stats);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "conv_forward threw: " << e.what();
-    return r;
-  }
+  const bool ran = completes("conv_forward", [&] {
+    ooc::conv_forward(p, xp, wp, spec.bias ? bp : nullptr, yp, options_for(backend, memory_limit), &r.plan,
+                      &r.stats);
+  });
+  if (!ran) return r;
   if (memory == CallerMemory::pinned) {
     y = py->vector();
     xc = px->vector(), wc = pw->vector(), bc = pb->vector();

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -65,21 +66,17 @@ inline RunResult run_fused_forward_and_check(const ConvSpec& spec, const ooc::Fu
   SCOPED_TRACE("seed " + std::to_string(seed) + " (OOC_TEST_SEED to replay), " + p.describe() + ", memory_limit " +
                std::to_string(memory_limit) + (z_is_y ? ", z is y" : ""));
   std::mt19937 rng(seed);
-  const auto x = random_vector(static_cast<size_t>(p.x_elements()), rng, spec.input_mean);
-  const auto w = random_vector(static_cast<size_t>(p.w_elements()), rng, spec.input_mean);
-  const auto bias = random_vector(static_cast<size_t>(p.k), rng);
+  const auto [x, w, bias] = random_conv_inputs(p, rng, spec.input_mean);
   const auto z = random_vector(static_cast<size_t>(p.y_elements()), rng);
   const std::vector<float> poison(static_cast<size_t>(p.y_elements()), std::nanf(""));
   CallerCopy xc(x, memory), wc(w, memory), bc(bias, memory), zc(z, memory), yc(z_is_y ? z : poison, memory);
   RunResult r;
-  try {
+  const bool ran = completes("conv_bias_activation_forward", [&] {
     ooc::conv_bias_activation_forward(p, activation, xc.data(), wc.data(), z_is_y ? yc.data() : zc.data(),
-                                      spec.bias ? bc.data() : nullptr, yc.data(), options_for(backend, memory_limit),
-                                      &r.plan, &r.stats);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "conv_bias_activation_forward threw: " << e.what();
-    return r;
-  }
+                                      spec.bias ? bc.data() : nullptr, yc.data(),
+                                      options_for(backend, memory_limit), &r.plan, &r.stats);
+  });
+  if (!ran) return r;
   const std::vector<double> pre = reference_conv(p, x, w, spec.bias ? &bias : nullptr, &z);
   std::vector<double> ref = pre;
   for (double& v : ref) v = reference_activation(activation, v);
@@ -123,16 +120,23 @@ inline size_t fused_backward_needed_bytes(const ooc::ConvProblem& p, ooc::Backen
   return needed_bytes_of(ooc::plan_conv_backward_data_filter_bias, p, backend);
 }
 
-// A budget at which the fused backward's plan satisfies `want`: from the smallest peak upward by
-// 4% steps up to ~20x; 0 when none does.
-inline size_t fused_backward_budget(const ooc::ConvProblem& p, ooc::BackendKind backend,
-                                    const std::function<bool(const ooc::Plan&)>& want) {
-  const size_t needed = fused_backward_needed_bytes(p, backend);
+// A budget at which plan_fn's plan of `p` satisfies `want`: from the smallest peak upward by 4%
+// steps up to ~20x; 0 when none does.
+template <typename PlanFn>
+size_t budget_where(PlanFn plan_fn, const ooc::ConvProblem& p, ooc::BackendKind backend,
+                    const std::function<bool(const ooc::Plan&)>& want) {
+  const size_t needed = needed_bytes_of(plan_fn, p, backend);
   for (double f = 1.0; f < 20.0; f *= 1.04) {
     const size_t budget = static_cast<size_t>(static_cast<double>(needed) * f);
-    if (want(ooc::plan_conv_backward_data_filter_bias(p, options_for(backend, budget)))) return budget;
+    if (want(plan_fn(p, options_for(backend, budget)))) return budget;
   }
   return 0;
+}
+
+// The same for the fused backward's plan.
+inline size_t fused_backward_budget(const ooc::ConvProblem& p, ooc::BackendKind backend,
+                                    const std::function<bool(const ooc::Plan&)>& want) {
+  return budget_where(ooc::plan_conv_backward_data_filter_bias, p, backend, want);
 }
 
 // Everything a fused backward plan must satisfy: the loop order for n-tile { for dy tile { for
@@ -235,10 +239,7 @@ inline void expect_three_gradients(const ooc::ConvProblem& p, const std::vector<
   }
 }
 
-struct FusedBackwardResult {
-  ooc::Plan plan;
-  ooc::RunStats stats;
-};
+using FusedBackwardResult = RunResult;
 
 // dy * f'(pre) in float64 for y = f(pre), as the host backend's reference loops define it.
 inline double reference_activation_grad(const ooc::FusedActivation& a, double pre, double y, double dy) {
@@ -292,7 +293,7 @@ inline FusedBackwardResult run_fused_backward_and_check(const BackwardSpec& spec
       yc(y, memory), prec(pre, memory);
   const ooc::Options options = options_for(backend, memory_limit);
   FusedBackwardResult r;
-  try {
+  const bool ran = completes("conv_backward_data_filter_bias", [&] {
     if (activation)
       ooc::activation_conv_backward_data_filter_bias(p, *activation, xc.data(), dyc.data(), wc.data(), yc.data(),
                                                      with_pre ? prec.data() : nullptr, dxc.data(), dwc.data(),
@@ -300,10 +301,8 @@ inline FusedBackwardResult run_fused_backward_and_check(const BackwardSpec& spec
     else
       ooc::conv_backward_data_filter_bias(p, xc.data(), dyc.data(), wc.data(), dxc.data(), dwc.data(), dbc.data(),
                                           options, &r.plan, &r.stats);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "conv_backward_data_filter_bias threw: " << e.what();
-    return r;
-  }
+  });
+  if (!ran) return r;
   expect_three_gradients(p, x, w, dz, dxc.contents(), dwc.contents(), dbc.contents(), tolerance, r.plan);
   EXPECT_EQ(xc.contents(), x) << "x was modified";
   EXPECT_EQ(wc.contents(), w) << "w was modified";
@@ -323,6 +322,13 @@ struct FusedBackwardCase {
   std::function<bool(const ooc::Plan&)> expect;  // the split the budget must cause (nullptr: the default budget)
 };
 inline void PrintTo(const FusedBackwardCase& c, std::ostream* os) { *os << c.name; }
+
+// The tests of one fused-backward case: fc, the case, and p, its problem.
+class FusedBackwardCaseTest : public ::testing::TestWithParam<FusedBackwardCase> {
+ protected:
+  const FusedBackwardCase& fc = GetParam();
+  const ooc::ConvProblem p = fc.spec.problem();
+};
 
 // Each split kind of the fused backward, alone and combined, with uneven edges and the geometries
 // whose dx rows are hard to carry: strides beyond the kernel span, padding wider than the kernel,
@@ -360,6 +366,17 @@ inline std::vector<FusedBackwardCase> fused_backward_cases() {
 
 // --------------------------------------------------------------------------------------------
 // conv_bias_activation_pooling_forward
+
+// The pooling (kernel, stride, padding) of conv's output, or nothing when that output is too small
+// for the window.
+inline std::optional<ooc::ConvProblem> pooling_of(const ooc::ConvProblem& conv, const Shape& kernel,
+                                                  const Shape& stride, const Shape& padding) {
+  try {
+    return ooc::pool_problem(conv.y_shape(), kernel, stride, padding);
+  } catch (const ooc::invalid_argument&) {
+    return std::nullopt;
+  }
+}
 
 // Calls f(i, plane, lo, hi) for the i-th pooled element (of plane = n * c + channel): its window's
 // part inside the pooled tensor, [lo, hi) per spatial dim.
@@ -435,21 +452,17 @@ inline RunResult run_fused_pooling_and_check(const ConvSpec& spec, const ooc::Fu
   const ooc::ConvProblem p = spec.problem();
   SCOPED_TRACE("seed " + std::to_string(seed) + ", " + p.describe() + ", memory_limit " + std::to_string(memory_limit));
   std::mt19937 rng(seed);
-  const auto x = random_vector(static_cast<size_t>(p.x_elements()), rng, spec.input_mean);
-  const auto w = random_vector(static_cast<size_t>(p.w_elements()), rng, spec.input_mean);
-  const auto bias = random_vector(static_cast<size_t>(p.k), rng);
+  const auto [x, w, bias] = random_conv_inputs(p, rng, spec.input_mean);
   const auto z = random_vector(static_cast<size_t>(p.y_elements()), rng);
   CallerCopy xc(x, memory), wc(w, memory), bc(bias, memory), zc(z, memory),
       outc(std::vector<float>(static_cast<size_t>(pool.y_elements()), std::nanf("")), memory);
   RunResult r;
-  try {
+  const bool ran = completes("conv_bias_activation_pooling_forward", [&] {
     ooc::conv_bias_activation_pooling_forward(p, activation, pool, mode, xc.data(), wc.data(), zc.data(),
                                               spec.bias ? bc.data() : nullptr, outc.data(),
                                               options_for(backend, memory_limit), &r.plan, &r.stats);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "conv_bias_activation_pooling_forward threw: " << e.what();
-    return r;
-  }
+  });
+  if (!ran) return r;
   std::vector<double> y = reference_conv(p, x, w, spec.bias ? &bias : nullptr, &z);
   const std::vector<double> pre = reference_pool(pool, mode, y);
   for (double& v : y) v = reference_activation(activation, v);
@@ -470,8 +483,26 @@ inline RunResult run_fused_pooling_and_check(const ConvSpec& spec, const ooc::Fu
 struct DeconvCase {
   const char* name;
   Shape x, w, stride, padding, output_padding, dilation;
+
+  // With bias, alpha1 scaling the transposed convolution and alpha2 z.
+  ooc::ConvProblem problem(double alpha1, double alpha2) const {
+    return ooc::deconv_problem(x, w, stride, padding, output_padding, dilation, 1, alpha1, alpha2, true);
+  }
 };
 inline void PrintTo(const DeconvCase& c, std::ostream* os) { *os << c.name; }
+
+// The tests of one transposed-convolution case: dc, the case, and p, its problem at alpha1 and
+// alpha2 below.
+class DeconvCaseTest : public ::testing::TestWithParam<DeconvCase> {
+ protected:
+  static constexpr double alpha1 = 0.75, alpha2 = -0.5;
+  const DeconvCase& dc = GetParam();
+  const ooc::ConvProblem p = dc.problem(alpha1, alpha2);
+
+  size_t needed_bytes(ooc::BackendKind backend) const {
+    return needed_bytes_of(ooc::plan_deconv_bias_activation_forward, p, backend);
+  }
+};
 
 inline std::vector<DeconvCase> deconv_cases() {
   return {
@@ -488,8 +519,7 @@ inline std::vector<DeconvCase> deconv_cases() {
 inline RunResult run_deconv_and_check(const DeconvCase& dc, const ooc::FusedActivation& activation, double alpha1,
                                       double alpha2, size_t memory_limit, ooc::BackendKind backend, unsigned seed,
                                       CallerMemory memory = CallerMemory::pageable, double tolerance = 1e-5) {
-  const ooc::ConvProblem p =
-      ooc::deconv_problem(dc.x, dc.w, dc.stride, dc.padding, dc.output_padding, dc.dilation, 1, alpha1, alpha2, true);
+  const ooc::ConvProblem p = dc.problem(alpha1, alpha2);
   SCOPED_TRACE(std::string(dc.name) + ", seed " + std::to_string(seed) + ", memory_limit " +
                std::to_string(memory_limit));
   std::mt19937 rng(seed);
@@ -500,13 +530,11 @@ inline RunResult run_deconv_and_check(const DeconvCase& dc, const ooc::FusedActi
   CallerCopy xc(x, memory), wc(w, memory), bc(bias, memory), zc(z, memory),
       yc(std::vector<float>(static_cast<size_t>(p.x_elements()), std::nanf("")), memory);
   RunResult r;
-  try {
+  const bool ran = completes("deconv_bias_activation_forward", [&] {
     ooc::deconv_bias_activation_forward(p, activation, xc.data(), wc.data(), zc.data(), bc.data(), yc.data(),
                                         options_for(backend, memory_limit), &r.plan, &r.stats);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "deconv_bias_activation_forward threw: " << e.what();
-    return r;
-  }
+  });
+  if (!ran) return r;
   const std::vector<double> pre = [&] {
     std::vector<double> v = reference_backward_data(p, x, w, z);  // alpha1 * conv_transpose + alpha2 * z
     const int64_t plane = p.in[0] * p.in[1] * p.in[2];
@@ -578,15 +606,13 @@ inline FusedBackwardResult run_pooled_backward_and_check(const BackwardSpec& spe
       dxc(std::vector<float>(x.size(), nan), memory), dwc(std::vector<float>(w.size(), nan), memory),
       dbc(std::vector<float>(static_cast<size_t>(p.k), nan), memory);
   FusedBackwardResult r;
-  try {
+  const bool ran = completes("pooling_activation_conv_backward_data_filter_bias", [&] {
     ooc::pooling_activation_conv_backward_data_filter_bias(p, tanh_act, pool, mode, xc.data(), dqc.data(), wc.data(),
                                                            qc.data(), yc.data(), nullptr, dxc.data(), dwc.data(),
                                                            dbc.data(), options_for(backend, memory_limit), &r.plan,
                                                            &r.stats);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "pooling_activation_conv_backward_data_filter_bias threw: " << e.what();
-    return r;
-  }
+  });
+  if (!ran) return r;
   expect_three_gradients(p, x, w, dz, dxc.contents(), dwc.contents(), dbc.contents(), tolerance, r.plan);
   EXPECT_EQ(dqc.contents(), dq) << "dq was modified";
   EXPECT_EQ(yc.contents(), y) << "y was modified";
@@ -594,6 +620,17 @@ inline FusedBackwardResult run_pooled_backward_and_check(const BackwardSpec& spe
   EXPECT_EQ(r.plan.pooled_inputs, 2);
   expect_run_within_plan(r.plan, r.stats, memory);
   return r;
+}
+
+// The smallest budget of the pooled fused backward (tanh, no pre) of `p` pooled by `pool`.
+inline size_t pooled_backward_needed_bytes(const ooc::ConvProblem& p, const ooc::ConvProblem& pool,
+                                           ooc::BackendKind backend) {
+  const auto tanh_act = ooc::fused_activation_from_name("tanh", 0);
+  return needed_bytes_of(
+      [&](const ooc::ConvProblem& q, const ooc::Options& o) {
+        return ooc::plan_pooling_activation_conv_backward_data_filter_bias(q, tanh_act, pool, false, o);
+      },
+      p, backend);
 }
 
 // The fused backward's split cases, pooled (overlapping, tiled and gapped windows; padded ones keep

@@ -114,6 +114,48 @@ void plan_under_every_budget(PlanFor plan_for, const ooc::ConvProblem& p, size_t
   }
 }
 
+// Geometries (x, w, stride, padding, dilation) built so that only one dimension, `kind`, can
+// split: at the tightest budget it must. The spatial ones serve every operation with a kernel; n, k
+// and c as here serve the forward convolution and backward data.
+struct SingleSplitGeometry {
+  const char* kind;
+  Shape x, w, stride{1}, padding{0}, dilation{1};
+};
+inline std::vector<SingleSplitGeometry> spatial_single_split_geometries() {
+  return {
+      {"d0", {1, 1, 300}, {1, 1, 3}, {1}, {1}},
+      {"d1", {1, 1, 3, 300}, {1, 1, 3, 3}, {1}, {0, 1}},
+      {"d2", {1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2}},
+  };
+}
+inline std::vector<SingleSplitGeometry> single_split_geometries() {
+  std::vector<SingleSplitGeometry> g = {
+      {"n", {8, 1, 256}, {1, 1, 256}},
+      {"k", {1, 1, 256}, {8, 1, 256}},
+      {"c", {1, 8, 256}, {1, 8, 256}},
+  };
+  for (SingleSplitGeometry& s : spatial_single_split_geometries()) g.push_back(std::move(s));
+  return g;
+}
+
+// A problem that only the dimension `kind` (a split_kind label) can split.
+struct SingleSplitCase {
+  const char* kind;
+  ooc::ConvProblem problem;
+};
+
+// Plans each case at its tightest budget with plan_for: the plan must split the case's dimension
+// alone and pass check(plan).
+template <typename PlanFor, typename Check>
+void expect_each_split_alone(PlanFor plan_for, const std::vector<SingleSplitCase>& cases, Check check) {
+  for (const SingleSplitCase& c : cases) {
+    SCOPED_TRACE(c.problem.describe());
+    const ooc::Plan plan = plan_for(c.problem, config(smallest_budget(plan_for, c.problem)));
+    EXPECT_EQ(split_kind(plan), c.kind) << plan.describe();
+    check(plan);
+  }
+}
+
 // All structural properties of `plan`. count_elements: also count coverage element by element.
 inline void check_plan(const ooc::Plan& plan, bool count_elements) {
   const ooc::ConvProblem& p = plan.problem;

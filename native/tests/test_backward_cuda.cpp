@@ -39,7 +39,7 @@ class CudaBackward : public ooc_test::GpuTest<::testing::TestWithParam<BackwardC
 TEST_P(CudaBackward, MatchesFloat64Reference) {
   const BackwardCase& bc = GetParam();
   const auto r = ooc_test::run_backward_and_check(
-      bc.spec, budget(bc), BackendKind::cuda, ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(bc.name))));
+      bc.spec, budget(bc), BackendKind::cuda, ooc_test::case_seed(bc.name));
   EXPECT_EQ(r.plan.backend, "cuda");
   // The cuda backend reserves workspace and has its own cost model: where only one split is
   // possible (the "alone" cases) it must happen; elsewhere the problem must at least be split.
@@ -52,7 +52,7 @@ TEST_P(CudaBackward, MatchesFloat64Reference) {
 
 TEST_P(CudaBackward, PinnedCallerMemory) {
   const BackwardCase& bc = GetParam();
-  const unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(bc.name)) + 1);
+  const unsigned seed = ooc_test::case_seed(bc.name, 1);
   const auto r = ooc_test::run_backward_and_check(bc.spec, budget(bc), BackendKind::cuda, seed, 1e-5,
                                                   ooc_test::CallerMemory::pinned);
   if (bc.budget_factor > 0) {

@@ -172,42 +172,32 @@ INSTANTIATE_TEST_SUITE_P(Ops, BackwardPlannerRandom, ::testing::ValuesIn(kOps),
                            return std::string(ooc_test::op_label(info.param));
                          });
 
-// Problems built so that only one dimension can split: at the tightest budget it must.
-struct SingleSplit {
-  const char* kind;
-  BackwardSpec spec;
-};
-
-std::vector<SingleSplit> single_splits() {
+// Problems built so that only one dimension can split: backward data takes the forward's
+// geometries; backward filter the spatial ones and its own n, k and c (dw is [k, c]; n reduces);
+// backward bias has no kernel and no c.
+std::vector<ooc_test::SingleSplitCase> single_splits() {
   const Operation D = Operation::backward_data, F = Operation::backward_filter, B = Operation::backward_bias;
-  return {
-      {"n", backward_spec(D, {8, 1, 256}, {1, 1, 256})},
-      {"c", backward_spec(D, {1, 8, 256}, {1, 8, 256})},
-      {"k", backward_spec(D, {1, 1, 256}, {8, 1, 256})},
-      {"d0", backward_spec(D, {1, 1, 300}, {1, 1, 3}, {1}, {1})},
-      {"d1", backward_spec(D, {1, 1, 3, 300}, {1, 1, 3, 3}, {1}, {0, 1})},
-      {"d2", backward_spec(D, {1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2})},
-      {"n", backward_spec(F, {512, 1, 1}, {1, 1, 1})},
-      {"k", backward_spec(F, {1, 1, 1}, {512, 1, 1})},
-      {"c", backward_spec(F, {1, 512, 1}, {1, 512, 1})},
-      {"d0", backward_spec(F, {1, 1, 300}, {1, 1, 3}, {1}, {1})},
-      {"d1", backward_spec(F, {1, 1, 3, 300}, {1, 1, 3, 3}, {1}, {0, 1})},
-      {"d2", backward_spec(F, {1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2})},
-      {"n", backward_spec(B, {512, 1, 1}, {1, 1, 1})},
-      {"k", backward_spec(B, {1, 1, 1}, {512, 1, 1})},
-      {"d0", backward_spec(B, {1, 1, 512}, {1, 1, 1})},
-      {"d2", backward_spec(B, {1, 1, 1, 1, 512}, {1, 1, 1, 1, 1})},
-  };
+  std::vector<ooc_test::SingleSplitCase> cases;
+  for (const auto& g : ooc_test::single_split_geometries())
+    cases.push_back({g.kind, backward_spec(D, g.x, g.w, g.stride, g.padding, g.dilation).problem()});
+  for (const auto& g : ooc_test::spatial_single_split_geometries())
+    cases.push_back({g.kind, backward_spec(F, g.x, g.w, g.stride, g.padding, g.dilation).problem()});
+  for (const auto& [kind, spec] : std::vector<std::pair<const char*, BackwardSpec>>{
+           {"n", backward_spec(F, {512, 1, 1}, {1, 1, 1})},
+           {"k", backward_spec(F, {1, 1, 1}, {512, 1, 1})},
+           {"c", backward_spec(F, {1, 512, 1}, {1, 512, 1})},
+           {"n", backward_spec(B, {512, 1, 1}, {1, 1, 1})},
+           {"k", backward_spec(B, {1, 1, 1}, {512, 1, 1})},
+           {"d0", backward_spec(B, {1, 1, 512}, {1, 1, 1})},
+           {"d2", backward_spec(B, {1, 1, 1, 1, 512}, {1, 1, 1, 1, 1})},
+       })
+    cases.push_back({kind, spec.problem()});
+  return cases;
 }
 
 TEST(BackwardPlanner, EachDimensionSplitsAloneWhenForced) {
-  for (const auto& sc : single_splits()) {
-    const ConvProblem p = sc.spec.problem();
-    SCOPED_TRACE(p.describe());
-    const Plan plan = ooc::plan_conv_backward_for(p, config(needed_bytes(p)));
-    EXPECT_EQ(ooc_test::split_kind(plan), sc.kind) << plan.describe();
-    ooc_test::check_backward_plan(plan, true);
-  }
+  ooc_test::expect_each_split_alone(ooc::plan_conv_backward_for, single_splits(),
+                                    [](const Plan& plan) { ooc_test::check_backward_plan(plan, true); });
 }
 
 TEST(BackwardPlanner, OutOfBudgetSaysWhatTheSmallestPlanNeeds) {

@@ -15,12 +15,9 @@ namespace {
 
 using namespace ooc_layers_test;
 
-class HostGemm : public ::testing::TestWithParam<std::tuple<GemmCase, bool>> {};
+class HostGemm : public ooc_test::StagedAndDirect<GemmCase> {};
 
-TEST_P(HostGemm, MatchesFloat64Reference) {
-  const HostDirectAccess mode(std::get<1>(GetParam()));
-  run_gemm_case(std::get<0>(GetParam()), host_options(0));
-}
+TEST_P(HostGemm, MatchesFloat64Reference) { run_gemm_case(test_case(), host_options(0)); }
 
 INSTANTIATE_TEST_SUITE_P(
     Splits, HostGemm,
@@ -72,12 +69,9 @@ TEST(GemmPlanner, ImpossibleBudgetAndBadShapes) {
   }
 }
 
-class HostBatchnorm : public ::testing::TestWithParam<std::tuple<BnCase, bool>> {};
+class HostBatchnorm : public ooc_test::StagedAndDirect<BnCase> {};
 
-TEST_P(HostBatchnorm, TrainingAndBackwardMatchFloat64) {
-  const HostDirectAccess mode(std::get<1>(GetParam()));
-  run_bn_case(std::get<0>(GetParam()), host_options(0));
-}
+TEST_P(HostBatchnorm, TrainingAndBackwardMatchFloat64) { run_bn_case(test_case(), host_options(0)); }
 
 INSTANTIATE_TEST_SUITE_P(Splits, HostBatchnorm,
                          ::testing::Combine(::testing::Values(BnCase{{8, 3, 5, 7}, 0}, BnCase{{8, 3, 5, 7}, 4096},

@@ -82,31 +82,12 @@ TEST(Planner, PropertiesOnRandomProblems) {
   EXPECT_GT(ns_outer, 0);
 }
 
-// Problems built so that only one dimension can be split: with the tightest budget it must be.
-struct SingleSplitCase {
-  const char* kind;
-  ConvSpec spec;
-};
-
-std::vector<SingleSplitCase> single_split_cases() {
-  return {
-      {"n", {{8, 1, 256}, {1, 1, 256}}},
-      {"k", {{1, 1, 256}, {8, 1, 256}}},
-      {"c", {{1, 8, 256}, {1, 8, 256}}},
-      {"d0", {{1, 1, 300}, {1, 1, 3}, {1}, {1}}},
-      {"d1", {{1, 1, 3, 300}, {1, 1, 3, 3}, {1}, {0, 1}}},
-      {"d2", {{1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2}}},
-  };
-}
-
 TEST(Planner, EachDimensionSplitsAloneWhenForced) {
-  for (const auto& sc : single_split_cases()) {
-    const ConvProblem p = sc.spec.problem();
-    SCOPED_TRACE(p.describe());
-    const Plan plan = ooc::plan_conv_forward_for(p, config(needed_bytes(p)));
-    EXPECT_EQ(ooc_test::split_kind(plan), sc.kind) << plan.describe();
-    ooc_test::check_plan(plan, true);
-  }
+  std::vector<ooc_test::SingleSplitCase> cases;
+  for (const auto& g : ooc_test::single_split_geometries())
+    cases.push_back({g.kind, ConvSpec{g.x, g.w, g.stride, g.padding, g.dilation}.problem()});
+  ooc_test::expect_each_split_alone(ooc::plan_conv_forward_for, cases,
+                                    [](const Plan& plan) { ooc_test::check_plan(plan, true); });
 }
 
 TEST(Planner, OutOfBudgetSaysWhatTheSmallestPlanNeeds) {
