@@ -137,6 +137,13 @@ struct BackwardCase {
 };
 inline void PrintTo(const BackwardCase& c, std::ostream* os) { *os << c.name; }
 
+// The case's budget on `backend`: budget_factor times its smallest peak there (0, the default
+// limit, for factor 0).
+inline size_t case_budget(const BackwardCase& bc, ooc::BackendKind backend) {
+  if (bc.budget_factor == 0) return 0;
+  return static_cast<size_t>(static_cast<double>(backward_needed_bytes(bc.spec.problem(), backend)) * bc.budget_factor);
+}
+
 // The cases every backend runs: each split kind of each gradient, with the budget that forces it.
 inline std::vector<BackwardCase> backward_cases() {
   using O = Operation;

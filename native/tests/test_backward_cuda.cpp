@@ -27,13 +27,7 @@ TEST(CudaBackwardWithoutGpu, AskingForCudaIsAClearError) {
 
 class CudaBackward : public ooc_test::GpuTest<::testing::TestWithParam<BackwardCase>> {
  protected:
-  size_t budget(const BackwardCase& bc) const {
-    return bc.budget_factor > 0
-               ? static_cast<size_t>(static_cast<double>(ooc_test::backward_needed_bytes(
-                                         bc.spec.problem(), BackendKind::cuda)) *
-                                     bc.budget_factor)
-               : 0;
-  }
+  size_t budget(const BackwardCase& bc) const { return ooc_test::case_budget(bc, BackendKind::cuda); }
 };
 
 TEST_P(CudaBackward, MatchesFloat64Reference) {

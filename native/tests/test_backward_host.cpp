@@ -26,14 +26,9 @@ class HostBackward : public ooc_test::StagedAndDirect<BackwardCase> {};
 
 TEST_P(HostBackward, MatchesFloat64Reference) {
   const BackwardCase& bc = test_case();
-  const ooc::ConvProblem p = bc.spec.problem();
-  const size_t budget =
-      bc.budget_factor > 0
-          ? static_cast<size_t>(static_cast<double>(ooc_test::backward_needed_bytes(p, BackendKind::host)) *
-                                bc.budget_factor)
-          : 0;
-  const auto r = ooc_test::run_backward_and_check(bc.spec, budget, BackendKind::host,
-                                                  ooc_test::case_seed(bc.name, direct()), 1e-5, memory());
+  const auto r = ooc_test::run_backward_and_check(bc.spec, ooc_test::case_budget(bc, BackendKind::host),
+                                                  BackendKind::host, ooc_test::case_seed(bc.name, direct()), 1e-5,
+                                                  memory());
   EXPECT_TRUE(bc.expect(r.plan)) << "the budget did not cause the split this case is about:\n" << r.plan.describe();
   if (bc.uneven) {
     EXPECT_TRUE(ooc_test::uneven_edge(r.plan)) << "no uneven edge tile:\n" << r.plan.describe();

@@ -81,7 +81,8 @@ INSTANTIATE_TEST_SUITE_P(Splits, HostBatchnorm,
 
 TEST(BatchnormPlanner, TilesCoverXOnceAndHoldTheBudget) {
   const ooc_test::Shape shape{6, 5, 7, 9};
-  const Plan plan = ooc::plan_batchnorm(ooc::batchnorm_problem(Operation::batchnorm_backward, shape), host_options(4096));
+  const Plan plan =
+      ooc::plan_batchnorm(ooc::batchnorm_problem(Operation::batchnorm_backward, shape), host_options(4096));
   EXPECT_EQ(plan.passes, 2);
   EXPECT_GT(plan.num_chunks(), 4u);
   EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);

@@ -43,7 +43,8 @@ std::string cuda_failure_text(cudaError_t status);
 // status other than `success` leaves "call: describe(status)" as the thread's last error, an
 // exception the status `of_exception(call)` maps it to. Every entry point goes through this.
 template <typename Status, typename Body, typename Describe, typename OfException>
-Status guarded_call(const char* call, Status success, Body&& body, Describe describe, OfException of_exception) noexcept {
+Status guarded_call(const char* call, Status success, Body&& body, Describe describe,
+                    OfException of_exception) noexcept {
   clear_last_error();
   try {
     const Status status = std::forward<Body>(body)();
