@@ -96,15 +96,17 @@ inline void check_dimension_ranges(const std::set<std::pair<int64_t, int64_t>>& 
   ASSERT_EQ(static_cast<int64_t>(ranges.size()), splits) << what << ": tile count differs from the plan's splits";
 }
 
-// Plans `p` with plan_for (a planner of plan/planner.hpp) under budgets from `needed` (its tightest)
-// to one so large that nothing need split, checks each plan with check(plan) and then counts it
-// with tally(plan). Stops at the first plan that fails a check: the caller returns on HasFailure().
+// Plans `p` with plan_for (a planner of plan/planner.hpp) under budgets from its tightest to one so
+// large that nothing need split, checks each plan with check(plan) and then counts it with
+// tally(plan). `name` says where p came from in failure messages. Stops at the first plan that
+// fails a check: the caller returns on HasFailure().
 template <typename PlanFor, typename Check, typename Tally>
-void plan_under_every_budget(PlanFor plan_for, const ooc::ConvProblem& p, size_t needed, const std::string& trace,
-                             Check check, Tally tally) {
+void plan_under_every_budget(PlanFor plan_for, const ooc::ConvProblem& p, const std::string& name, Check check,
+                             Tally tally) {
+  const size_t needed = smallest_budget(plan_for, p);
   for (double factor : {1.0, 1.3, 2.0, 4.0, 16.0, 1e6}) {
     const size_t budget = static_cast<size_t>(static_cast<double>(needed) * factor);
-    SCOPED_TRACE(trace + ", memory_limit " + std::to_string(budget));
+    SCOPED_TRACE(name + ": " + p.describe() + ", memory_limit " + std::to_string(budget));
     ooc::Plan plan;
     ASSERT_NO_THROW(plan = plan_for(p, config(budget)));
     ASSERT_EQ(plan.memory_limit, budget);
