@@ -44,6 +44,17 @@ struct BackwardSpec {
   }
 };
 
+// The gradient `op` of the convolution x (*) w, with its blending.
+inline BackwardSpec backward_spec(Operation op, Shape x, Shape w, Shape stride = {1}, Shape padding = {0},
+                                  Shape dilation = {1}, double alpha = 1.0, double beta = 0.0) {
+  BackwardSpec s;
+  s.op = op;
+  s.x = std::move(x), s.w = std::move(w), s.stride = std::move(stride), s.padding = std::move(padding);
+  s.dilation = std::move(dilation);
+  s.alpha = alpha, s.beta = beta;
+  return s;
+}
+
 inline const char* op_label(Operation op) {
   return op == Operation::backward_data ? "data" : op == Operation::backward_filter ? "filter" : "bias";
 }
@@ -109,6 +120,26 @@ inline std::vector<double> reference_backward_bias(const ooc::ConvProblem& p, co
     for (int64_t k = 0; k < p.k; ++k)
       for (int64_t i = 0; i < plane; ++i) db[static_cast<size_t>(k)] += dy[static_cast<size_t>((n * p.k + k) * plane + i)];
   return blended(std::move(db), p, db_old);
+}
+
+// The gradient p.op computes from the forward's x, w and dy (dx, dw or db), blended with `old`.
+inline std::vector<double> reference_gradient(const ooc::ConvProblem& p, const std::vector<float>& x,
+                                              const std::vector<float>& w, const std::vector<float>& dy,
+                                              const std::vector<float>& old) {
+  switch (p.op) {
+    case Operation::backward_data: return reference_backward_data(p, dy, w, old);
+    case Operation::backward_filter: return reference_backward_filter(p, x, dy, old);
+    default: return reference_backward_bias(p, dy, old);
+  }
+}
+
+// How many floats the gradient p.op writes: dx's, dw's or db's.
+inline int64_t gradient_elements(const ooc::ConvProblem& p) {
+  switch (p.op) {
+    case Operation::backward_data: return p.x_elements();
+    case Operation::backward_filter: return p.w_elements();
+    default: return p.k;
+  }
 }
 
 // --------------------------------------------------------------------------------------------
@@ -310,8 +341,7 @@ inline void check_backward_plan(const ooc::Plan& plan, bool count_elements) {
 
   // --- traffic and slot counts ---
   EXPECT_EQ(plan.bytes_h2d, h2d);
-  const int64_t output_elements = data ? p.x_elements() : filter ? p.w_elements() : p.k;
-  EXPECT_EQ(plan.bytes_d2h, static_cast<size_t>(output_elements) * 4);
+  EXPECT_EQ(plan.bytes_d2h, static_cast<size_t>(gradient_elements(p)) * 4);
   auto slots = [&](int64_t loads) { return static_cast<int>(std::min<int64_t>(plan.buffers, loads)); };
   EXPECT_EQ(plan.y_buffers, slots(loads_y));
   if (data) {
@@ -332,15 +362,10 @@ inline void check_backward_plan(const ooc::Plan& plan, bool count_elements) {
       std::vector<uint8_t> count(static_cast<size_t>(p.x_elements()), 0);
       std::vector<uint16_t> reduced(static_cast<size_t>(p.x_elements() * p.k), 0);
       for (const ooc::Chunk& ch : chunks)
-        for (int64_t n = ch.n.begin; n < ch.n.end; ++n)
-          for (int64_t c = ch.c.begin; c < ch.c.end; ++c)
-            for (int64_t a = ch.target[0].begin; a < ch.target[0].end; ++a)
-              for (int64_t b = ch.target[1].begin; b < ch.target[1].end; ++b)
-                for (int64_t e = ch.target[2].begin; e < ch.target[2].end; ++e) {
-                  const size_t i = static_cast<size_t>((((n * p.c + c) * p.in[0] + a) * p.in[1] + b) * p.in[2] + e);
-                  if (ch.last_c && count[i] < 255) ++count[i];
-                  for (int64_t k = ch.k.begin; k < ch.k.end; ++k) ++reduced[i * static_cast<size_t>(p.k) + k];
-                }
+        for_each_box_index(ch.n, ch.c, ch.target, p.c, p.in, [&](size_t i) {
+          if (ch.last_c && count[i] < 255) ++count[i];
+          for (int64_t k = ch.k.begin; k < ch.k.end; ++k) ++reduced[i * static_cast<size_t>(p.k) + k];
+        });
       EXPECT_TRUE(std::all_of(count.begin(), count.end(), [](uint8_t v) { return v == 1; }))
           << "a dx element is written back never or more than once";
       EXPECT_TRUE(std::all_of(reduced.begin(), reduced.end(), [](uint16_t v) { return v == 1; }))
@@ -367,31 +392,6 @@ inline void check_backward_plan(const ooc::Plan& plan, bool count_elements) {
           << "an output element does not reduce every (n, dy position) exactly once";
     }
   }
-}
-
-// Which dimensions a backward plan splits, as a label: "n", "k+c", "d0+d2", ...
-inline std::string backward_split_kind(const ooc::Plan& plan) {
-  std::string s;
-  auto add = [&](bool split, const char* name) {
-    if (split) s += (s.empty() ? "" : "+") + std::string(name);
-  };
-  add(plan.splits_n > 1, "n");
-  add(plan.splits_k > 1, "k");
-  add(plan.splits_c > 1, "c");
-  add(plan.splits_out[0] > 1, "d0");
-  add(plan.splits_out[1] > 1, "d1");
-  add(plan.splits_out[2] > 1, "d2");
-  return s.empty() ? "none" : s;
-}
-
-inline bool backward_uneven_edge(const ooc::Plan& plan) {
-  const ooc::ConvProblem& p = plan.problem;
-  const bool data = p.op == Operation::backward_data;
-  bool u = (plan.splits_n > 1 && p.n % plan.tiling.n) || (plan.splits_k > 1 && p.k % plan.tiling.k) ||
-           (plan.splits_c > 1 && p.c % plan.tiling.c);
-  for (int d = 0; d < ooc::kMaxSpatial; ++d)
-    u = u || (plan.splits_out[d] > 1 && (data ? p.in[d] : p.out[d]) % plan.tiling.out[d]);
-  return u;
 }
 
 }  // namespace ooc_test

@@ -28,16 +28,7 @@ inline ooc::Plan plan_backward(const ooc::ConvProblem& p, const ooc::Options& o)
 
 // The smallest device budget any plan for `p` needs on `backend`.
 inline size_t backward_needed_bytes(const ooc::ConvProblem& p, ooc::BackendKind backend) {
-  ooc::Options o;
-  o.memory_limit = 1;
-  o.backend = backend;
-  try {
-    plan_backward(p, o);
-  } catch (const ooc::out_of_budget& e) {
-    return e.needed_bytes();
-  }
-  ADD_FAILURE() << "a 1-byte budget did not throw out_of_budget";
-  return 1;
+  return needed_bytes_of(plan_backward, p, backend);
 }
 
 // Bytes a run moves H2D when caller memory is DMA'd directly: only what lies inside each tensor
@@ -98,18 +89,14 @@ inline BackwardResult run_backward_and_check(const BackwardSpec& spec, size_t me
   const std::vector<float> x = random_vector(static_cast<size_t>(fwd.x_elements()), rng, 0.25);
   const std::vector<float> w = random_vector(static_cast<size_t>(fwd.w_elements()), rng, 0.25);
   const std::vector<float> dy = random_vector(static_cast<size_t>(fwd.y_elements()), rng, 0.25);
-  const size_t out_elements = static_cast<size_t>(p.op == Operation::backward_data     ? fwd.x_elements()
-                                                  : p.op == Operation::backward_filter ? fwd.w_elements()
-                                                                                       : fwd.k);
+  const size_t out_elements = static_cast<size_t>(gradient_elements(p));
   const std::vector<float> old = p.beta != 0.0 ? random_vector(out_elements, rng)
                                                : std::vector<float>(out_elements, std::numeric_limits<float>::quiet_NaN());
   // The library gets copies; the originals prove the inputs were not written.
   CallerCopy xc(x, memory), wc(w, memory), dyc(dy, memory), outc(old, memory);
-  ooc::Options options;
-  options.memory_limit = memory_limit;
-  options.backend = backend;
+  const ooc::Options options = options_for(backend, memory_limit);
   BackwardResult r;
-  try {
+  const bool ran = completes("the backward call", [&] {
     switch (p.op) {
       case Operation::backward_data:
         ooc::conv_backward_data(p, dyc.data(), wc.data(), outc.data(), options, &r.plan, &r.stats);
@@ -121,15 +108,11 @@ inline BackwardResult run_backward_and_check(const BackwardSpec& spec, size_t me
         ooc::conv_backward_bias(p, dyc.data(), outc.data(), options, &r.plan, &r.stats);
         break;
     }
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "the backward call threw: " << e.what();
-    return r;
-  }
+  });
+  if (!ran) return r;
   const std::vector<float> out = outc.contents();
   r.output = out;
-  const std::vector<double> ref = p.op == Operation::backward_data     ? reference_backward_data(p, dy, w, old)
-                                  : p.op == Operation::backward_filter ? reference_backward_filter(p, x, dy, old)
-                                                                       : reference_backward_bias(p, dy, old);
+  const std::vector<double> ref = reference_gradient(p, x, w, dy, old);
   const Comparison c = compare(out, ref);
   EXPECT_EQ(c.non_finite, 0) << "elements not written (NaN), first at " << c.first_bad << "\n" << r.plan.describe();
   EXPECT_LT(c.relative_error, tolerance) << r.plan.describe();
@@ -138,18 +121,7 @@ inline BackwardResult run_backward_and_check(const BackwardSpec& spec, size_t me
   EXPECT_EQ(dyc.contents(), dy) << "dy was modified";
 
   EXPECT_EQ(r.plan.problem.op, p.op);
-  if (memory_limit) {
-    EXPECT_EQ(r.plan.memory_limit, memory_limit);
-  }
-  EXPECT_LE(r.plan.peak_device_bytes, r.plan.memory_limit);
-  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
-  if (memory == CallerMemory::pageable) {
-    EXPECT_EQ(r.stats.bytes_h2d, r.plan.bytes_h2d);
-  } else {
-    EXPECT_EQ(r.stats.bytes_h2d, backward_direct_h2d_bytes(r.plan));
-  }
-  EXPECT_EQ(r.stats.bytes_d2h, r.plan.bytes_d2h);
-  EXPECT_EQ(r.stats.chunks, static_cast<int64_t>(r.plan.num_chunks()));
+  expect_run_as_planned(r.plan, r.stats, memory_limit, memory, backward_direct_h2d_bytes);
   check_backward_plan(r.plan, true);
   return r;
 }
@@ -165,14 +137,11 @@ struct BackwardCase {
 };
 inline void PrintTo(const BackwardCase& c, std::ostream* os) { *os << c.name; }
 
-inline BackwardSpec backward_spec(Operation op, Shape x, Shape w, Shape stride = {1}, Shape padding = {0},
-                                  Shape dilation = {1}, double alpha = 1.0, double beta = 0.0) {
-  BackwardSpec s;
-  s.op = op;
-  s.x = std::move(x), s.w = std::move(w), s.stride = std::move(stride), s.padding = std::move(padding);
-  s.dilation = std::move(dilation);
-  s.alpha = alpha, s.beta = beta;
-  return s;
+// The case's budget on `backend`: budget_factor times its smallest peak there (0, the default
+// limit, for factor 0).
+inline size_t case_budget(const BackwardCase& bc, ooc::BackendKind backend) {
+  if (bc.budget_factor == 0) return 0;
+  return static_cast<size_t>(static_cast<double>(backward_needed_bytes(bc.spec.problem(), backend)) * bc.budget_factor);
 }
 
 // The cases every backend runs: each split kind of each gradient, with the budget that forces it.
@@ -181,11 +150,7 @@ inline std::vector<BackwardCase> backward_cases() {
   using P = const ooc::Plan&;
   const O D = O::backward_data, F = O::backward_filter, B = O::backward_bias;
   auto only = [](std::function<bool(P)> split, int dims) {
-    return [split, dims](P p) {
-      const int n = (p.splits_n > 1) + (p.splits_k > 1) + (p.splits_c > 1) + (p.splits_out[0] > 1) +
-                    (p.splits_out[1] > 1) + (p.splits_out[2] > 1);
-      return split(p) && n == dims;
-    };
+    return [split, dims](P p) { return split(p) && split_dims(p) == dims; };
   };
   auto many = [](P p) { return p.num_chunks() > 1; };
   return {

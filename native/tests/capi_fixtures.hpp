@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend_fixtures.hpp"
 #include "capi/capi_internal.hpp"
 #include "ooc/ooc.hpp"
 #include "ooc/ooc_cudnn.h"
@@ -42,11 +43,18 @@ inline std::vector<int> packed_strides(const Shape& dims) {
   return strides;
 }
 
-inline Tensor unset_tensor() {
-  cudnnTensorDescriptor_t d = nullptr;
-  EXPECT_EQ(cudnnCreateTensorDescriptor(&d), CUDNN_STATUS_SUCCESS);
-  return Tensor(d);
+// A descriptor just made by its cudnnCreate*Descriptor, owned, not set yet.
+template <typename Owner, typename Handle>
+Owner created(cudnnStatus_t (*create)(Handle*)) {
+  Handle d = nullptr;
+  EXPECT_EQ(create(&d), CUDNN_STATUS_SUCCESS);
+  return Owner(d);
 }
+
+inline Tensor unset_tensor() { return created<Tensor>(cudnnCreateTensorDescriptor); }
+inline Filter unset_filter() { return created<Filter>(cudnnCreateFilterDescriptor); }
+inline Convolution unset_convolution() { return created<Convolution>(cudnnCreateConvolutionDescriptor); }
+inline Pooling unset_pooling() { return created<Pooling>(cudnnCreatePoolingDescriptor); }
 
 // strides empty: fully packed.
 inline Tensor tensor(const Shape& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT, std::vector<int> strides = {}) {
@@ -59,12 +67,6 @@ inline Tensor tensor(const Shape& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT,
   return t;
 }
 
-inline Filter unset_filter() {
-  cudnnFilterDescriptor_t d = nullptr;
-  EXPECT_EQ(cudnnCreateFilterDescriptor(&d), CUDNN_STATUS_SUCCESS);
-  return Filter(d);
-}
-
 inline Filter filter(const Shape& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT,
                      cudnnTensorFormat_t format = CUDNN_TENSOR_NCHW) {
   Filter f = unset_filter();
@@ -72,12 +74,6 @@ inline Filter filter(const Shape& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT,
   EXPECT_EQ(cudnnSetFilterNdDescriptor(f.get(), type, format, static_cast<int>(d.size()), d.data()), CUDNN_STATUS_SUCCESS)
       << shape_str(dims);
   return f;
-}
-
-inline Convolution unset_convolution() {
-  cudnnConvolutionDescriptor_t d = nullptr;
-  EXPECT_EQ(cudnnCreateConvolutionDescriptor(&d), CUDNN_STATUS_SUCCESS);
-  return Convolution(d);
 }
 
 // FMA math: plain FP32, as the out-of-core path computes, so the two agree to fp32 rounding.
@@ -98,20 +94,14 @@ inline Convolution convolution(const Shape& padding, const Shape& stride, const 
 
 // coef: clipped ReLU's ceiling, ELU's alpha, swish's beta (cudnnSetActivationDescriptorSwishBeta).
 inline Activation activation(cudnnActivationMode_t mode, double coef = 0.0) {
-  cudnnActivationDescriptor_t d = nullptr;
-  EXPECT_EQ(cudnnCreateActivationDescriptor(&d), CUDNN_STATUS_SUCCESS);
-  EXPECT_EQ(cudnnSetActivationDescriptor(d, mode, CUDNN_NOT_PROPAGATE_NAN, mode == CUDNN_ACTIVATION_SWISH ? 0.0 : coef),
+  Activation a = created<Activation>(cudnnCreateActivationDescriptor);
+  EXPECT_EQ(cudnnSetActivationDescriptor(a.get(), mode, CUDNN_NOT_PROPAGATE_NAN,
+                                         mode == CUDNN_ACTIVATION_SWISH ? 0.0 : coef),
             CUDNN_STATUS_SUCCESS);
   if (mode == CUDNN_ACTIVATION_SWISH) {
-    EXPECT_EQ(cudnnSetActivationDescriptorSwishBeta(d, coef), CUDNN_STATUS_SUCCESS);
+    EXPECT_EQ(cudnnSetActivationDescriptorSwishBeta(a.get(), coef), CUDNN_STATUS_SUCCESS);
   }
-  return Activation(d);
-}
-
-inline Pooling unset_pooling() {
-  cudnnPoolingDescriptor_t d = nullptr;
-  EXPECT_EQ(cudnnCreatePoolingDescriptor(&d), CUDNN_STATUS_SUCCESS);
-  return Pooling(d);
+  return a;
 }
 
 inline Pooling pooling(cudnnPoolingMode_t mode, const Shape& window, const Shape& padding, const Shape& stride) {
@@ -163,16 +153,6 @@ class HostBackendTest : public ::testing::Test {
     ooc::capi::testing::use_host_backend(false);
     oocSetMemoryLimit(0);
   }
-};
-
-// Caller memory taken as pinned by the host backend (ooc::testing::set_host_direct_access): regions
-// move by strided DMA copies, halos and the blended output's surroundings zeroed on the "device".
-class DirectAccess {
- public:
-  explicit DirectAccess(bool on) { ooc::testing::set_host_direct_access(on); }
-  ~DirectAccess() { ooc::testing::set_host_direct_access(false); }
-  DirectAccess(const DirectAccess&) = delete;
-  DirectAccess& operator=(const DirectAccess&) = delete;
 };
 
 // What the calling thread's last C API call left behind, for failure messages.

@@ -19,8 +19,6 @@
 
 namespace ooc_test {
 
-inline bool have_gpu() { return ooc::device_count() > 0; }
-
 // mixed: the tensors of one call cycle through device, pinned and pageable memory.
 enum class Memory { device, pinned, pageable, mixed };
 

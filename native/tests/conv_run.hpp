@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 
+#include "backend_fixtures.hpp"
 #include "ooc/ooc.hpp"
 #include "plan_checks.hpp"
 #include "test_util.hpp"
@@ -30,14 +31,30 @@ inline unsigned test_seed(unsigned salt) {
   return base + salt * 7919u;
 }
 
+// A seed of the case `name`'s own (plus `salt` where a case draws more than one): test_seed's, so
+// fresh each run and replayed by OOC_TEST_SEED.
+inline unsigned case_seed(const char* name, unsigned salt = 0) {
+  return test_seed(static_cast<unsigned>(std::hash<std::string>{}(name)) + salt);
+}
+
+// A convolution's random inputs, drawn from rng in this order: x and w around input_mean (see
+// ConvSpec), the bias around 0.
+struct ConvInputs {
+  std::vector<float> x, w, bias;
+};
+inline ConvInputs random_conv_inputs(const ooc::ConvProblem& p, std::mt19937& rng, double input_mean = 0.0) {
+  ConvInputs in;
+  in.x = random_vector(static_cast<size_t>(p.x_elements()), rng, input_mean);
+  in.w = random_vector(static_cast<size_t>(p.w_elements()), rng, input_mean);
+  in.bias = random_vector(static_cast<size_t>(p.k), rng);
+  return in;
+}
+
 // The smallest device budget any plan of plan_fn (plan_conv_forward, ...) for `p` needs on `backend`.
 template <typename PlanFn>
 size_t needed_bytes_of(PlanFn plan_fn, const ooc::ConvProblem& p, ooc::BackendKind backend) {
-  ooc::Options o;
-  o.memory_limit = 1;
-  o.backend = backend;
   try {
-    plan_fn(p, o);
+    plan_fn(p, options_for(backend, 1));
   } catch (const ooc::out_of_budget& e) {
     return e.needed_bytes();
   }
@@ -53,6 +70,19 @@ struct RunResult {
   ooc::Plan plan;
   ooc::RunStats stats;
 };
+
+// Runs `call`, the library call under test (`name`): false, with the failure recorded, when it
+// throws, so that the run's checks are skipped rather than made on outputs it never wrote.
+template <typename Call>
+bool completes(const char* name, Call call) {
+  try {
+    call();
+    return true;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << name << " threw: " << e.what();
+    return false;
+  }
+}
 
 // Bytes that cross the link when caller memory is DMA'd directly: only the part of each region
 // inside its tensor (the halo outside is zeroed on the device, not copied).
@@ -72,13 +102,6 @@ inline size_t direct_h2d_bytes(const ooc::Plan& plan) {
   return bytes;
 }
 
-// Where the caller's tensors live, which decides the pipeline's path.
-enum class CallerMemory {
-  pageable,     // std::vector: gathered into staging buffers by host workers
-  host_direct,  // host backend told to treat caller memory as pinned (ooc::testing::set_host_direct_access)
-  pinned,       // ooc::alloc_pinned (cuda): DMA'd straight into device slots
-};
-
 // Page-locked copy of a vector, for CallerMemory::pinned.
 class PinnedFloats {
  public:
@@ -97,6 +120,22 @@ class PinnedFloats {
   float* p_;
 };
 
+// What a run measured must be what its plan predicted: the budget asked for (0: the default) and
+// held, an arena of the plan's peak, its D2H bytes and chunk count, and its H2D bytes, which for
+// caller memory moved by direct DMA are direct_h2d(plan): only what lies inside the tensors (the
+// plan counts halo zeros too, which the device zeroes instead).
+inline void expect_run_as_planned(const ooc::Plan& plan, const ooc::RunStats& stats, size_t memory_limit,
+                                  CallerMemory memory, size_t (*direct_h2d)(const ooc::Plan&)) {
+  if (memory_limit) {
+    EXPECT_EQ(plan.memory_limit, memory_limit);
+  }
+  EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);
+  EXPECT_EQ(stats.device_bytes_reserved, plan.peak_device_bytes);
+  EXPECT_EQ(stats.bytes_h2d, memory == CallerMemory::pageable ? plan.bytes_h2d : direct_h2d(plan));
+  EXPECT_EQ(stats.bytes_d2h, plan.bytes_d2h);
+  EXPECT_EQ(stats.chunks, static_cast<int64_t>(plan.num_chunks()));
+}
+
 // Runs `spec` under `memory_limit` (0: the default) and checks everything about the result.
 inline RunResult run_and_check(const ConvSpec& spec, size_t memory_limit, ooc::BackendKind backend, unsigned seed,
                                double tolerance = 1e-5, CallerMemory memory = CallerMemory::pageable) {
@@ -104,9 +143,7 @@ inline RunResult run_and_check(const ConvSpec& spec, size_t memory_limit, ooc::B
   SCOPED_TRACE("seed " + std::to_string(seed) + " (OOC_TEST_SEED to replay), " + p.describe() + ", memory_limit " +
                std::to_string(memory_limit));
   std::mt19937 rng(seed);
-  const std::vector<float> x = random_vector(static_cast<size_t>(p.x_elements()), rng, spec.input_mean);
-  const std::vector<float> w = random_vector(static_cast<size_t>(p.w_elements()), rng, spec.input_mean);
-  const std::vector<float> bias = random_vector(static_cast<size_t>(p.k), rng);
+  const auto [x, w, bias] = random_conv_inputs(p, rng, spec.input_mean);
   const std::vector<float> y_old = p.beta != 0.0 ? random_vector(static_cast<size_t>(p.y_elements()), rng)
                                                  : std::vector<float>(static_cast<size_t>(p.y_elements()),
                                                                       std::numeric_limits<float>::quiet_NaN());
@@ -122,16 +159,12 @@ inline RunResult run_and_check(const ConvSpec& spec, size_t memory_limit, ooc::B
     xp = px->data(), wp = pw->data(), bp = pb->data(), yp = py->data();
   }
 
-  ooc::Options options;
-  options.memory_limit = memory_limit;
-  options.backend = backend;
   RunResult r;
-  try {
-    ooc::conv_forward(p, xp, wp, spec.bias ? bp : nullptr, yp, options, &r.plan, &r.stats);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "conv_forward threw: " << e.what();
-    return r;
-  }
+  const bool ran = completes("conv_forward", [&] {
+    ooc::conv_forward(p, xp, wp, spec.bias ? bp : nullptr, yp, options_for(backend, memory_limit), &r.plan,
+                      &r.stats);
+  });
+  if (!ran) return r;
   if (memory == CallerMemory::pinned) {
     y = py->vector();
     xc = px->vector(), wc = pw->vector(), bc = pb->vector();
@@ -145,36 +178,13 @@ inline RunResult run_and_check(const ConvSpec& spec, size_t memory_limit, ooc::B
   EXPECT_EQ(wc, w) << "w was modified";
   EXPECT_EQ(bc, bias) << "bias was modified";
 
-  if (memory_limit) {
-    EXPECT_EQ(r.plan.memory_limit, memory_limit);
-  }
-  EXPECT_LE(r.plan.peak_device_bytes, r.plan.memory_limit);
-  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
-  if (memory == CallerMemory::pageable) {
-    EXPECT_EQ(r.stats.bytes_h2d, r.plan.bytes_h2d);
-  } else {
-    // Direct DMA moves only what lies inside the tensors; the plan counts halo zeros too.
-    EXPECT_EQ(r.stats.bytes_h2d, direct_h2d_bytes(r.plan));
-  }
-  EXPECT_EQ(r.stats.bytes_d2h, r.plan.bytes_d2h);
-  EXPECT_EQ(r.stats.chunks, static_cast<int64_t>(r.plan.num_chunks()));
+  expect_run_as_planned(r.plan, r.stats, memory_limit, memory, direct_h2d_bytes);
   check_plan(r.plan, true);
   return r;
 }
 
 // Split predicates for the cases below.
 using SplitCheck = std::function<bool(const ooc::Plan&)>;
-inline int split_dims(const ooc::Plan& p) {
-  return (p.splits_n > 1) + (p.splits_k > 1) + (p.splits_c > 1) + (p.splits_out[0] > 1) + (p.splits_out[1] > 1) +
-         (p.splits_out[2] > 1);
-}
-inline bool uneven_edge(const ooc::Plan& plan) {
-  const ooc::ConvProblem& p = plan.problem;
-  bool u = (plan.splits_n > 1 && p.n % plan.tiling.n) || (plan.splits_k > 1 && p.k % plan.tiling.k) ||
-           (plan.splits_c > 1 && p.c % plan.tiling.c);
-  for (int d = 0; d < ooc::kMaxSpatial; ++d) u = u || (plan.splits_out[d] > 1 && p.out[d] % plan.tiling.out[d]);
-  return u;
-}
 
 // A problem, a budget (a multiple of the smallest peak; 0: the default limit), the split it must
 // cause and whether that split must leave a smaller edge tile (checked on the host backend, whose
@@ -196,11 +206,9 @@ inline size_t budget_for(const ooc::ConvProblem& p, ooc::BackendKind backend, do
   const size_t needed = needed_bytes(p, backend);
   std::vector<double> factors{factor};
   for (double f = 1.0; f < 10.0; f *= 1.08) factors.push_back(f);
-  ooc::Options o;
-  o.backend = backend;
   for (double f : factors) {
-    o.memory_limit = static_cast<size_t>(static_cast<double>(needed) * f);
-    if (want(ooc::plan_conv_forward(p, o))) return o.memory_limit;
+    const size_t budget = static_cast<size_t>(static_cast<double>(needed) * f);
+    if (want(ooc::plan_conv_forward(p, options_for(backend, budget)))) return budget;
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,24 +68,17 @@ inline RunResult run_fused_forward_and_check(const ConvSpec& spec, const ooc::Fu
   SCOPED_TRACE("seed " + std::to_string(seed) + " (OOC_TEST_SEED to replay), " + p.describe() + ", memory_limit " +
                std::to_string(memory_limit) + (z_is_y ? ", z is y" : ""));
   std::mt19937 rng(seed);
-  const auto x = random_vector(static_cast<size_t>(p.x_elements()), rng, spec.input_mean);
-  const auto w = random_vector(static_cast<size_t>(p.w_elements()), rng, spec.input_mean);
-  const auto bias = random_vector(static_cast<size_t>(p.k), rng);
+  const auto [x, w, bias] = random_conv_inputs(p, rng, spec.input_mean);
   const auto z = random_vector(static_cast<size_t>(p.y_elements()), rng);
   const std::vector<float> poison(static_cast<size_t>(p.y_elements()), std::nanf(""));
   CallerCopy xc(x, memory), wc(w, memory), bc(bias, memory), zc(z, memory), yc(z_is_y ? z : poison, memory);
-
-  ooc::Options options;
-  options.memory_limit = memory_limit;
-  options.backend = backend;
   RunResult r;
-  try {
+  const bool ran = completes("conv_bias_activation_forward", [&] {
     ooc::conv_bias_activation_forward(p, activation, xc.data(), wc.data(), z_is_y ? yc.data() : zc.data(),
-                                      spec.bias ? bc.data() : nullptr, yc.data(), options, &r.plan, &r.stats);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "conv_bias_activation_forward threw: " << e.what();
-    return r;
-  }
+                                      spec.bias ? bc.data() : nullptr, yc.data(),
+                                      options_for(backend, memory_limit), &r.plan, &r.stats);
+  });
+  if (!ran) return r;
   const std::vector<double> pre = reference_conv(p, x, w, spec.bias ? &bias : nullptr, &z);
   std::vector<double> ref = pre;
   for (double& v : ref) v = reference_activation(activation, v);
@@ -99,16 +93,9 @@ inline RunResult run_fused_forward_and_check(const ConvSpec& spec, const ooc::Fu
   }
 
   EXPECT_EQ(r.plan.fused, "conv_bias_activation_forward");
-  if (memory_limit) {
-    EXPECT_EQ(r.plan.memory_limit, memory_limit);
-  }
-  EXPECT_LE(r.plan.peak_device_bytes, r.plan.memory_limit);
-  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
   // z crosses once (where alpha2 != 0), y once: exactly the plan's traffic.
-  EXPECT_EQ(r.stats.bytes_h2d, memory == CallerMemory::pageable ? r.plan.bytes_h2d : direct_h2d_bytes(r.plan));
-  EXPECT_EQ(r.stats.bytes_d2h, r.plan.bytes_d2h);
+  expect_run_as_planned(r.plan, r.stats, memory_limit, memory, direct_h2d_bytes);
   EXPECT_EQ(r.stats.bytes_d2h, static_cast<size_t>(p.y_elements()) * 4);
-  EXPECT_EQ(r.stats.chunks, static_cast<int64_t>(r.plan.num_chunks()));
   check_plan(r.plan, true);
   return r;
 }
@@ -116,23 +103,42 @@ inline RunResult run_fused_forward_and_check(const ConvSpec& spec, const ooc::Fu
 // --------------------------------------------------------------------------------------------
 // conv_backward_data_filter_bias
 
+// What the fused runs whose plans do not itemize direct DMA measured against their plan: the
+// budget held, an arena of the plan's peak, its D2H bytes, and its H2D bytes for pageable memory
+// (at most those by direct DMA, which skips the halo zeros the plan counts).
+inline void expect_run_within_plan(const ooc::Plan& plan, const ooc::RunStats& stats, CallerMemory memory) {
+  EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);
+  EXPECT_EQ(stats.device_bytes_reserved, plan.peak_device_bytes);
+  EXPECT_EQ(stats.bytes_d2h, plan.bytes_d2h);
+  if (memory == CallerMemory::pageable) {
+    EXPECT_EQ(stats.bytes_h2d, plan.bytes_h2d);
+  } else {
+    EXPECT_LE(stats.bytes_h2d, plan.bytes_h2d);
+  }
+}
+
 // The smallest budget any fused backward plan for `p` needs on `backend`.
 inline size_t fused_backward_needed_bytes(const ooc::ConvProblem& p, ooc::BackendKind backend) {
   return needed_bytes_of(ooc::plan_conv_backward_data_filter_bias, p, backend);
 }
 
-// A budget at which the fused backward's plan satisfies `want`: from the smallest peak upward by
-// 4% steps up to ~20x; 0 when none does.
-inline size_t fused_backward_budget(const ooc::ConvProblem& p, ooc::BackendKind backend,
-                                    const std::function<bool(const ooc::Plan&)>& want) {
-  ooc::Options o;
-  o.backend = backend;
-  const size_t needed = fused_backward_needed_bytes(p, backend);
+// A budget at which plan_fn's plan of `p` satisfies `want`: from the smallest peak upward by 4%
+// steps up to ~20x; 0 when none does.
+template <typename PlanFn>
+size_t budget_where(PlanFn plan_fn, const ooc::ConvProblem& p, ooc::BackendKind backend,
+                    const std::function<bool(const ooc::Plan&)>& want) {
+  const size_t needed = needed_bytes_of(plan_fn, p, backend);
   for (double f = 1.0; f < 20.0; f *= 1.04) {
-    o.memory_limit = static_cast<size_t>(static_cast<double>(needed) * f);
-    if (want(ooc::plan_conv_backward_data_filter_bias(p, o))) return o.memory_limit;
+    const size_t budget = static_cast<size_t>(static_cast<double>(needed) * f);
+    if (want(plan_fn(p, options_for(backend, budget)))) return budget;
   }
   return 0;
+}
+
+// The same for the fused backward's plan.
+inline size_t fused_backward_budget(const ooc::ConvProblem& p, ooc::BackendKind backend,
+                                    const std::function<bool(const ooc::Plan&)>& want) {
+  return budget_where(ooc::plan_conv_backward_data_filter_bias, p, backend, want);
 }
 
 // Everything a fused backward plan must satisfy: the loop order for n-tile { for dy tile { for
@@ -165,12 +171,7 @@ inline void check_fused_backward_plan(const ooc::Plan& plan) {
       group = &ch;
       EXPECT_EQ(ch.c.begin, 0) << describe_chunk(ch);
       dy_bytes += static_cast<size_t>(ch.n.size() * p.k * product3(ch.out)) * 4;
-      for (int64_t n = ch.n.begin; n < ch.n.end; ++n)
-        for (int64_t k = 0; k < p.k; ++k)
-          for (int64_t o0 = ch.out[0].begin; o0 < ch.out[0].end; ++o0)
-            for (int64_t o1 = ch.out[1].begin; o1 < ch.out[1].end; ++o1)
-              for (int64_t o2 = ch.out[2].begin; o2 < ch.out[2].end; ++o2)
-                ++dy_loaded[static_cast<size_t>((((n * p.k + k) * p.out[0] + o0) * p.out[1] + o1) * p.out[2] + o2)];
+      for_each_box_index(ch.n, ooc::Range{0, p.k}, ch.out, p.k, p.out, [&](size_t i) { ++dy_loaded[i]; });
     } else {
       ASSERT_NE(group, nullptr);
       EXPECT_TRUE(ch.n == group->n && ch.out == group->out) << "a chunk uses a dy tile it did not load";
@@ -197,12 +198,7 @@ inline void check_fused_backward_plan(const ooc::Plan& plan) {
         EXPECT_EQ(ch.compute_padding[d], p.padding[d]);
       }
     }
-    for (int64_t n = ch.n.begin; n < ch.n.end; ++n)
-      for (int64_t c = ch.c.begin; c < ch.c.end; ++c)
-        for (int64_t i0 = ch.target[0].begin; i0 < ch.target[0].end; ++i0)
-          for (int64_t i1 = ch.target[1].begin; i1 < ch.target[1].end; ++i1)
-            for (int64_t i2 = ch.target[2].begin; i2 < ch.target[2].end; ++i2)
-              ++dx_written[static_cast<size_t>((((n * p.c + c) * p.in[0] + i0) * p.in[1] + i1) * p.in[2] + i2)];
+    for_each_box_index(ch.n, ch.c, ch.target, p.c, p.in, [&](size_t i) { ++dx_written[i]; });
   }
   for (int64_t c : next_c) EXPECT_EQ(c, p.c) << "a dy tile does not serve every c-tile";
   EXPECT_EQ(std::count(dy_loaded.begin(), dy_loaded.end(), 1), static_cast<int64_t>(dy_loaded.size()))
@@ -245,10 +241,7 @@ inline void expect_three_gradients(const ooc::ConvProblem& p, const std::vector<
   }
 }
 
-struct FusedBackwardResult {
-  ooc::Plan plan;
-  ooc::RunStats stats;
-};
+using FusedBackwardResult = RunResult;
 
 // dy * f'(pre) in float64 for y = f(pre), as the host backend's reference loops define it.
 inline double reference_activation_grad(const ooc::FusedActivation& a, double pre, double y, double dy) {
@@ -303,11 +296,9 @@ inline FusedBackwardResult run_fused_backward_and_check(const BackwardSpec& spec
   }
   CallerCopy xc(x, memory), wc(w, memory), dyc(dy, memory), dxc(dx0, memory), dwc(dw0, memory), dbc(db0, memory),
       yc(y, memory), prec(pre, memory);
-  ooc::Options options;
-  options.memory_limit = memory_limit;
-  options.backend = backend;
+  const ooc::Options options = options_for(backend, memory_limit);
   FusedBackwardResult r;
-  try {
+  const bool ran = completes("conv_backward_data_filter_bias", [&] {
     if (activation)
       ooc::activation_conv_backward_data_filter_bias(p, *activation, xc.data(), dyc.data(), wc.data(), yc.data(),
                                                      with_pre ? prec.data() : nullptr, dxc.data(), dwc.data(),
@@ -315,26 +306,17 @@ inline FusedBackwardResult run_fused_backward_and_check(const BackwardSpec& spec
     else
       ooc::conv_backward_data_filter_bias(p, xc.data(), dyc.data(), wc.data(), dxc.data(), dwc.data(), dbc.data(),
                                           options, &r.plan, &r.stats);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "conv_backward_data_filter_bias threw: " << e.what();
-    return r;
-  }
+  });
+  if (!ran) return r;
   expect_three_gradients(p, x, w, dz, dxc.contents(), dwc.contents(), dbc.contents(), tolerance, r.plan);
   EXPECT_EQ(xc.contents(), x) << "x was modified";
   EXPECT_EQ(wc.contents(), w) << "w was modified";
   EXPECT_EQ(dyc.contents(), dy) << "dy was modified";
   EXPECT_EQ(yc.contents(), y) << "y was modified";
   EXPECT_EQ(prec.contents(), pre) << "pre was modified";
-  if (memory_limit) {
-    EXPECT_EQ(r.plan.memory_limit, memory_limit);
-  }
-  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
-  EXPECT_EQ(r.stats.bytes_h2d,
-            memory == CallerMemory::pageable ? r.plan.bytes_h2d : fused_backward_direct_h2d_bytes(r.plan));
+  expect_run_as_planned(r.plan, r.stats, memory_limit, memory, fused_backward_direct_h2d_bytes);
   const int y_inputs = !activation || activation->identity ? 1 : with_pre ? 3 : 2;
   EXPECT_EQ(r.plan.y_inputs, y_inputs) << "dy, y and pre each cross the link once";
-  EXPECT_EQ(r.stats.bytes_d2h, r.plan.bytes_d2h);
-  EXPECT_EQ(r.stats.chunks, static_cast<int64_t>(r.plan.num_chunks()));
   check_fused_backward_plan(r.plan);
   return r;
 }
@@ -345,6 +327,13 @@ struct FusedBackwardCase {
   std::function<bool(const ooc::Plan&)> expect;  // the split the budget must cause (nullptr: the default budget)
 };
 inline void PrintTo(const FusedBackwardCase& c, std::ostream* os) { *os << c.name; }
+
+// The tests of one fused-backward case: fc, the case, and p, its problem.
+class FusedBackwardCaseTest : public ::testing::TestWithParam<FusedBackwardCase> {
+ protected:
+  const FusedBackwardCase& fc = GetParam();
+  const ooc::ConvProblem p = fc.spec.problem();
+};
 
 // Each split kind of the fused backward, alone and combined, with uneven edges and the geometries
 // whose dx rows are hard to carry: strides beyond the kernel span, padding wider than the kernel,
@@ -382,6 +371,17 @@ inline std::vector<FusedBackwardCase> fused_backward_cases() {
 
 // --------------------------------------------------------------------------------------------
 // conv_bias_activation_pooling_forward
+
+// The pooling (kernel, stride, padding) of conv's output, or nothing when that output is too small
+// for the window.
+inline std::optional<ooc::ConvProblem> pooling_of(const ooc::ConvProblem& conv, const Shape& kernel,
+                                                  const Shape& stride, const Shape& padding) {
+  try {
+    return ooc::pool_problem(conv.y_shape(), kernel, stride, padding);
+  } catch (const ooc::invalid_argument&) {
+    return std::nullopt;
+  }
+}
 
 // Calls f(i, plane, lo, hi) for the i-th pooled element (of plane = n * c + channel): its window's
 // part inside the pooled tensor, [lo, hi) per spatial dim.
@@ -443,14 +443,7 @@ inline void check_pooling_plan(const ooc::Plan& plan, const ooc::ConvProblem& po
         EXPECT_TRUE(ch.out[d].begin <= lo && hi <= ch.out[d].end) << "pooled row " << q << " straddles chunks";
       }
     }
-    if (!ch.last_c) continue;
-    for (int64_t n = ch.n.begin; n < ch.n.end; ++n)
-      for (int64_t k = ch.k.begin; k < ch.k.end; ++k)
-        for (int64_t q0 = ch.target[0].begin; q0 < ch.target[0].end; ++q0)
-          for (int64_t q1 = ch.target[1].begin; q1 < ch.target[1].end; ++q1)
-            for (int64_t q2 = ch.target[2].begin; q2 < ch.target[2].end; ++q2)
-              ++written[static_cast<size_t>((((n * pool.c + k) * pool.out[0] + q0) * pool.out[1] + q1) * pool.out[2] +
-                                            q2)];
+    if (ch.last_c) for_each_box_index(ch.n, ch.k, ch.target, pool.c, pool.out, [&](size_t i) { ++written[i]; });
   }
   EXPECT_EQ(std::count(written.begin(), written.end(), 1), static_cast<int64_t>(written.size()));
   EXPECT_EQ(plan.bytes_d2h, static_cast<size_t>(pool.y_elements()) * 4);
@@ -464,24 +457,17 @@ inline RunResult run_fused_pooling_and_check(const ConvSpec& spec, const ooc::Fu
   const ooc::ConvProblem p = spec.problem();
   SCOPED_TRACE("seed " + std::to_string(seed) + ", " + p.describe() + ", memory_limit " + std::to_string(memory_limit));
   std::mt19937 rng(seed);
-  const auto x = random_vector(static_cast<size_t>(p.x_elements()), rng, spec.input_mean);
-  const auto w = random_vector(static_cast<size_t>(p.w_elements()), rng, spec.input_mean);
-  const auto bias = random_vector(static_cast<size_t>(p.k), rng);
+  const auto [x, w, bias] = random_conv_inputs(p, rng, spec.input_mean);
   const auto z = random_vector(static_cast<size_t>(p.y_elements()), rng);
   CallerCopy xc(x, memory), wc(w, memory), bc(bias, memory), zc(z, memory),
       outc(std::vector<float>(static_cast<size_t>(pool.y_elements()), std::nanf("")), memory);
-  ooc::Options options;
-  options.memory_limit = memory_limit;
-  options.backend = backend;
   RunResult r;
-  try {
+  const bool ran = completes("conv_bias_activation_pooling_forward", [&] {
     ooc::conv_bias_activation_pooling_forward(p, activation, pool, mode, xc.data(), wc.data(), zc.data(),
-                                              spec.bias ? bc.data() : nullptr, outc.data(), options, &r.plan,
-                                              &r.stats);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "conv_bias_activation_pooling_forward threw: " << e.what();
-    return r;
-  }
+                                              spec.bias ? bc.data() : nullptr, outc.data(),
+                                              options_for(backend, memory_limit), &r.plan, &r.stats);
+  });
+  if (!ran) return r;
   std::vector<double> y = reference_conv(p, x, w, spec.bias ? &bias : nullptr, &z);
   const std::vector<double> pre = reference_pool(pool, mode, y);
   for (double& v : y) v = reference_activation(activation, v);
@@ -491,13 +477,7 @@ inline RunResult run_fused_pooling_and_check(const ConvSpec& spec, const ooc::Fu
   EXPECT_LT(activation_error(c, ref, pre), tolerance) << r.plan.describe();
   EXPECT_EQ(xc.contents(), x);
   EXPECT_EQ(zc.contents(), z);
-  EXPECT_EQ(r.stats.bytes_d2h, r.plan.bytes_d2h);
-  if (memory == CallerMemory::pageable) {
-    EXPECT_EQ(r.stats.bytes_h2d, r.plan.bytes_h2d);
-  } else {
-    EXPECT_LE(r.stats.bytes_h2d, r.plan.bytes_h2d);
-  }
-  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
+  expect_run_within_plan(r.plan, r.stats, memory);
   check_pooling_plan(r.plan, pool);
   return r;
 }
@@ -508,8 +488,26 @@ inline RunResult run_fused_pooling_and_check(const ConvSpec& spec, const ooc::Fu
 struct DeconvCase {
   const char* name;
   Shape x, w, stride, padding, output_padding, dilation;
+
+  // With bias, alpha1 scaling the transposed convolution and alpha2 z.
+  ooc::ConvProblem problem(double alpha1, double alpha2) const {
+    return ooc::deconv_problem(x, w, stride, padding, output_padding, dilation, 1, alpha1, alpha2, true);
+  }
 };
 inline void PrintTo(const DeconvCase& c, std::ostream* os) { *os << c.name; }
+
+// The tests of one transposed-convolution case: dc, the case, and p, its problem at alpha1 and
+// alpha2 below.
+class DeconvCaseTest : public ::testing::TestWithParam<DeconvCase> {
+ protected:
+  static constexpr double alpha1 = 0.75, alpha2 = -0.5;
+  const DeconvCase& dc = GetParam();
+  const ooc::ConvProblem p = dc.problem(alpha1, alpha2);
+
+  size_t needed_bytes(ooc::BackendKind backend) const {
+    return needed_bytes_of(ooc::plan_deconv_bias_activation_forward, p, backend);
+  }
+};
 
 inline std::vector<DeconvCase> deconv_cases() {
   return {
@@ -526,8 +524,7 @@ inline std::vector<DeconvCase> deconv_cases() {
 inline RunResult run_deconv_and_check(const DeconvCase& dc, const ooc::FusedActivation& activation, double alpha1,
                                       double alpha2, size_t memory_limit, ooc::BackendKind backend, unsigned seed,
                                       CallerMemory memory = CallerMemory::pageable, double tolerance = 1e-5) {
-  const ooc::ConvProblem p =
-      ooc::deconv_problem(dc.x, dc.w, dc.stride, dc.padding, dc.output_padding, dc.dilation, 1, alpha1, alpha2, true);
+  const ooc::ConvProblem p = dc.problem(alpha1, alpha2);
   SCOPED_TRACE(std::string(dc.name) + ", seed " + std::to_string(seed) + ", memory_limit " +
                std::to_string(memory_limit));
   std::mt19937 rng(seed);
@@ -537,17 +534,12 @@ inline RunResult run_deconv_and_check(const DeconvCase& dc, const ooc::FusedActi
   const auto z = random_vector(static_cast<size_t>(p.x_elements()), rng);
   CallerCopy xc(x, memory), wc(w, memory), bc(bias, memory), zc(z, memory),
       yc(std::vector<float>(static_cast<size_t>(p.x_elements()), std::nanf("")), memory);
-  ooc::Options options;
-  options.memory_limit = memory_limit;
-  options.backend = backend;
   RunResult r;
-  try {
-    ooc::deconv_bias_activation_forward(p, activation, xc.data(), wc.data(), zc.data(), bc.data(), yc.data(), options,
-                                        &r.plan, &r.stats);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "deconv_bias_activation_forward threw: " << e.what();
-    return r;
-  }
+  const bool ran = completes("deconv_bias_activation_forward", [&] {
+    ooc::deconv_bias_activation_forward(p, activation, xc.data(), wc.data(), zc.data(), bc.data(), yc.data(),
+                                        options_for(backend, memory_limit), &r.plan, &r.stats);
+  });
+  if (!ran) return r;
   const std::vector<double> pre = [&] {
     std::vector<double> v = reference_backward_data(p, x, w, z);  // alpha1 * conv_transpose + alpha2 * z
     const int64_t plane = p.in[0] * p.in[1] * p.in[2];
@@ -562,14 +554,8 @@ inline RunResult run_deconv_and_check(const DeconvCase& dc, const ooc::FusedActi
   EXPECT_EQ(xc.contents(), x);
   EXPECT_EQ(zc.contents(), z);
   EXPECT_EQ(r.plan.fused, "deconv_bias_activation_forward");
-  EXPECT_LE(r.plan.peak_device_bytes, r.plan.memory_limit);
-  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
+  expect_run_within_plan(r.plan, r.stats, memory);
   EXPECT_EQ(r.stats.bytes_d2h, static_cast<size_t>(p.x_elements()) * 4);
-  if (memory == CallerMemory::pageable) {
-    EXPECT_EQ(r.stats.bytes_h2d, r.plan.bytes_h2d);
-  } else {
-    EXPECT_LE(r.stats.bytes_h2d, r.plan.bytes_h2d);
-  }
   return r;
 }
 
@@ -624,32 +610,32 @@ inline FusedBackwardResult run_pooled_backward_and_check(const BackwardSpec& spe
   CallerCopy xc(x, memory), wc(w, memory), dqc(dq, memory), qc(q, memory), yc(y, memory),
       dxc(std::vector<float>(x.size(), nan), memory), dwc(std::vector<float>(w.size(), nan), memory),
       dbc(std::vector<float>(static_cast<size_t>(p.k), nan), memory);
-  ooc::Options options;
-  options.memory_limit = memory_limit;
-  options.backend = backend;
   FusedBackwardResult r;
-  try {
+  const bool ran = completes("pooling_activation_conv_backward_data_filter_bias", [&] {
     ooc::pooling_activation_conv_backward_data_filter_bias(p, tanh_act, pool, mode, xc.data(), dqc.data(), wc.data(),
                                                            qc.data(), yc.data(), nullptr, dxc.data(), dwc.data(),
-                                                           dbc.data(), options, &r.plan, &r.stats);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "pooling_activation_conv_backward_data_filter_bias threw: " << e.what();
-    return r;
-  }
+                                                           dbc.data(), options_for(backend, memory_limit), &r.plan,
+                                                           &r.stats);
+  });
+  if (!ran) return r;
   expect_three_gradients(p, x, w, dz, dxc.contents(), dwc.contents(), dbc.contents(), tolerance, r.plan);
   EXPECT_EQ(dqc.contents(), dq) << "dq was modified";
   EXPECT_EQ(yc.contents(), y) << "y was modified";
   EXPECT_EQ(r.plan.fused, "pooling_activation_conv_backward_data_filter_bias");
   EXPECT_EQ(r.plan.pooled_inputs, 2);
-  EXPECT_LE(r.plan.peak_device_bytes, r.plan.memory_limit);
-  EXPECT_EQ(r.stats.device_bytes_reserved, r.plan.peak_device_bytes);
-  EXPECT_EQ(r.stats.bytes_d2h, r.plan.bytes_d2h);
-  if (memory == CallerMemory::pageable) {
-    EXPECT_EQ(r.stats.bytes_h2d, r.plan.bytes_h2d);
-  } else {
-    EXPECT_LE(r.stats.bytes_h2d, r.plan.bytes_h2d);
-  }
+  expect_run_within_plan(r.plan, r.stats, memory);
   return r;
+}
+
+// The smallest budget of the pooled fused backward (tanh, no pre) of `p` pooled by `pool`.
+inline size_t pooled_backward_needed_bytes(const ooc::ConvProblem& p, const ooc::ConvProblem& pool,
+                                           ooc::BackendKind backend) {
+  const auto tanh_act = ooc::fused_activation_from_name("tanh", 0);
+  return needed_bytes_of(
+      [&](const ooc::ConvProblem& q, const ooc::Options& o) {
+        return ooc::plan_pooling_activation_conv_backward_data_filter_bias(q, tanh_act, pool, false, o);
+      },
+      p, backend);
 }
 
 // The fused backward's split cases, pooled (overlapping, tiled and gapped windows; padded ones keep

@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 
+#include "backend_fixtures.hpp"
 #include "ooc/layers.hpp"
 #include "test_util.hpp"
 
@@ -18,18 +19,8 @@ using ooc::BackendKind;
 using ooc::Operation;
 using ooc::Plan;
 
-inline ooc::Options host(size_t limit) {
-  ooc::Options o;
-  o.backend = BackendKind::host;
-  o.memory_limit = limit;
-  return o;
-}
-
-class HostDirectAccess {
- public:
-  explicit HostDirectAccess(bool enabled) { ooc::testing::set_host_direct_access(enabled); }
-  ~HostDirectAccess() { ooc::testing::set_host_direct_access(false); }
-};
+using ooc_test::host_options;
+using ooc_test::HostDirectAccess;
 
 inline double rel_error(const std::vector<float>& got, const std::vector<double>& want) {
   double num = 0, den = 0;

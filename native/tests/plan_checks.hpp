@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -46,6 +47,39 @@ inline OutBox out_box(const ooc::Chunk& ch) {
           ch.out[1].begin, ch.out[1].end, ch.out[2].begin, ch.out[2].end};
 }
 
+// How many dimensions a plan splits (n, k, c and each spatial one).
+inline int split_dims(const ooc::Plan& p) {
+  return (p.splits_n > 1) + (p.splits_k > 1) + (p.splits_c > 1) + (p.splits_out[0] > 1) + (p.splits_out[1] > 1) +
+         (p.splits_out[2] > 1);
+}
+
+// Which dimensions a plan splits, as a label: "n", "k+c", "d0+d2", ... ("none" for one chunk).
+inline std::string split_kind(const ooc::Plan& plan) {
+  std::string s;
+  auto add = [&](bool split, const char* name) {
+    if (split) s += (s.empty() ? "" : "+") + std::string(name);
+  };
+  add(plan.splits_n > 1, "n");
+  add(plan.splits_k > 1, "k");
+  add(plan.splits_c > 1, "c");
+  add(plan.splits_out[0] > 1, "d0");
+  add(plan.splits_out[1] > 1, "d1");
+  add(plan.splits_out[2] > 1, "d2");
+  return s.empty() ? "none" : s;
+}
+
+// Whether some split dimension ends in a smaller tile. The spatial tiles are y's (dy's), except
+// backward data's, which are dx's.
+inline bool uneven_edge(const ooc::Plan& plan) {
+  const ooc::ConvProblem& p = plan.problem;
+  const bool dx_tiles = p.op == ooc::Operation::backward_data;
+  bool u = (plan.splits_n > 1 && p.n % plan.tiling.n) || (plan.splits_k > 1 && p.k % plan.tiling.k) ||
+           (plan.splits_c > 1 && p.c % plan.tiling.c);
+  for (int d = 0; d < ooc::kMaxSpatial; ++d)
+    u = u || (plan.splits_out[d] > 1 && (dx_tiles ? p.in[d] : p.out[d]) % plan.tiling.out[d]);
+  return u;
+}
+
 // The ranges of one dimension, over all chunks, must partition [0, extent) into `splits` pieces of
 // the plan's tile size (the last may be smaller); returns how many distinct ranges there were.
 inline void check_dimension_ranges(const std::set<std::pair<int64_t, int64_t>>& ranges, int64_t extent,
@@ -60,6 +94,68 @@ inline void check_dimension_ranges(const std::set<std::pair<int64_t, int64_t>>& 
   }
   ASSERT_EQ(expect_begin, extent) << what << ": ranges stop short of the extent";
   ASSERT_EQ(static_cast<int64_t>(ranges.size()), splits) << what << ": tile count differs from the plan's splits";
+}
+
+// Plans `p` with plan_for (a planner of plan/planner.hpp) under budgets from its tightest to one so
+// large that nothing need split, checks each plan with check(plan) and then counts it with
+// tally(plan). `name` says where p came from in failure messages. Stops at the first plan that
+// fails a check: the caller returns on HasFailure().
+template <typename PlanFor, typename Check, typename Tally>
+void plan_under_every_budget(PlanFor plan_for, const ooc::ConvProblem& p, const std::string& name, Check check,
+                             Tally tally) {
+  const size_t needed = smallest_budget(plan_for, p);
+  for (double factor : {1.0, 1.3, 2.0, 4.0, 16.0, 1e6}) {
+    const size_t budget = static_cast<size_t>(static_cast<double>(needed) * factor);
+    SCOPED_TRACE(name + ": " + p.describe() + ", memory_limit " + std::to_string(budget));
+    ooc::Plan plan;
+    ASSERT_NO_THROW(plan = plan_for(p, config(budget)));
+    ASSERT_EQ(plan.memory_limit, budget);
+    check(plan);
+    ASSERT_FALSE(::testing::Test::HasFailure()) << plan.describe();
+    tally(plan);
+  }
+}
+
+// Geometries (x, w, stride, padding, dilation) built so that only one dimension, `kind`, can
+// split: at the tightest budget it must. The spatial ones serve every operation with a kernel; n, k
+// and c as here serve the forward convolution and backward data.
+struct SingleSplitGeometry {
+  const char* kind;
+  Shape x, w, stride{1}, padding{0}, dilation{1};
+};
+inline std::vector<SingleSplitGeometry> spatial_single_split_geometries() {
+  return {
+      {"d0", {1, 1, 300}, {1, 1, 3}, {1}, {1}},
+      {"d1", {1, 1, 3, 300}, {1, 1, 3, 3}, {1}, {0, 1}},
+      {"d2", {1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2}},
+  };
+}
+inline std::vector<SingleSplitGeometry> single_split_geometries() {
+  std::vector<SingleSplitGeometry> g = {
+      {"n", {8, 1, 256}, {1, 1, 256}},
+      {"k", {1, 1, 256}, {8, 1, 256}},
+      {"c", {1, 8, 256}, {1, 8, 256}},
+  };
+  for (SingleSplitGeometry& s : spatial_single_split_geometries()) g.push_back(std::move(s));
+  return g;
+}
+
+// A problem that only the dimension `kind` (a split_kind label) can split.
+struct SingleSplitCase {
+  const char* kind;
+  ooc::ConvProblem problem;
+};
+
+// Plans each case at its tightest budget with plan_for: the plan must split the case's dimension
+// alone and pass check(plan).
+template <typename PlanFor, typename Check>
+void expect_each_split_alone(PlanFor plan_for, const std::vector<SingleSplitCase>& cases, Check check) {
+  for (const SingleSplitCase& c : cases) {
+    SCOPED_TRACE(c.problem.describe());
+    const ooc::Plan plan = plan_for(c.problem, config(smallest_budget(plan_for, c.problem)));
+    EXPECT_EQ(split_kind(plan), c.kind) << plan.describe();
+    check(plan);
+  }
 }
 
 // All structural properties of `plan`. count_elements: also count coverage element by element.
@@ -201,14 +297,9 @@ inline void check_plan(const ooc::Plan& plan, bool count_elements) {
     std::vector<uint8_t> count(static_cast<size_t>(p.y_elements()), 0);
     for (const ooc::Chunk& ch : chunks) {
       if (!ch.last_c) continue;
-      for (int64_t n = ch.n.begin; n < ch.n.end; ++n)
-        for (int64_t k = ch.k.begin; k < ch.k.end; ++k)
-          for (int64_t a = ch.out[0].begin; a < ch.out[0].end; ++a)
-            for (int64_t b = ch.out[1].begin; b < ch.out[1].end; ++b)
-              for (int64_t e = ch.out[2].begin; e < ch.out[2].end; ++e) {
-                const size_t i = static_cast<size_t>((((n * p.k + k) * p.out[0] + a) * p.out[1] + b) * p.out[2] + e);
-                if (count[i] < 255) ++count[i];
-              }
+      for_each_box_index(ch.n, ch.k, ch.out, p.k, p.out, [&](size_t i) {
+        if (count[i] < 255) ++count[i];
+      });
     }
     const auto bad = std::find_if(count.begin(), count.end(), [](uint8_t v) { return v != 1; });
     EXPECT_EQ(bad, count.end()) << "y element " << (bad - count.begin()) << " covered "

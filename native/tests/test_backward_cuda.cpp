@@ -15,8 +15,7 @@ using ooc::BackendKind;
 using ooc::Operation;
 using ooc_test::BackwardCase;
 using ooc_test::BackwardSpec;
-
-bool have_gpu() { return ooc::device_count() > 0; }
+using ooc_test::have_gpu;
 
 TEST(CudaBackwardWithoutGpu, AskingForCudaIsAClearError) {
   if (have_gpu()) GTEST_SKIP() << "a GPU is present";
@@ -26,24 +25,15 @@ TEST(CudaBackwardWithoutGpu, AskingForCudaIsAClearError) {
   EXPECT_THROW(ooc::plan_conv_backward_filter(p, o), ooc::invalid_argument);
 }
 
-class CudaBackward : public ::testing::TestWithParam<BackwardCase> {
+class CudaBackward : public ooc_test::GpuTest<::testing::TestWithParam<BackwardCase>> {
  protected:
-  void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  }
-  size_t budget(const BackwardCase& bc) const {
-    return bc.budget_factor > 0
-               ? static_cast<size_t>(static_cast<double>(ooc_test::backward_needed_bytes(
-                                         bc.spec.problem(), BackendKind::cuda)) *
-                                     bc.budget_factor)
-               : 0;
-  }
+  size_t budget(const BackwardCase& bc) const { return ooc_test::case_budget(bc, BackendKind::cuda); }
 };
 
 TEST_P(CudaBackward, MatchesFloat64Reference) {
   const BackwardCase& bc = GetParam();
   const auto r = ooc_test::run_backward_and_check(
-      bc.spec, budget(bc), BackendKind::cuda, ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(bc.name))));
+      bc.spec, budget(bc), BackendKind::cuda, ooc_test::case_seed(bc.name));
   EXPECT_EQ(r.plan.backend, "cuda");
   // The cuda backend reserves workspace and has its own cost model: where only one split is
   // possible (the "alone" cases) it must happen; elsewhere the problem must at least be split.
@@ -56,7 +46,7 @@ TEST_P(CudaBackward, MatchesFloat64Reference) {
 
 TEST_P(CudaBackward, PinnedCallerMemory) {
   const BackwardCase& bc = GetParam();
-  const unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(bc.name)) + 1);
+  const unsigned seed = ooc_test::case_seed(bc.name, 1);
   const auto r = ooc_test::run_backward_and_check(bc.spec, budget(bc), BackendKind::cuda, seed, 1e-5,
                                                   ooc_test::CallerMemory::pinned);
   if (bc.budget_factor > 0) {
@@ -67,12 +57,7 @@ TEST_P(CudaBackward, PinnedCallerMemory) {
 INSTANTIATE_TEST_SUITE_P(Cases, CudaBackward, ::testing::ValuesIn(ooc_test::backward_cases()),
                          [](const ::testing::TestParamInfo<BackwardCase>& info) { return std::string(info.param.name); });
 
-class CudaBackwardOps : public ::testing::TestWithParam<Operation> {
- protected:
-  void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class CudaBackwardOps : public ooc_test::GpuTest<::testing::TestWithParam<Operation>> {};
 
 TEST_P(CudaBackwardOps, LargerProblemAcrossManyChunks) {
   // Big enough for the streams to overlap; a budget an eighth of the working set.

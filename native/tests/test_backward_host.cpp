@@ -20,41 +20,24 @@ using ooc::Plan;
 using ooc_test::BackwardCase;
 using ooc_test::BackwardSpec;
 using ooc_test::backward_spec;
+using ooc_test::HostDirectAccess;
 
-class HostDirectAccess {
- public:
-  explicit HostDirectAccess(bool enabled) { ooc::testing::set_host_direct_access(enabled); }
-  ~HostDirectAccess() { ooc::testing::set_host_direct_access(false); }
-};
-
-class HostBackward : public ::testing::TestWithParam<std::tuple<BackwardCase, bool>> {};
+class HostBackward : public ooc_test::StagedAndDirect<BackwardCase> {};
 
 TEST_P(HostBackward, MatchesFloat64Reference) {
-  const BackwardCase& bc = std::get<0>(GetParam());
-  const bool direct = std::get<1>(GetParam());
-  const HostDirectAccess mode(direct);
-  const ooc::ConvProblem p = bc.spec.problem();
-  const size_t budget =
-      bc.budget_factor > 0
-          ? static_cast<size_t>(static_cast<double>(ooc_test::backward_needed_bytes(p, BackendKind::host)) *
-                                bc.budget_factor)
-          : 0;
-  const unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(bc.name)) + direct);
-  const auto r =
-      ooc_test::run_backward_and_check(bc.spec, budget, BackendKind::host, seed, 1e-5,
-                                       direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
+  const BackwardCase& bc = test_case();
+  const auto r = ooc_test::run_backward_and_check(bc.spec, ooc_test::case_budget(bc, BackendKind::host),
+                                                  BackendKind::host, ooc_test::case_seed(bc.name, direct()), 1e-5,
+                                                  memory());
   EXPECT_TRUE(bc.expect(r.plan)) << "the budget did not cause the split this case is about:\n" << r.plan.describe();
   if (bc.uneven) {
-    EXPECT_TRUE(ooc_test::backward_uneven_edge(r.plan)) << "no uneven edge tile:\n" << r.plan.describe();
+    EXPECT_TRUE(ooc_test::uneven_edge(r.plan)) << "no uneven edge tile:\n" << r.plan.describe();
   }
   EXPECT_EQ(r.plan.backend, "host");
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, HostBackward, ::testing::Combine(::testing::ValuesIn(ooc_test::backward_cases()), ::testing::Bool()),
-                         [](const ::testing::TestParamInfo<std::tuple<BackwardCase, bool>>& info) {
-                           return std::string(std::get<0>(info.param).name) +
-                                  (std::get<1>(info.param) ? "_direct" : "_staged");
-                         });
+INSTANTIATE_TEST_SUITE_P(Cases, HostBackward, ooc_test::staged_and_direct(ooc_test::backward_cases()),
+                         ooc_test::staged_or_direct_name<BackwardCase>);
 
 // Where the stride exceeds the dilated kernel span, some dx rows get no gradient: they must end as
 // exactly beta * dx (0 when beta == 0, even over NaN), also in tiles no dy row reaches at all.
@@ -69,7 +52,7 @@ TEST(HostBackwardData, RowsNoDyRowReachesGetBetaTimesDx) {
       const ooc::ConvProblem p = s.problem();
       const auto r = ooc_test::run_backward_and_check(
           s, ooc_test::backward_needed_bytes(p, BackendKind::host), BackendKind::host, ooc_test::test_seed(__LINE__),
-          1e-5, direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
+          1e-5, ooc_test::host_caller_memory(direct));
       ASSERT_GT(r.plan.splits_out[0], 4) << r.plan.describe();
       int empty_tiles = 0;
       for (const auto& ch : r.plan.chunks) empty_tiles += ch.out_read[0].size() == 0;
@@ -115,10 +98,10 @@ TEST(HostBackwardRandom, RandomProblemsAndBudgets) {
     const auto r = ooc_test::run_backward_and_check(
         s, static_cast<size_t>(static_cast<double>(needed) * factor), BackendKind::host,
         seed + 1000u + static_cast<unsigned>(runs), 1e-5,
-        direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
+        ooc_test::host_caller_memory(direct));
     ++runs;
     if (HasFailure()) return;
-    ++kinds[std::string(ooc_test::op_label(s.op)) + ":" + ooc_test::backward_split_kind(r.plan)];
+    ++kinds[std::string(ooc_test::op_label(s.op)) + ":" + ooc_test::split_kind(r.plan)];
   }
   int split = 0;
   for (const auto& kv : kinds) split += kv.first.find(":none") == std::string::npos ? kv.second : 0;

@@ -22,6 +22,7 @@ using ooc::Plan;
 using ooc::PlannerConfig;
 using ooc::Range;
 using ooc_test::BackwardSpec;
+using ooc_test::backward_spec;
 
 using ooc_test::config;
 
@@ -118,25 +119,20 @@ TEST_P(BackwardPlannerRandom, Properties) {
     int uneven = 0, plans = 0, empty_reads = 0;
     std::map<std::string, int> orders;
     for (int i = 0; i < 120; ++i) {
-      const BackwardSpec spec = random_spec(rng, op);
-      const ConvProblem p = spec.problem();
-      const size_t needed = needed_bytes(p);
-      for (double factor : {1.0, 1.3, 2.0, 4.0, 16.0, 1e6}) {
-        const size_t budget = static_cast<size_t>(static_cast<double>(needed) * factor);
-        SCOPED_TRACE("seed " + std::to_string(seed) + ", problem " + std::to_string(i) + ": " + p.describe() +
-                     ", memory_limit " + std::to_string(budget));
-        Plan plan;
-        ASSERT_NO_THROW(plan = ooc::plan_conv_backward_for(p, config(budget)));
-        ASSERT_EQ(plan.memory_limit, budget);
-        ooc_test::check_backward_plan(plan, true);
-        ASSERT_FALSE(HasFailure()) << plan.describe();
-        ++kinds[ooc_test::backward_split_kind(plan)];
-        ++orders[ooc::loop_order_name(plan.order)];
-        uneven += ooc_test::backward_uneven_edge(plan);
-        for (const auto& ch : plan.chunks)
-          for (int d = 0; d < ooc::kMaxSpatial; ++d) empty_reads += op == Operation::backward_data && ch.out_read[d].size() == 0;
-        ++plans;
-      }
+      ooc_test::plan_under_every_budget(
+          ooc::plan_conv_backward_for, random_spec(rng, op).problem(),
+          "seed " + std::to_string(seed) + ", problem " + std::to_string(i),
+          [](const Plan& plan) { ooc_test::check_backward_plan(plan, true); },
+          [&](const Plan& plan) {
+            ++kinds[ooc_test::split_kind(plan)];
+            ++orders[ooc::loop_order_name(plan.order)];
+            uneven += ooc_test::uneven_edge(plan);
+            for (const auto& ch : plan.chunks)
+              for (int d = 0; d < ooc::kMaxSpatial; ++d)
+                empty_reads += op == Operation::backward_data && ch.out_read[d].size() == 0;
+            ++plans;
+          });
+      if (HasFailure()) return;
     }
     std::string summary;
     for (const auto& kv : kinds) summary += kv.first + ":" + std::to_string(kv.second) + " ";
@@ -174,62 +170,37 @@ INSTANTIATE_TEST_SUITE_P(Ops, BackwardPlannerRandom, ::testing::ValuesIn(kOps),
                            return std::string(ooc_test::op_label(info.param));
                          });
 
-// Problems built so that only one dimension can split: at the tightest budget it must.
-struct SingleSplit {
-  Operation op;
-  const char* kind;
-  BackwardSpec spec;
-};
-
-std::vector<SingleSplit> single_splits() {
-  using O = Operation;
-  auto spec = [](O op, ooc_test::Shape x, ooc_test::Shape w, ooc_test::Shape stride = {1},
-                 ooc_test::Shape padding = {0}, ooc_test::Shape dilation = {1}) {
-    BackwardSpec s;
-    s.op = op;
-    s.x = x, s.w = w, s.stride = stride, s.padding = padding, s.dilation = dilation;
-    return s;
-  };
-  return {
-      {O::backward_data, "n", spec(O::backward_data, {8, 1, 256}, {1, 1, 256})},
-      {O::backward_data, "c", spec(O::backward_data, {1, 8, 256}, {1, 8, 256})},
-      {O::backward_data, "k", spec(O::backward_data, {1, 1, 256}, {8, 1, 256})},
-      {O::backward_data, "d0", spec(O::backward_data, {1, 1, 300}, {1, 1, 3}, {1}, {1})},
-      {O::backward_data, "d1", spec(O::backward_data, {1, 1, 3, 300}, {1, 1, 3, 3}, {1}, {0, 1})},
-      {O::backward_data, "d2", spec(O::backward_data, {1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2})},
-      {O::backward_filter, "n", spec(O::backward_filter, {512, 1, 1}, {1, 1, 1})},
-      {O::backward_filter, "k", spec(O::backward_filter, {1, 1, 1}, {512, 1, 1})},
-      {O::backward_filter, "c", spec(O::backward_filter, {1, 512, 1}, {1, 512, 1})},
-      {O::backward_filter, "d0", spec(O::backward_filter, {1, 1, 300}, {1, 1, 3}, {1}, {1})},
-      {O::backward_filter, "d1", spec(O::backward_filter, {1, 1, 3, 300}, {1, 1, 3, 3}, {1}, {0, 1})},
-      {O::backward_filter, "d2", spec(O::backward_filter, {1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2})},
-      {O::backward_bias, "n", spec(O::backward_bias, {512, 1, 1}, {1, 1, 1})},
-      {O::backward_bias, "k", spec(O::backward_bias, {1, 1, 1}, {512, 1, 1})},
-      {O::backward_bias, "d0", spec(O::backward_bias, {1, 1, 512}, {1, 1, 1})},
-      {O::backward_bias, "d2", spec(O::backward_bias, {1, 1, 1, 1, 512}, {1, 1, 1, 1, 1})},
-  };
+// Problems built so that only one dimension can split: backward data takes the forward's
+// geometries; backward filter the spatial ones and its own n, k and c (dw is [k, c]; n reduces);
+// backward bias has no kernel and no c.
+std::vector<ooc_test::SingleSplitCase> single_splits() {
+  const Operation D = Operation::backward_data, F = Operation::backward_filter, B = Operation::backward_bias;
+  std::vector<ooc_test::SingleSplitCase> cases;
+  for (const auto& g : ooc_test::single_split_geometries())
+    cases.push_back({g.kind, backward_spec(D, g.x, g.w, g.stride, g.padding, g.dilation).problem()});
+  for (const auto& g : ooc_test::spatial_single_split_geometries())
+    cases.push_back({g.kind, backward_spec(F, g.x, g.w, g.stride, g.padding, g.dilation).problem()});
+  for (const auto& [kind, spec] : std::vector<std::pair<const char*, BackwardSpec>>{
+           {"n", backward_spec(F, {512, 1, 1}, {1, 1, 1})},
+           {"k", backward_spec(F, {1, 1, 1}, {512, 1, 1})},
+           {"c", backward_spec(F, {1, 512, 1}, {1, 512, 1})},
+           {"n", backward_spec(B, {512, 1, 1}, {1, 1, 1})},
+           {"k", backward_spec(B, {1, 1, 1}, {512, 1, 1})},
+           {"d0", backward_spec(B, {1, 1, 512}, {1, 1, 1})},
+           {"d2", backward_spec(B, {1, 1, 1, 1, 512}, {1, 1, 1, 1, 1})},
+       })
+    cases.push_back({kind, spec.problem()});
+  return cases;
 }
 
 TEST(BackwardPlanner, EachDimensionSplitsAloneWhenForced) {
-  for (const auto& sc : single_splits()) {
-    const ConvProblem p = sc.spec.problem();
-    SCOPED_TRACE(p.describe());
-    const Plan plan = ooc::plan_conv_backward_for(p, config(needed_bytes(p)));
-    EXPECT_EQ(ooc_test::backward_split_kind(plan), sc.kind) << plan.describe();
-    ooc_test::check_backward_plan(plan, true);
-  }
+  ooc_test::expect_each_split_alone(ooc::plan_conv_backward_for, single_splits(),
+                                    [](const Plan& plan) { ooc_test::check_backward_plan(plan, true); });
 }
 
 TEST(BackwardPlanner, OutOfBudgetSaysWhatTheSmallestPlanNeeds) {
   for (Operation op : kOps) {
-    BackwardSpec spec;
-    spec.op = op;
-    spec.x = {3, 5, 20, 18};
-    spec.w = {7, 5, 3, 3};
-    spec.stride = {2, 1};
-    spec.padding = {1};
-    spec.dilation = {1, 2};
-    const ConvProblem p = spec.problem();
+    const ConvProblem p = backward_spec(op, {3, 5, 20, 18}, {7, 5, 3, 3}, {2, 1}, {1}, {1, 2}).problem();
     SCOPED_TRACE(p.describe());
     for (size_t workspace : {size_t{0}, size_t{4096}}) {
       size_t needed = 0;
@@ -259,12 +230,7 @@ TEST(BackwardPlanner, OutOfBudgetSaysWhatTheSmallestPlanNeeds) {
 TEST(BackwardPlanner, ChunksStayBelow2To31Elements) {
   // dy and dx of 2^32 elements: even with an unlimited budget no single chunk may hold them.
   for (Operation op : kOps) {
-    BackwardSpec spec;
-    spec.op = op;
-    spec.x = {1, 1, 65536, 65536};
-    spec.w = {1, 1, 3, 3};
-    spec.padding = {1};
-    const ConvProblem p = spec.problem();
+    const ConvProblem p = backward_spec(op, {1, 1, 65536, 65536}, {1, 1, 3, 3}, {1}, {1}).problem();
     SCOPED_TRACE(p.describe());
     const Plan plan = ooc::plan_conv_backward_for(p, config(size_t{1} << 42));
     EXPECT_GT(plan.num_chunks(), 1u) << plan.describe();
@@ -275,12 +241,7 @@ TEST(BackwardPlanner, ChunksStayBelow2To31Elements) {
 TEST(BackwardPlanner, FilterGradientTrafficStaysSmall) {
   // dw is a reduction over n and space: however finely x and dy are streamed, dw crosses the link
   // once (D2H), and x and dy once each when dw fits whole.
-  BackwardSpec spec;
-  spec.op = Operation::backward_filter;
-  spec.x = {64, 16, 32, 32};
-  spec.w = {16, 16, 3, 3};
-  spec.padding = {1};
-  const ConvProblem p = spec.problem();
+  const ConvProblem p = backward_spec(Operation::backward_filter, {64, 16, 32, 32}, {16, 16, 3, 3}, {1}, {1}).problem();
   const size_t x_bytes = static_cast<size_t>(p.x_elements()) * 4, dy_bytes = static_cast<size_t>(p.y_elements()) * 4;
   const size_t dw_bytes = static_cast<size_t>(p.w_elements()) * 4;
   const Plan plan = ooc::plan_conv_backward_for(p, link_bound((x_bytes + dy_bytes) / 16));
@@ -293,11 +254,7 @@ TEST(BackwardPlanner, FilterGradientTrafficStaysSmall) {
 }
 
 TEST(BackwardPlanner, FilterGradientReservesWorkspaceForItsFastAlgorithm) {
-  BackwardSpec spec;
-  spec.op = Operation::backward_filter;
-  spec.x = {8, 16, 32, 32, 32};
-  spec.w = {16, 16, 3, 3, 3};
-  spec.padding = {1};
+  BackwardSpec spec = backward_spec(Operation::backward_filter, {8, 16, 32, 32, 32}, {16, 16, 3, 3, 3}, {1}, {1});
   const ConvProblem p = spec.problem();
   ooc::PlannerConfig cfg = config(static_cast<size_t>(p.x_elements()) * 4 / 2, 4096);
   cfg.filter_workspace_per_x_byte = 2.0;
@@ -313,12 +270,7 @@ TEST(BackwardPlanner, FilterGradientReservesWorkspaceForItsFastAlgorithm) {
 
 TEST(BackwardPlanner, DataGradientKeepsWResident) {
   // w (2.25 MiB) dwarfs one sample; dy and dx stream by n while w stays (loaded once).
-  BackwardSpec spec;
-  spec.op = Operation::backward_data;
-  spec.x = {256, 256, 4, 4};
-  spec.w = {256, 256, 3, 3};
-  spec.padding = {1};
-  const ConvProblem p = spec.problem();
+  const ConvProblem p = backward_spec(Operation::backward_data, {256, 256, 4, 4}, {256, 256, 3, 3}, {1}, {1}).problem();
   const Plan plan =
       ooc::plan_conv_backward_for(p, link_bound(static_cast<size_t>(p.w_elements()) * 4 + (size_t{1} << 20)));
   SCOPED_TRACE(plan.describe());
@@ -330,11 +282,7 @@ TEST(BackwardPlanner, DataGradientKeepsWResident) {
 
 TEST(BackwardPlanner, DescribeNamesTheGradient) {
   for (Operation op : kOps) {
-    BackwardSpec spec;
-    spec.op = op;
-    spec.x = {8, 2, 64};
-    spec.w = {3, 2, 3};
-    const ConvProblem p = spec.problem();
+    const ConvProblem p = backward_spec(op, {8, 2, 64}, {3, 2, 3}).problem();
     const Plan plan = ooc::plan_conv_backward_for(p, config(needed_bytes(p)));
     const std::string d = plan.describe();
     EXPECT_NE(d.find(op == Operation::backward_data ? "backward data" : op == Operation::backward_filter
@@ -350,9 +298,7 @@ TEST(BackwardPlanner, DescribeNamesTheGradient) {
 }
 
 TEST(BackwardPlanner, ForwardPlannerRejectsBackwardProblemsAndBack) {
-  BackwardSpec spec;
-  spec.x = {1, 1, 8};
-  spec.w = {1, 1, 3};
+  const BackwardSpec spec = backward_spec(Operation::backward_data, {1, 1, 8}, {1, 1, 3});
   EXPECT_THROW(ooc::plan_conv_forward_for(spec.problem(), config(1 << 20)), std::logic_error);
   EXPECT_THROW(ooc::plan_conv_backward_for(spec.forward(), config(1 << 20)), std::logic_error);
   // plan_for dispatches on the operation.

@@ -16,8 +16,6 @@ namespace {
 
 using namespace ooc_test;
 
-bool have_gpu() { return ooc::device_count() > 0; }
-
 const cudnnHandle_t kDummyHandle = dummy_handle();
 
 class Capi : public HostBackendTest {
@@ -37,6 +35,20 @@ class Capi : public HostBackendTest {
                                        nullptr, 0, &zero, yd, y.data());
   }
   cudnnStatus_t forward() { return forward(kDummyHandle, d.x.get(), d.w.get(), d.conv.get(), d.y.get()); }
+
+  // The gradients on the fixture's tensors, given the argument each test varies.
+  cudnnStatus_t backward_data(const void* dy, cudnnTensorDescriptor_t dxd) {
+    return ooc_cudnnConvolutionBackwardData(kDummyHandle, &one, d.w.get(), w.data(), d.y.get(), dy, d.conv.get(),
+                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, nullptr, 0, &zero, dxd, x.data());
+  }
+  cudnnStatus_t backward_filter(cudnnFilterDescriptor_t dwd, void* dw) {
+    return ooc_cudnnConvolutionBackwardFilter(kDummyHandle, &one, d.x.get(), x.data(), d.y.get(), y.data(),
+                                              d.conv.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, nullptr, 0, &zero, dwd,
+                                              dw);
+  }
+  cudnnStatus_t backward_bias(const void* beta, cudnnTensorDescriptor_t dbd) {
+    return ooc_cudnnConvolutionBackwardBias(kDummyHandle, &one, d.y.get(), y.data(), beta, dbd, bias.data());
+  }
 };
 
 TEST_F(Capi, NullHandleIsBadParamForEveryEntryPoint) {
@@ -162,18 +174,11 @@ TEST_F(Capi, NullDataPointersAreBadParam) {
   EXPECT_EQ(fwd(&one, x.data(), w.data(), &zero, nullptr), CUDNN_STATUS_BAD_PARAM);
   EXPECT_TRUE(names_argument(last_error(), "y")) << last_error();
 
-  EXPECT_EQ(ooc_cudnnConvolutionBackwardData(kDummyHandle, &one, d.w.get(), w.data(), d.y.get(), nullptr, d.conv.get(),
-                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, nullptr, 0, &zero, d.x.get(), x.data()),
-            CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(backward_data(nullptr, d.x.get()), CUDNN_STATUS_BAD_PARAM);
   EXPECT_TRUE(names_argument(last_error(), "dy")) << last_error();
-  EXPECT_EQ(ooc_cudnnConvolutionBackwardFilter(kDummyHandle, &one, d.x.get(), x.data(), d.y.get(), y.data(),
-                                               d.conv.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, nullptr, 0, &zero,
-                                               d.w.get(), nullptr),
-            CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(backward_filter(d.w.get(), nullptr), CUDNN_STATUS_BAD_PARAM);
   EXPECT_TRUE(names_argument(last_error(), "dw")) << last_error();
-  EXPECT_EQ(ooc_cudnnConvolutionBackwardBias(kDummyHandle, &one, d.y.get(), y.data(), nullptr, d.bias.get(),
-                                             bias.data()),
-            CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(backward_bias(nullptr, d.bias.get()), CUDNN_STATUS_BAD_PARAM);
   EXPECT_TRUE(names_argument(last_error(), "beta")) << last_error();
   EXPECT_EQ(ooc_cudnnConvolutionBiasActivationForward(kDummyHandle, &one, d.x.get(), x.data(), d.w.get(), w.data(),
                                                       d.conv.get(), CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
@@ -205,21 +210,11 @@ TEST_F(Capi, BiasActivationChecksItsExtraArguments) {
 
 TEST_F(Capi, BackwardShapesAreChecked) {
   const Tensor wrong_dx = tensor({2, 3, 9, 9});
-  EXPECT_EQ(ooc_cudnnConvolutionBackwardData(kDummyHandle, &one, d.w.get(), w.data(), d.y.get(), y.data(),
-                                             d.conv.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, nullptr, 0, &zero,
-                                             wrong_dx.get(), x.data()),
-            CUDNN_STATUS_BAD_PARAM)
-      << last_error();
+  EXPECT_EQ(backward_data(y.data(), wrong_dx.get()), CUDNN_STATUS_BAD_PARAM) << last_error();
   const Filter wrong_dw = filter({4, 3, 5, 5});
-  EXPECT_EQ(ooc_cudnnConvolutionBackwardFilter(kDummyHandle, &one, d.x.get(), x.data(), d.y.get(), y.data(),
-                                               d.conv.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, nullptr, 0, &zero,
-                                               wrong_dw.get(), w.data()),
-            CUDNN_STATUS_BAD_PARAM)
-      << last_error();
+  EXPECT_EQ(backward_filter(wrong_dw.get(), w.data()), CUDNN_STATUS_BAD_PARAM) << last_error();
   const Tensor wrong_db = tensor({1, 3, 1, 1});
-  EXPECT_EQ(ooc_cudnnConvolutionBackwardBias(kDummyHandle, &one, d.y.get(), y.data(), &zero, wrong_db.get(),
-                                             bias.data()),
-            CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(backward_bias(&zero, wrong_db.get()), CUDNN_STATUS_BAD_PARAM);
   EXPECT_TRUE(names_argument(last_error(), "dbDesc")) << last_error();
 }
 
@@ -252,57 +247,94 @@ struct HostCase {
   Shape x, w, padding, stride, dilation;
 };
 
-class CapiHostNumerics : public Capi, public ::testing::WithParamInterface<HostCase> {};
+class CapiHostNumerics : public Capi, public ::testing::WithParamInterface<HostCase> {
+ protected:
+  const HostCase& hc = GetParam();
+  const ConvDescriptors cd{hc.x, hc.w, hc.padding, hc.stride, hc.dilation};
+
+  // The case's forward convolution with alpha, beta (alpha2 for the fused call) and bias; random
+  // x, w, bias and y (y's old values, or z) for it; and a memory limit that splits it.
+  struct ForwardRun {
+    ooc::ConvProblem p;
+    std::vector<float> x, w, bias, y;
+  };
+  ForwardRun split_forward(double alpha, double beta, bool has_bias, unsigned seed) {
+    ForwardRun r{cd.problem, {}, {}, {}, {}};
+    r.p.alpha = alpha;
+    r.p.beta = beta;
+    r.p.has_bias = has_bias;
+    std::mt19937 rng(test_seed(seed));
+    ConvInputs in = random_conv_inputs(r.p, rng);
+    r.x = std::move(in.x), r.w = std::move(in.w), r.bias = std::move(in.bias);
+    r.y = random_floats(static_cast<size_t>(r.p.y_elements()), rng);
+    oocSetMemoryLimit(conv_split_budget(r.p));
+    return r;
+  }
+
+  // cudnnConvolutionBackward{Data,Filter,Bias} (op) of the case's convolution with alpha and beta:
+  // under a budget that splits it, the call must succeed, run split, and blend the float64
+  // reference gradient of random x, w and dy into the old output by alpha and beta.
+  void check_gradient(ooc::Operation op, float alpha, float beta, unsigned seed) {
+    const ooc::ConvProblem p = backward_spec(op, hc.x, hc.w, hc.stride, hc.padding, hc.dilation, alpha, beta).problem();
+    std::mt19937 rng(test_seed(seed));
+    const ooc::ConvProblem& f = cd.problem;
+    const auto xs = random_floats(static_cast<size_t>(f.x_elements()), rng);
+    const auto ws = random_floats(static_cast<size_t>(f.w_elements()), rng);
+    const auto dys = random_floats(static_cast<size_t>(f.y_elements()), rng);
+    const auto old = random_floats(static_cast<size_t>(gradient_elements(p)), rng);
+    std::vector<float> out = old;
+    oocSetMemoryLimit(conv_split_budget(p));
+    const cudnnStatus_t status = [&] {
+      switch (op) {
+        case ooc::Operation::backward_data:
+          return ooc_cudnnConvolutionBackwardData(kDummyHandle, &alpha, cd.w.get(), ws.data(), cd.y.get(), dys.data(),
+                                                  cd.conv.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, nullptr, 0, &beta,
+                                                  cd.x.get(), out.data());
+        case ooc::Operation::backward_filter:
+          return ooc_cudnnConvolutionBackwardFilter(kDummyHandle, &alpha, cd.x.get(), xs.data(), cd.y.get(),
+                                                    dys.data(), cd.conv.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+                                                    nullptr, 0, &beta, cd.w.get(), out.data());
+        default:
+          return ooc_cudnnConvolutionBackwardBias(kDummyHandle, &alpha, cd.y.get(), dys.data(), &beta, cd.bias.get(),
+                                                  out.data());
+      }
+    }();
+    ASSERT_EQ(status, CUDNN_STATUS_SUCCESS) << last_error();
+    const std::string gradient = std::string("backward ") + op_label(op);
+    expect_close(out, reference_gradient(p, xs, ws, dys, old), gradient);
+    expect_split_run(gradient);
+  }
+};
 
 TEST_P(CapiHostNumerics, ForwardMatchesReference) {
-  const HostCase& hc = GetParam();
-  ConvDescriptors cd(hc.x, hc.w, hc.padding, hc.stride, hc.dilation);
-  std::mt19937 rng(test_seed(1));
-  ooc::ConvProblem p = cd.problem;
-  p.alpha = 1.5;
-  p.beta = 0.5;
-  const auto xs = random_floats(static_cast<size_t>(p.x_elements()), rng);
-  const auto ws = random_floats(static_cast<size_t>(p.w_elements()), rng);
-  const auto y_old = random_floats(static_cast<size_t>(p.y_elements()), rng);
-  std::vector<float> ys = y_old;
-  oocSetMemoryLimit(conv_split_budget(p));
+  const ForwardRun r = split_forward(1.5, 0.5, false, 1);
+  std::vector<float> ys = r.y;
   const float alpha = 1.5f, beta = 0.5f;
-  ASSERT_EQ(ooc_cudnnConvolutionForward(kDummyHandle, &alpha, cd.x.get(), xs.data(), cd.w.get(), ws.data(),
+  ASSERT_EQ(ooc_cudnnConvolutionForward(kDummyHandle, &alpha, cd.x.get(), r.x.data(), cd.w.get(), r.w.data(),
                                         cd.conv.get(), CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0, &beta,
                                         cd.y.get(), ys.data()),
             CUDNN_STATUS_SUCCESS)
       << last_error();
-  expect_close(ys, reference_conv(p, xs, ws, nullptr, &y_old), "y");
+  expect_close(ys, reference_conv(r.p, r.x, r.w, nullptr, &r.y), "y");
   expect_split_run("forward");
 }
 
 TEST_P(CapiHostNumerics, BiasActivationMatchesReference) {
-  const HostCase& hc = GetParam();
-  ConvDescriptors cd(hc.x, hc.w, hc.padding, hc.stride, hc.dilation);
-  std::mt19937 rng(test_seed(2));
-  ooc::ConvProblem p = cd.problem;
-  p.alpha = 0.75;
-  p.beta = 0.5;  // alpha2, applied to z
-  p.has_bias = true;
-  const auto xs = random_floats(static_cast<size_t>(p.x_elements()), rng);
-  const auto ws = random_floats(static_cast<size_t>(p.w_elements()), rng);
-  const auto zs = random_floats(static_cast<size_t>(p.y_elements()), rng);
-  const auto bs = random_floats(static_cast<size_t>(p.k), rng);
-  oocSetMemoryLimit(conv_split_budget(p));
+  const ForwardRun r = split_forward(0.75, 0.5, true, 2);  // r.y is z
   const float alpha1 = 0.75f, alpha2 = 0.5f;
   for (const cudnnActivationMode_t mode : {CUDNN_ACTIVATION_RELU, CUDNN_ACTIVATION_IDENTITY}) {
     for (const bool z_is_y : {false, true}) {
       SCOPED_TRACE(std::string(mode == CUDNN_ACTIVATION_RELU ? "relu" : "identity") + (z_is_y ? ", z == y" : ", z != y"));
       const Activation act = activation(mode);
-      std::vector<float> ys(zs.size(), std::nanf(""));
-      if (z_is_y) ys = zs;
+      std::vector<float> ys(r.y.size(), std::nanf(""));
+      if (z_is_y) ys = r.y;
       ASSERT_EQ(ooc_cudnnConvolutionBiasActivationForward(
-                    kDummyHandle, &alpha1, cd.x.get(), xs.data(), cd.w.get(), ws.data(), cd.conv.get(),
+                    kDummyHandle, &alpha1, cd.x.get(), r.x.data(), cd.w.get(), r.w.data(), cd.conv.get(),
                     CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, nullptr, 0, &alpha2, cd.y.get(),
-                    z_is_y ? ys.data() : zs.data(), cd.bias.get(), bs.data(), act.get(), cd.y.get(), ys.data()),
+                    z_is_y ? ys.data() : r.y.data(), cd.bias.get(), r.bias.data(), act.get(), cd.y.get(), ys.data()),
                 CUDNN_STATUS_SUCCESS)
           << last_error();
-      std::vector<double> want = reference_conv(p, xs, ws, &bs, &zs);
+      std::vector<double> want = reference_conv(r.p, r.x, r.w, &r.bias, &r.y);
       if (mode == CUDNN_ACTIVATION_RELU)
         for (double& v : want) v = std::max(v, 0.0);
       expect_close(ys, want, "y");
@@ -312,63 +344,15 @@ TEST_P(CapiHostNumerics, BiasActivationMatchesReference) {
 }
 
 TEST_P(CapiHostNumerics, BackwardDataMatchesReference) {
-  const HostCase& hc = GetParam();
-  ConvDescriptors cd(hc.x, hc.w, hc.padding, hc.stride, hc.dilation);
-  std::mt19937 rng(test_seed(3));
-  const ooc::ConvProblem p = ooc::ConvProblem::backward_data(cd.problem.y_shape(), hc.w, hc.x, hc.stride, hc.padding,
-                                                             hc.dilation, 1, 1.25, 0.5);
-  const auto dys = random_floats(static_cast<size_t>(p.y_elements()), rng);
-  const auto ws = random_floats(static_cast<size_t>(p.w_elements()), rng);
-  const auto dx_old = random_floats(static_cast<size_t>(p.x_elements()), rng);
-  std::vector<float> dxs = dx_old;
-  oocSetMemoryLimit(conv_split_budget(p));
-  const float alpha = 1.25f, beta = 0.5f;
-  ASSERT_EQ(ooc_cudnnConvolutionBackwardData(kDummyHandle, &alpha, cd.w.get(), ws.data(), cd.y.get(), dys.data(),
-                                             cd.conv.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, nullptr, 0, &beta,
-                                             cd.x.get(), dxs.data()),
-            CUDNN_STATUS_SUCCESS)
-      << last_error();
-  expect_close(dxs, reference_backward_data(p, dys, ws, dx_old), "dx");
-  expect_split_run("backward data");
+  check_gradient(ooc::Operation::backward_data, 1.25f, 0.5f, 3);
 }
 
 TEST_P(CapiHostNumerics, BackwardFilterMatchesReference) {
-  const HostCase& hc = GetParam();
-  ConvDescriptors cd(hc.x, hc.w, hc.padding, hc.stride, hc.dilation);
-  std::mt19937 rng(test_seed(4));
-  const ooc::ConvProblem p = ooc::ConvProblem::backward_filter(hc.x, cd.problem.y_shape(), hc.w, hc.stride,
-                                                               hc.padding, hc.dilation, 1, 0.5, 1.0);
-  const auto xs = random_floats(static_cast<size_t>(p.x_elements()), rng);
-  const auto dys = random_floats(static_cast<size_t>(p.y_elements()), rng);
-  const auto dw_old = random_floats(static_cast<size_t>(p.w_elements()), rng);
-  std::vector<float> dws = dw_old;
-  oocSetMemoryLimit(conv_split_budget(p));
-  const float alpha = 0.5f, beta = 1.0f;
-  ASSERT_EQ(ooc_cudnnConvolutionBackwardFilter(kDummyHandle, &alpha, cd.x.get(), xs.data(), cd.y.get(), dys.data(),
-                                               cd.conv.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, nullptr, 0, &beta,
-                                               cd.w.get(), dws.data()),
-            CUDNN_STATUS_SUCCESS)
-      << last_error();
-  expect_close(dws, reference_backward_filter(p, xs, dys, dw_old), "dw");
-  expect_split_run("backward filter");
+  check_gradient(ooc::Operation::backward_filter, 0.5f, 1.0f, 4);
 }
 
 TEST_P(CapiHostNumerics, BackwardBiasMatchesReference) {
-  const HostCase& hc = GetParam();
-  ConvDescriptors cd(hc.x, hc.w, hc.padding, hc.stride, hc.dilation);
-  std::mt19937 rng(test_seed(5));
-  const ooc::ConvProblem p = ooc::ConvProblem::backward_bias(cd.problem.y_shape(), 2.0, 0.25);
-  const auto dys = random_floats(static_cast<size_t>(p.y_elements()), rng);
-  const auto db_old = random_floats(static_cast<size_t>(p.k), rng);
-  std::vector<float> dbs = db_old;
-  oocSetMemoryLimit(conv_split_budget(p));
-  const float alpha = 2.0f, beta = 0.25f;
-  ASSERT_EQ(ooc_cudnnConvolutionBackwardBias(kDummyHandle, &alpha, cd.y.get(), dys.data(), &beta, cd.bias.get(),
-                                             dbs.data()),
-            CUDNN_STATUS_SUCCESS)
-      << last_error();
-  expect_close(dbs, reference_backward_bias(p, dys, db_old), "db");
-  expect_split_run("backward bias");
+  check_gradient(ooc::Operation::backward_bias, 2.0f, 0.25f, 5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CapiHostNumerics,

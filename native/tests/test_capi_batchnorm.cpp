@@ -212,7 +212,7 @@ TEST_P(CapiBatchNormHost, InferenceMatchesReference) {
   const float alpha = 0.5f, beta = -1.0f;
   for (const bool direct : {false, true}) {
     SCOPED_TRACE(direct ? "direct DMA" : "staged");
-    const DirectAccess access(direct);
+    const HostDirectAccess access(direct);
     const auto y_old = random_vector(x.size(), rng);
     std::vector<float> y = y_old;
     ASSERT_EQ(ooc_cudnnBatchNormalizationForwardInference(kHandle, bc.mode, &alpha, &beta, xd.get(), x.data(),

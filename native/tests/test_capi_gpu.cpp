@@ -28,6 +28,7 @@ class CapiGpu : public CapiGpuTest {
   }
 
   void check_forward(const ConvDescriptors& d, float alpha, float beta, unsigned seed);
+  void check_gradient(ooc::Operation op, float alpha, float beta, unsigned seed);
 };
 
 // Large enough that twice the smallest plan is well below the whole problem.
@@ -81,58 +82,52 @@ TEST_P(CapiGpu, BiasActivationForward) {
                      });
 }
 
-TEST_P(CapiGpu, BackwardData) {
-  ConvDescriptors d(kX, kW, kPad, kStride, kDilation);
-  std::mt19937 rng(test_seed(14));
-  const ooc::ConvProblem p =
-      ooc::ConvProblem::backward_data(d.problem.y_shape(), kW, kX, kStride, kPad, kDilation, 1, 1.0, 0.5);
-  const float alpha = 1.0f, beta = 0.5f;
-  compare_with_cudnn({random_tensor(p.w_elements(), rng), random_tensor(p.y_elements(), rng),
-                      random_tensor(p.x_elements(), rng)},
-                     2 * backward_needed_bytes(p, ooc::BackendKind::cuda),
+// cudnnConvolutionBackward{Data,Filter,Bias} (op) of the large geometry with alpha and beta.
+void CapiGpu::check_gradient(ooc::Operation op, float alpha, float beta, unsigned seed) {
+  const ConvDescriptors d(kX, kW, kPad, kStride, kDilation);
+  std::mt19937 rng(test_seed(seed));
+  const ooc::ConvProblem p = backward_spec(op, kX, kW, kStride, kPad, kDilation, alpha, beta).problem();
+  const auto random = [&](int64_t count) { return random_tensor(count, rng); };
+  // The call's tensors in its argument order, the output (read, as beta may blend it) last.
+  std::vector<std::vector<float>> tensors;
+  switch (op) {
+    case ooc::Operation::backward_data: tensors = {random(p.w_elements()), random(p.y_elements())}; break;
+    case ooc::Operation::backward_filter: tensors = {random(p.x_elements()), random(p.y_elements())}; break;
+    default: tensors = {random(p.y_elements())}; break;
+  }
+  tensors.push_back(random(gradient_elements(p)));
+  compare_with_cudnn(tensors, 2 * backward_needed_bytes(p, ooc::BackendKind::cuda),
                      [&](cudnnHandle_t h, bool use_ooc, const std::vector<void*>& t) {
-                       auto fn = use_ooc ? ooc_cudnnConvolutionBackwardData : cudnnConvolutionBackwardData;
-                       return fn(h, &alpha, d.w.get(), t[0], d.y.get(), t[1], d.conv.get(),
-                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, workspace_, kWorkspace, &beta, d.x.get(), t[2]);
+                       switch (op) {
+                         case ooc::Operation::backward_data: {
+                           auto fn = use_ooc ? ooc_cudnnConvolutionBackwardData : cudnnConvolutionBackwardData;
+                           return fn(h, &alpha, d.w.get(), t[0], d.y.get(), t[1], d.conv.get(),
+                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, workspace_, kWorkspace, &beta, d.x.get(), t[2]);
+                         }
+                         case ooc::Operation::backward_filter: {
+                           auto fn = use_ooc ? ooc_cudnnConvolutionBackwardFilter : cudnnConvolutionBackwardFilter;
+                           return fn(h, &alpha, d.x.get(), t[0], d.y.get(), t[1], d.conv.get(),
+                                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, workspace_, kWorkspace, &beta, d.w.get(),
+                                     t[2]);
+                         }
+                         default: {
+                           auto fn = use_ooc ? ooc_cudnnConvolutionBackwardBias : cudnnConvolutionBackwardBias;
+                           return fn(h, &alpha, d.y.get(), t[0], &beta, d.bias.get(), t[1]);
+                         }
+                       }
                      });
 }
 
-TEST_P(CapiGpu, BackwardFilter) {
-  ConvDescriptors d(kX, kW, kPad, kStride, kDilation);
-  std::mt19937 rng(test_seed(15));
-  const ooc::ConvProblem p =
-      ooc::ConvProblem::backward_filter(kX, d.problem.y_shape(), kW, kStride, kPad, kDilation, 1, 1.0, 1.0);
-  const float alpha = 1.0f, beta = 1.0f;
-  compare_with_cudnn({random_tensor(p.x_elements(), rng), random_tensor(p.y_elements(), rng),
-                      random_tensor(p.w_elements(), rng)},
-                     2 * backward_needed_bytes(p, ooc::BackendKind::cuda),
-                     [&](cudnnHandle_t h, bool use_ooc, const std::vector<void*>& t) {
-                       auto fn = use_ooc ? ooc_cudnnConvolutionBackwardFilter : cudnnConvolutionBackwardFilter;
-                       return fn(h, &alpha, d.x.get(), t[0], d.y.get(), t[1], d.conv.get(),
-                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, workspace_, kWorkspace, &beta, d.w.get(), t[2]);
-                     });
-}
+TEST_P(CapiGpu, BackwardData) { check_gradient(ooc::Operation::backward_data, 1.0f, 0.5f, 14); }
 
-TEST_P(CapiGpu, BackwardBias) {
-  ConvDescriptors d(kX, kW, kPad, kStride, kDilation);
-  std::mt19937 rng(test_seed(16));
-  const ooc::ConvProblem p = ooc::ConvProblem::backward_bias(d.problem.y_shape(), 1.0, 0.5);
-  const float alpha = 1.0f, beta = 0.5f;
-  compare_with_cudnn({random_tensor(p.y_elements(), rng), random_tensor(p.k, rng)},
-                     2 * backward_needed_bytes(p, ooc::BackendKind::cuda),
-                     [&](cudnnHandle_t h, bool use_ooc, const std::vector<void*>& t) {
-                       auto fn = use_ooc ? ooc_cudnnConvolutionBackwardBias : cudnnConvolutionBackwardBias;
-                       return fn(h, &alpha, d.y.get(), t[0], &beta, d.bias.get(), t[1]);
-                     });
-}
+TEST_P(CapiGpu, BackwardFilter) { check_gradient(ooc::Operation::backward_filter, 1.0f, 1.0f, 15); }
+
+TEST_P(CapiGpu, BackwardBias) { check_gradient(ooc::Operation::backward_bias, 1.0f, 0.5f, 16); }
 
 INSTANTIATE_TEST_SUITE_P(Memory, CapiGpu, gpu_cases(), case_name);
 
-class CapiGpuMemory : public ::testing::Test {
+class CapiGpuMemory : public GpuTest<> {
  protected:
-  void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  }
   void TearDown() override {
     oocSetDeviceAllocationLimit(static_cast<size_t>(-1));
     oocSetMemoryLimit(0);

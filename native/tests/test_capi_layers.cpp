@@ -397,7 +397,7 @@ TEST_P(CapiPoolHost, ForwardAndBackwardMatchReferences) {
   for (const bool direct : {false, true}) {
     for (const Scaling& s : kScalings) {
       SCOPED_TRACE(scaling_name(s) + (direct ? ", direct DMA" : ", staged"));
-      const DirectAccess access(direct);
+      const HostDirectAccess access(direct);
       oocSetMemoryLimit(split_budget([&](const ooc::Options& o) { return ooc::plan_pool_forward(p, o); }));
       expect_blend(
           [&](float* y) {

@@ -12,9 +12,8 @@ namespace {
 
 using ooc::BackendKind;
 using ooc_test::ConvSpec;
+using ooc_test::have_gpu;
 using ooc_test::PipelineCase;
-
-bool have_gpu() { return ooc::device_count() > 0; }
 
 TEST(CudaWithoutGpu, AskingForCudaIsAClearError) {
   if (have_gpu()) GTEST_SKIP() << "a GPU is present";
@@ -29,12 +28,7 @@ TEST(CudaWithoutGpu, AskingForCudaIsAClearError) {
   }
 }
 
-class CudaPipeline : public ::testing::TestWithParam<PipelineCase> {
- protected:
-  void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class CudaPipeline : public ooc_test::GpuTest<::testing::TestWithParam<PipelineCase>> {};
 
 TEST_P(CudaPipeline, MatchesFloat64Reference) {
   const PipelineCase& pc = GetParam();
@@ -44,7 +38,7 @@ TEST_P(CudaPipeline, MatchesFloat64Reference) {
   const size_t budget = ooc_test::budget_for(p, BackendKind::cuda, pc.budget_factor, pc.expect);
   ASSERT_TRUE(budget > 0 || pc.budget_factor == 0) << "no budget makes the planner split as this case needs";
   const auto r = ooc_test::run_and_check(pc.spec, budget, BackendKind::cuda,
-                                         ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(pc.name))));
+                                         ooc_test::case_seed(pc.name));
   EXPECT_EQ(r.plan.backend, "cuda");
   EXPECT_TRUE(pc.expect(r.plan)) << r.plan.describe();
 }
@@ -56,7 +50,7 @@ TEST_P(CudaPipeline, PinnedCallerMemory) {
   const ooc::ConvProblem p = pc.spec.problem();
   const size_t budget = ooc_test::budget_for(p, BackendKind::cuda, pc.budget_factor, pc.expect);
   ASSERT_TRUE(budget > 0 || pc.budget_factor == 0) << "no budget makes the planner split as this case needs";
-  const unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(pc.name)) + 1);
+  const unsigned seed = ooc_test::case_seed(pc.name, 1);
   const auto r = ooc_test::run_and_check(pc.spec, budget, BackendKind::cuda, seed, 1e-5, ooc_test::CallerMemory::pinned);
   EXPECT_TRUE(pc.expect(r.plan)) << r.plan.describe();
 }
@@ -64,12 +58,7 @@ TEST_P(CudaPipeline, PinnedCallerMemory) {
 INSTANTIATE_TEST_SUITE_P(Cases, CudaPipeline, ::testing::ValuesIn(ooc_test::pipeline_cases()),
                          [](const ::testing::TestParamInfo<PipelineCase>& info) { return std::string(info.param.name); });
 
-class CudaBackend : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class CudaBackend : public ooc_test::GpuTest<> {};
 
 TEST_F(CudaBackend, LargerProblemAcrossManyChunks) {
   // Big enough for the streams to overlap; split by a budget an eighth of what it would need whole.
@@ -93,12 +82,8 @@ TEST_F(CudaBackend, FaultInjection) {
   const ConvSpec spec{{2, 8, 24, 24}, {6, 8, 3, 3}, {1}, {1}, {1}, 1.0, 0.0, true};
   const ooc::ConvProblem p = spec.problem();
   std::mt19937 rng(ooc_test::test_seed(__LINE__));
-  const auto x = ooc_test::random_vector(static_cast<size_t>(p.x_elements()), rng);
-  const auto w = ooc_test::random_vector(static_cast<size_t>(p.w_elements()), rng);
-  const auto b = ooc_test::random_vector(static_cast<size_t>(p.k), rng);
-  ooc::Options o;
-  o.backend = BackendKind::cuda;
-  o.memory_limit = 3 * ooc_test::needed_bytes(p, BackendKind::cuda);
+  const auto [x, w, b] = ooc_test::random_conv_inputs(p, rng);
+  const ooc::Options o = ooc_test::options_for(BackendKind::cuda, 3 * ooc_test::needed_bytes(p, BackendKind::cuda));
   ASSERT_GE(ooc::plan_conv_forward(p, o).num_chunks(), 5u) << "too few chunks for countdown 5";
   for (int64_t countdown : {1, 2, 5}) {
     SCOPED_TRACE("countdown " + std::to_string(countdown));

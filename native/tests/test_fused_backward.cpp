@@ -7,28 +7,24 @@
 #include <string>
 
 #include "fused_run.hpp"
-#include "layers_run.hpp"
 
 namespace {
 
 using ooc::BackendKind;
-using ooc_layers_test::HostDirectAccess;
 using ooc_test::FusedBackwardCase;
+using ooc_test::HostDirectAccess;
 
-class FusedBackwardHost : public ::testing::TestWithParam<FusedBackwardCase> {};
+class FusedBackwardHost : public ooc_test::FusedBackwardCaseTest {};
 
 TEST_P(FusedBackwardHost, MatchesTheThreeGradients) {
-  const FusedBackwardCase& fc = GetParam();
-  const ooc::ConvProblem p = fc.spec.problem();
   const size_t budget = fc.expect ? ooc_test::fused_backward_budget(p, BackendKind::host, fc.expect) : 0;
   ASSERT_TRUE(!fc.expect || budget > 0) << "no budget gives the split " << fc.name << " wants";
-  const unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)));
+  const unsigned seed = ooc_test::case_seed(fc.name);
   for (bool direct : {false, true}) {
     SCOPED_TRACE(direct ? "direct" : "staged");
     HostDirectAccess access(direct);
-    const auto r = ooc_test::run_fused_backward_and_check(
-        fc.spec, budget, BackendKind::host, seed + direct,
-        direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
+    const auto r = ooc_test::run_fused_backward_and_check(fc.spec, budget, BackendKind::host, seed + direct,
+                                                          ooc_test::host_caller_memory(direct));
     if (fc.expect) {
       EXPECT_TRUE(fc.expect(r.plan)) << r.plan.describe();
     }
@@ -98,18 +94,12 @@ TEST(FusedBackward, ArgumentErrors) {
   EXPECT_THROW(ooc::plan_conv_backward_data_filter_bias(fresh.problem(), o), ooc::out_of_budget);
 }
 
-}  // namespace
-
-namespace {
-
 // activation_conv_backward_data_filter_bias: every activation, with and without the activation's
 // input where y alone gives the gradient, on the fused backward's split kinds.
-class ActivationFusedBackwardHost : public ::testing::TestWithParam<ooc_test::FusedBackwardCase> {};
+class ActivationFusedBackwardHost : public ooc_test::FusedBackwardCaseTest {};
 
 TEST_P(ActivationFusedBackwardHost, EveryActivationMatchesTheComposition) {
-  const FusedBackwardCase& fc = GetParam();
-  const ooc::ConvProblem p = fc.spec.problem();
-  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)) + 1000);
+  unsigned seed = ooc_test::case_seed(fc.name, 1000);
   for (const auto& [name, activation] : ooc_test::fused_activations()) {
     const bool y_suffices = activation.identity || activation.mode == ooc::ActivationMode::relu ||
                             activation.mode == ooc::ActivationMode::sigmoid || activation.mode == ooc::ActivationMode::tanh;
@@ -117,28 +107,18 @@ TEST_P(ActivationFusedBackwardHost, EveryActivationMatchesTheComposition) {
       if (!with_pre && !y_suffices) continue;
       SCOPED_TRACE(name + (with_pre ? " with pre" : " from y alone"));
       // The budget for this plan's own y-shaped inputs (more of them leave less room for the split).
-      const auto expect = fc.expect;
-      ooc::Options o = ooc_layers_test::host(0);
       size_t budget = 0;
-      if (expect) {
-        const size_t needed = ooc_test::needed_bytes_of(
-            [&](const ooc::ConvProblem& q, const ooc::Options& opt) {
-              return ooc::plan_activation_conv_backward_data_filter_bias(q, activation, with_pre, opt);
-            },
-            p, BackendKind::host);
-        for (double f = 1.0; f < 20.0 && !budget; f *= 1.04) {
-          o.memory_limit = static_cast<size_t>(static_cast<double>(needed) * f);
-          if (expect(ooc::plan_activation_conv_backward_data_filter_bias(p, activation, with_pre, o)))
-            budget = o.memory_limit;
-        }
+      if (fc.expect) {
+        const auto plan_fn = [&](const ooc::ConvProblem& q, const ooc::Options& o) {
+          return ooc::plan_activation_conv_backward_data_filter_bias(q, activation, with_pre, o);
+        };
+        budget = ooc_test::budget_where(plan_fn, p, BackendKind::host, fc.expect);
         ASSERT_GT(budget, 0u) << "no budget gives the split " << fc.name << " wants";
       }
       const bool direct = ++seed % 2 == 0;
       HostDirectAccess access(direct);
       const auto r = ooc_test::run_fused_backward_and_check(
-          fc.spec, budget, BackendKind::host, seed,
-          direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable, 1e-5, &activation,
-          with_pre);
+          fc.spec, budget, BackendKind::host, seed, ooc_test::host_caller_memory(direct), 1e-5, &activation, with_pre);
       EXPECT_EQ(r.plan.fused, "activation_conv_backward_data_filter_bias");
     }
   }
@@ -162,7 +142,7 @@ TEST(ActivationFusedBackward, ActivationsWhoseGradientIsNotAFunctionOfYNeedTheir
   for (const char* name : {"clipped_relu", "elu", "swish", "gelu", "leaky_relu"}) {
     try {
       ooc::plan_activation_conv_backward_data_filter_bias(p, ooc::fused_activation_from_name(name, 1.0), false,
-                                                          ooc_layers_test::host(0));
+                                                          ooc_test::host_options(0));
       ADD_FAILURE() << name << " was planned without pre";
     } catch (const ooc::invalid_argument& e) {
       EXPECT_TRUE(ooc_test::names_argument(e.what(), "pre")) << e.what();
@@ -170,32 +150,18 @@ TEST(ActivationFusedBackward, ActivationsWhoseGradientIsNotAFunctionOfYNeedTheir
   }
 }
 
-}  // namespace
-
-namespace {
-
 // pooling_activation_conv_backward_data_filter_bias: the fused backward's cases pooled with each
 // window kind and mode, under budgets from the smallest up.
-class PoolingFusedBackwardHost : public ::testing::TestWithParam<ooc_test::FusedBackwardCase> {};
+class PoolingFusedBackwardHost : public ooc_test::FusedBackwardCaseTest {};
 
 TEST_P(PoolingFusedBackwardHost, MatchesTheComposition) {
-  const FusedBackwardCase& fc = GetParam();
-  const ooc::ConvProblem p = fc.spec.problem();
-  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)) + 2000);
+  unsigned seed = ooc_test::case_seed(fc.name, 2000);
   int ran = 0;
   for (const auto& [name, window] : ooc_test::pooled_backward_windows()) {
-    ooc::ConvProblem pool;
-    try {
-      pool = ooc::pool_problem(p.y_shape(), {window[0]}, {window[1]}, {window[2]});
-    } catch (const ooc::invalid_argument&) {
-      continue;  // y too small for this window
-    }
-    const auto tanh_act = ooc::fused_activation_from_name("tanh", 0);
-    const size_t needed = ooc_test::needed_bytes_of(
-        [&](const ooc::ConvProblem& q, const ooc::Options& o) {
-          return ooc::plan_pooling_activation_conv_backward_data_filter_bias(q, tanh_act, pool, false, o);
-        },
-        p, BackendKind::host);
+    const auto pooling = ooc_test::pooling_of(p, {window[0]}, {window[1]}, {window[2]});
+    if (!pooling) continue;  // y too small for this window
+    const ooc::ConvProblem& pool = *pooling;
+    const size_t needed = ooc_test::pooled_backward_needed_bytes(p, pool, BackendKind::host);
     for (const ooc::PoolMode mode : {ooc::PoolMode::max, ooc::PoolMode::avg, ooc::PoolMode::avg_exclude_pad})
       for (double factor : {1.0, 3.0}) {
         SCOPED_TRACE(std::string(name) + " x" + std::to_string(factor));
@@ -203,9 +169,7 @@ TEST_P(PoolingFusedBackwardHost, MatchesTheComposition) {
         HostDirectAccess access(direct);
         ooc_test::run_pooled_backward_and_check(fc.spec, pool, mode,
                                                 static_cast<size_t>(static_cast<double>(needed) * factor),
-                                                BackendKind::host, seed,
-                                                direct ? ooc_test::CallerMemory::host_direct
-                                                       : ooc_test::CallerMemory::pageable);
+                                                BackendKind::host, seed, ooc_test::host_caller_memory(direct));
         ++ran;
       }
   }

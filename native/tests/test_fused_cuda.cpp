@@ -13,12 +13,7 @@ namespace {
 using ooc::BackendKind;
 using ooc_test::PipelineCase;
 
-class FusedForwardCuda : public ::testing::TestWithParam<PipelineCase> {
- protected:
-  void SetUp() override {
-    if (ooc::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class FusedForwardCuda : public ooc_test::GpuTest<::testing::TestWithParam<PipelineCase>> {};
 
 TEST_P(FusedForwardCuda, MatchesTheComposition) {
   const PipelineCase& pc = GetParam();
@@ -27,11 +22,11 @@ TEST_P(FusedForwardCuda, MatchesTheComposition) {
       pc.budget_factor > 0
           ? static_cast<size_t>(static_cast<double>(ooc_test::needed_bytes(p, BackendKind::cuda)) * pc.budget_factor)
           : 0;
-  unsigned salt = static_cast<unsigned>(std::hash<std::string>{}(pc.name));
+  unsigned salt = 0;
   for (const auto& [name, activation] : ooc_test::fused_activations()) {
     SCOPED_TRACE(name);
     const auto r = ooc_test::run_fused_forward_and_check(pc.spec, activation, budget, BackendKind::cuda,
-                                                         ooc_test::test_seed(++salt), false,
+                                                         ooc_test::case_seed(pc.name, ++salt), false,
                                                          ooc_test::CallerMemory::pageable, 2e-5);
     EXPECT_EQ(r.plan.backend, "cuda");
     if (budget) {
@@ -39,22 +34,15 @@ TEST_P(FusedForwardCuda, MatchesTheComposition) {
     }
   }
   const auto relu = ooc::fused_activation_from_name("relu", 0);
-  ooc_test::run_fused_forward_and_check(pc.spec, relu, budget, BackendKind::cuda, ooc_test::test_seed(++salt), true,
-                                        ooc_test::CallerMemory::pinned, 2e-5);
+  ooc_test::run_fused_forward_and_check(pc.spec, relu, budget, BackendKind::cuda, ooc_test::case_seed(pc.name, ++salt),
+                                        true, ooc_test::CallerMemory::pinned, 2e-5);
 }
 
-class FusedBackwardCuda : public ::testing::TestWithParam<ooc_test::FusedBackwardCase> {
- protected:
-  void SetUp() override {
-    if (ooc::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class FusedBackwardCuda : public ooc_test::GpuTest<ooc_test::FusedBackwardCaseTest> {};
 
 // The host cases' geometries; the cuda backend reserves workspace and models costs its own way, so
 // the budget asks for the case's split where one gives it, else for any split.
 TEST_P(FusedBackwardCuda, MatchesTheThreeGradients) {
-  const ooc_test::FusedBackwardCase& fc = GetParam();
-  const ooc::ConvProblem p = fc.spec.problem();
   size_t budget = 0;
   if (fc.expect) {
     budget = ooc_test::fused_backward_budget(p, BackendKind::cuda, fc.expect);
@@ -64,7 +52,7 @@ TEST_P(FusedBackwardCuda, MatchesTheThreeGradients) {
       });
     ASSERT_GT(budget, 0u);
   }
-  const unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)) + 7);
+  const unsigned seed = ooc_test::case_seed(fc.name, 7);
   for (const auto memory : {ooc_test::CallerMemory::pageable, ooc_test::CallerMemory::pinned}) {
     const auto r = ooc_test::run_fused_backward_and_check(fc.spec, budget, BackendKind::cuda, seed, memory, 2e-5);
     EXPECT_EQ(r.plan.backend, "cuda");
@@ -76,9 +64,7 @@ TEST_P(FusedBackwardCuda, MatchesTheThreeGradients) {
 
 // The activation's backward folded in: cuDNN's ActivationBackward in place on the dy tile.
 TEST_P(FusedBackwardCuda, ActivationFoldedIn) {
-  const ooc_test::FusedBackwardCase& fc = GetParam();
-  const ooc::ConvProblem p = fc.spec.problem();
-  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)) + 17);
+  unsigned seed = ooc_test::case_seed(fc.name, 17);
   for (const auto& [name, activation] : ooc_test::fused_activations()) {
     SCOPED_TRACE(name);
     const size_t budget =
@@ -97,23 +83,13 @@ TEST_P(FusedBackwardCuda, ActivationFoldedIn) {
 // The pooling's backward folded in too: cuDNN's PoolingBackward and ActivationBackward on each
 // tile's windows, the tile's dy rows copied out on the device.
 TEST_P(FusedBackwardCuda, PoolingFoldedIn) {
-  const ooc_test::FusedBackwardCase& fc = GetParam();
-  const ooc::ConvProblem p = fc.spec.problem();
-  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(fc.name)) + 31);
+  unsigned seed = ooc_test::case_seed(fc.name, 31);
   for (const auto& [name, window] : ooc_test::pooled_backward_windows()) {
-    ooc::ConvProblem pool;
-    try {
-      pool = ooc::pool_problem(p.y_shape(), {window[0]}, {window[1]}, {window[2]});
-    } catch (const ooc::invalid_argument&) {
-      continue;
-    }
+    const auto pooling = ooc_test::pooling_of(p, {window[0]}, {window[1]}, {window[2]});
+    if (!pooling) continue;  // y too small for this window
+    const ooc::ConvProblem& pool = *pooling;
     SCOPED_TRACE(name);
-    const auto tanh_act = ooc::fused_activation_from_name("tanh", 0);
-    const size_t needed = ooc_test::needed_bytes_of(
-        [&](const ooc::ConvProblem& q, const ooc::Options& o) {
-          return ooc::plan_pooling_activation_conv_backward_data_filter_bias(q, tanh_act, pool, false, o);
-        },
-        p, BackendKind::cuda);
+    const size_t needed = ooc_test::pooled_backward_needed_bytes(p, pool, BackendKind::cuda);
     for (const ooc::PoolMode mode : {ooc::PoolMode::max, ooc::PoolMode::avg_exclude_pad}) {
       const auto memory = ++seed % 2 ? ooc_test::CallerMemory::pinned : ooc_test::CallerMemory::pageable;
       ooc_test::run_pooled_backward_and_check(fc.spec, pool, mode, needed * 13 / 10, BackendKind::cuda, seed, memory,
@@ -130,18 +106,15 @@ INSTANTIATE_TEST_SUITE_P(Cases, FusedBackwardCuda, ::testing::ValuesIn(ooc_test:
 TEST_P(FusedForwardCuda, PoolingMatchesTheComposition) {
   const PipelineCase& pc = GetParam();
   const ooc::ConvProblem conv = pc.spec.problem();
-  ooc::ConvProblem pool;
-  try {
-    pool = ooc::pool_problem(conv.y_shape(), {3}, {2}, {1});
-  } catch (const ooc::invalid_argument&) {
-    GTEST_SKIP() << "y is too small for a 3-wide window";
-  }
+  const auto pooling = ooc_test::pooling_of(conv, {3}, {2}, {1});
+  if (!pooling) GTEST_SKIP() << "y is too small for a 3-wide window";
+  const ooc::ConvProblem& pool = *pooling;
   const size_t needed = ooc_test::needed_bytes_of(
       [&](const ooc::ConvProblem& c, const ooc::Options& o) {
         return ooc::plan_conv_bias_activation_pooling_forward(c, pool, o);
       },
       conv, BackendKind::cuda);
-  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(pc.name)) + 400);
+  unsigned seed = ooc_test::case_seed(pc.name, 400);
   const auto relu = ooc::fused_activation_from_name("relu", 0);
   for (const ooc::PoolMode mode : {ooc::PoolMode::max, ooc::PoolMode::avg_exclude_pad})
     for (const auto memory : {ooc_test::CallerMemory::pageable, ooc_test::CallerMemory::pinned})
@@ -152,26 +125,18 @@ TEST_P(FusedForwardCuda, PoolingMatchesTheComposition) {
 INSTANTIATE_TEST_SUITE_P(PipelineCases, FusedForwardCuda, ::testing::ValuesIn(ooc_test::pipeline_cases()),
                          [](const auto& info) { return std::string(info.param.name); });
 
-class FusedDeconvCuda : public ::testing::TestWithParam<ooc_test::DeconvCase> {
- protected:
-  void SetUp() override {
-    if (ooc::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class FusedDeconvCuda : public ooc_test::GpuTest<ooc_test::DeconvCaseTest> {};
 
 // deconv_bias_activation_forward on cuDNN: BackwardData as the transposed convolution, then
 // cudnnAddTensor (bias) and cudnnActivationForward in place, pageable and pinned.
 TEST_P(FusedDeconvCuda, MatchesTheComposition) {
-  const ooc_test::DeconvCase& dc = GetParam();
-  const ooc::ConvProblem p =
-      ooc::deconv_problem(dc.x, dc.w, dc.stride, dc.padding, dc.output_padding, dc.dilation, 1, 0.75, -0.5, true);
-  const size_t needed = ooc_test::needed_bytes_of(ooc::plan_deconv_bias_activation_forward, p, BackendKind::cuda);
-  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(dc.name)) + 600);
+  const size_t needed = needed_bytes(BackendKind::cuda);
+  unsigned seed = ooc_test::case_seed(dc.name, 600);
   for (const auto& [name, activation] : ooc_test::fused_activations())
     for (const auto memory : {ooc_test::CallerMemory::pageable, ooc_test::CallerMemory::pinned}) {
       SCOPED_TRACE(name);
-      ooc_test::run_deconv_and_check(dc, activation, 0.75, -0.5, needed * 13 / 10, BackendKind::cuda, ++seed, memory,
-                                     2e-5);
+      ooc_test::run_deconv_and_check(dc, activation, alpha1, alpha2, needed * 13 / 10, BackendKind::cuda, ++seed,
+                                     memory, 2e-5);
     }
 }
 

@@ -7,12 +7,11 @@
 #include <string>
 
 #include "fused_run.hpp"
-#include "layers_run.hpp"
 
 namespace {
 
 using ooc::BackendKind;
-using ooc_layers_test::HostDirectAccess;
+using ooc_test::HostDirectAccess;
 using ooc_test::PipelineCase;
 
 class FusedForwardHost : public ::testing::TestWithParam<PipelineCase> {};
@@ -21,11 +20,11 @@ TEST_P(FusedForwardHost, EveryActivationMatchesTheComposition) {
   const PipelineCase& pc = GetParam();
   const size_t budget = ooc_test::budget_for(pc.spec.problem(), BackendKind::host, pc.budget_factor, pc.expect);
   ASSERT_TRUE(pc.budget_factor == 0 || budget > 0) << "no budget gives the split " << pc.name << " wants";
-  unsigned salt = static_cast<unsigned>(std::hash<std::string>{}(pc.name));
+  unsigned salt = 0;
   for (const auto& [name, activation] : ooc_test::fused_activations()) {
     SCOPED_TRACE(name);
     const auto r = ooc_test::run_fused_forward_and_check(pc.spec, activation, budget, BackendKind::host,
-                                                         ooc_test::test_seed(++salt));
+                                                         ooc_test::case_seed(pc.name, ++salt));
     EXPECT_TRUE(pc.expect(r.plan)) << r.plan.describe();
   }
 }
@@ -34,7 +33,7 @@ TEST_P(FusedForwardHost, ZInPlaceAndDirectDma) {
   const PipelineCase& pc = GetParam();
   const size_t budget = ooc_test::budget_for(pc.spec.problem(), BackendKind::host, pc.budget_factor, pc.expect);
   const auto relu = ooc::fused_activation_from_name("relu", 0);
-  const unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(pc.name)) + 100);
+  const unsigned seed = ooc_test::case_seed(pc.name, 100);
   ooc_test::run_fused_forward_and_check(pc.spec, relu, budget, BackendKind::host, seed, /*z_is_y=*/true);
   HostDirectAccess direct(true);
   ooc_test::run_fused_forward_and_check(pc.spec, relu, budget, BackendKind::host, seed + 1, false,
@@ -95,10 +94,6 @@ TEST(FusedForward, ArgumentErrors) {
   EXPECT_NO_THROW(ooc::conv_bias_activation_forward(no_z, relu, x.data(), w.data(), nullptr, nullptr, y.data(), o));
 }
 
-}  // namespace
-
-namespace {
-
 // conv_bias_activation_pooling_forward: the pipeline cases' convolutions pooled (overlapping,
 // tiled and gapped windows, every mode), under budgets from the smallest up.
 struct PoolingCase {
@@ -111,15 +106,12 @@ class FusedPoolingHost : public ::testing::TestWithParam<ooc_test::PipelineCase>
 TEST_P(FusedPoolingHost, MatchesTheComposition) {
   const ooc_test::PipelineCase& pc = GetParam();
   const ooc::ConvProblem conv = pc.spec.problem();
-  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(pc.name)) + 300);
+  unsigned seed = ooc_test::case_seed(pc.name, 300);
   const PoolingCase pools[] = {{"overlap", {3}, {2}, {1}}, {"tiles", {2}, {2}, {0}}, {"gapped", {1}, {3}, {0}}};
   for (const PoolingCase& pool_case : pools) {
-    ooc::ConvProblem pool;
-    try {
-      pool = ooc::pool_problem(conv.y_shape(), pool_case.kernel, pool_case.stride, pool_case.padding);
-    } catch (const ooc::invalid_argument&) {
-      continue;  // y too small for this window
-    }
+    const auto pooling = ooc_test::pooling_of(conv, pool_case.kernel, pool_case.stride, pool_case.padding);
+    if (!pooling) continue;  // y too small for this window
+    const ooc::ConvProblem& pool = *pooling;
     const auto plan_fn = [&](const ooc::ConvProblem& c, const ooc::Options& o) {
       return ooc::plan_conv_bias_activation_pooling_forward(c, pool, o);
     };
@@ -143,32 +135,25 @@ INSTANTIATE_TEST_SUITE_P(PipelineCases, FusedPoolingHost, ::testing::ValuesIn(oo
 TEST(FusedPooling, PoolMustPoolTheConvolutionsOutput) {
   const ooc::ConvProblem conv = ooc::ConvProblem::forward({1, 2, 8, 8}, {3, 2, 3, 3}, {1}, {0}, {1}, 1, 1, 0, false);
   const ooc::ConvProblem other = ooc::pool_problem({1, 3, 7, 7}, {2}, {2}, {0});
-  EXPECT_THROW(ooc::plan_conv_bias_activation_pooling_forward(conv, other, ooc_layers_test::host(0)),
+  EXPECT_THROW(ooc::plan_conv_bias_activation_pooling_forward(conv, other, ooc_test::host_options(0)),
                ooc::invalid_argument);
 }
 
-}  // namespace
-
-namespace {
-
 // deconv_bias_activation_forward: transposed convolutions (output_padding, strides beyond the
 // kernel, dilation) with z, bias and every activation, whole and under budgets from the smallest up.
-class FusedDeconvHost : public ::testing::TestWithParam<ooc_test::DeconvCase> {};
+class FusedDeconvHost : public ooc_test::DeconvCaseTest {};
 
 TEST_P(FusedDeconvHost, MatchesTheComposition) {
-  const ooc_test::DeconvCase& dc = GetParam();
-  const ooc::ConvProblem p =
-      ooc::deconv_problem(dc.x, dc.w, dc.stride, dc.padding, dc.output_padding, dc.dilation, 1, 0.75, -0.5, true);
-  const size_t needed = ooc_test::needed_bytes_of(ooc::plan_deconv_bias_activation_forward, p, BackendKind::host);
-  unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(dc.name)) + 500);
+  const size_t needed = needed_bytes(BackendKind::host);
+  unsigned seed = ooc_test::case_seed(dc.name, 500);
   for (const auto& [name, activation] : ooc_test::fused_activations())
     for (double factor : {0.0, 1.0, 2.5}) {
       SCOPED_TRACE(name + " x" + std::to_string(factor));
       const bool direct = ++seed % 3 == 0;
       HostDirectAccess access(direct);
       const auto r = ooc_test::run_deconv_and_check(
-          dc, activation, 0.75, -0.5, static_cast<size_t>(static_cast<double>(needed) * factor), BackendKind::host,
-          seed, direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
+          dc, activation, alpha1, alpha2, static_cast<size_t>(static_cast<double>(needed) * factor),
+          BackendKind::host, seed, ooc_test::host_caller_memory(direct));
       if (factor == 1.0) {
         EXPECT_GT(r.plan.num_chunks(), 1u) << r.plan.describe();
       }

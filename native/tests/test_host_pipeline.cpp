@@ -16,22 +16,13 @@ namespace {
 
 using ooc::BackendKind;
 using ooc_test::ConvSpec;
+using ooc_test::HostDirectAccess;
 using ooc_test::PipelineCase;
 
-// Makes the host backend treat caller memory as pinned for one scope (the direct-DMA path:
-// strided copies straight into device slots, halos zeroed on the device).
-class HostDirectAccess {
- public:
-  explicit HostDirectAccess(bool enabled) { ooc::testing::set_host_direct_access(enabled); }
-  ~HostDirectAccess() { ooc::testing::set_host_direct_access(false); }
-};
-
-class HostPipeline : public ::testing::TestWithParam<std::tuple<PipelineCase, bool>> {};
+class HostPipeline : public ooc_test::StagedAndDirect<PipelineCase> {};
 
 TEST_P(HostPipeline, MatchesFloat64Reference) {
-  const PipelineCase& pc = std::get<0>(GetParam());
-  const bool direct = std::get<1>(GetParam());
-  const HostDirectAccess mode(direct);
+  const PipelineCase& pc = test_case();
   const ooc::ConvProblem p = pc.spec.problem();
   // The split this case is about (and an uneven edge where asked): find a budget that causes it.
   const ooc_test::SplitCheck want = [&](const ooc::Plan& plan) {
@@ -39,19 +30,14 @@ TEST_P(HostPipeline, MatchesFloat64Reference) {
   };
   const size_t budget = ooc_test::budget_for(p, BackendKind::host, pc.budget_factor, want);
   ASSERT_TRUE(budget > 0 || pc.budget_factor == 0) << "no budget makes the planner split as this case needs";
-  const unsigned seed = ooc_test::test_seed(static_cast<unsigned>(std::hash<std::string>{}(pc.name)) + direct);
-  const auto r = ooc_test::run_and_check(pc.spec, budget, BackendKind::host, seed, 1e-5,
-                                         direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
+  const auto r = ooc_test::run_and_check(pc.spec, budget, BackendKind::host, ooc_test::case_seed(pc.name, direct()),
+                                         1e-5, memory());
   EXPECT_TRUE(want(r.plan)) << "the plan that ran is not the one planned for this budget:\n" << r.plan.describe();
   EXPECT_EQ(r.plan.backend, "host");
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, HostPipeline,
-                         ::testing::Combine(::testing::ValuesIn(ooc_test::pipeline_cases()), ::testing::Bool()),
-                         [](const ::testing::TestParamInfo<std::tuple<PipelineCase, bool>>& info) {
-                           return std::string(std::get<0>(info.param).name) +
-                                  (std::get<1>(info.param) ? "_direct" : "_staged");
-                         });
+INSTANTIATE_TEST_SUITE_P(Cases, HostPipeline, ooc_test::staged_and_direct(ooc_test::pipeline_cases()),
+                         ooc_test::staged_or_direct_name<PipelineCase>);
 
 // Random problems under tight, medium and generous budgets: whatever the planner picks must be right.
 TEST(HostPipelineRandom, RandomProblemsAndBudgets) {
@@ -81,7 +67,7 @@ TEST(HostPipelineRandom, RandomProblemsAndBudgets) {
                  (direct ? ", direct" : ", staged"));
     const auto r = ooc_test::run_and_check(s, static_cast<size_t>(needed * factor), BackendKind::host,
                                            seed + 1000u + static_cast<unsigned>(runs), 1e-5,
-                                           direct ? ooc_test::CallerMemory::host_direct : ooc_test::CallerMemory::pageable);
+                                           ooc_test::host_caller_memory(direct));
     ++runs;
     if (HasFailure()) return;
     std::string kind = std::to_string(ooc_test::split_dims(r.plan)) + " dims";
@@ -96,12 +82,8 @@ TEST(HostPipelineApi, SecondCallReusesTheBackendAndAgrees) {
   const ConvSpec spec{{2, 4, 12, 10}, {3, 4, 3, 3}, {1}, {1}, {1}, 1.0, 0.0, true};
   const ooc::ConvProblem p = spec.problem();
   std::mt19937 rng(5);
-  const auto x = ooc_test::random_vector(static_cast<size_t>(p.x_elements()), rng);
-  const auto w = ooc_test::random_vector(static_cast<size_t>(p.w_elements()), rng);
-  const auto b = ooc_test::random_vector(static_cast<size_t>(p.k), rng);
-  ooc::Options o;
-  o.backend = BackendKind::host;
-  o.memory_limit = 2 * ooc_test::needed_bytes(p, BackendKind::host);
+  const auto [x, w, b] = ooc_test::random_conv_inputs(p, rng);
+  const ooc::Options o = ooc_test::host_options(2 * ooc_test::needed_bytes(p, BackendKind::host));
   std::vector<float> y1(static_cast<size_t>(p.y_elements()), NAN), y2 = y1;
   ooc::Plan plan1, plan2;
   ooc::conv_forward(p, x.data(), w.data(), b.data(), y1.data(), o, &plan1);
@@ -173,14 +155,10 @@ TEST(HostPipelineApi, ConcurrentCallsFromSeveralThreads) {
       const ConvSpec spec{{1 + t, 3, 10 + t, 9}, {4, 3, 3, 3}, {1}, {1}, {1}, 1.0, t == 1 ? 0.5 : 0.0, t != 2};
       const ooc::ConvProblem p = spec.problem();
       std::mt19937 rng(100 + t);
-      const auto x = ooc_test::random_vector(static_cast<size_t>(p.x_elements()), rng);
-      const auto w = ooc_test::random_vector(static_cast<size_t>(p.w_elements()), rng);
-      const auto b = ooc_test::random_vector(static_cast<size_t>(p.k), rng);
+      const auto [x, w, b] = ooc_test::random_conv_inputs(p, rng);
       const auto y_old = ooc_test::random_vector(static_cast<size_t>(p.y_elements()), rng);
       const auto ref = ooc_test::reference_conv(p, x, w, spec.bias ? &b : nullptr, &y_old);
-      ooc::Options o;
-      o.backend = BackendKind::host;
-      o.memory_limit = 2048 * (t + 1);
+      const ooc::Options o = ooc_test::host_options(2048 * (t + 1));
       for (int i = 0; i < 20; ++i) {
         std::vector<float> y = y_old;
         ooc::conv_forward(p, x.data(), w.data(), spec.bias ? b.data() : nullptr, y.data(), o);

@@ -8,8 +8,8 @@
 #include <limits>
 #include <random>
 
+#include "backend_fixtures.hpp"
 #include "ooc/layers.hpp"
-#include "layer_test_util.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -6,16 +6,11 @@ namespace {
 
 using namespace ooc_layers_test;
 
-ooc::Options cuda() {
-  ooc::Options o;
-  o.backend = BackendKind::cuda;
-  return o;
-}
+ooc::Options cuda() { return ooc_test::options_for(BackendKind::cuda); }
 
-class CudaGemm : public ::testing::TestWithParam<GemmCase> {};
+class CudaGemm : public ooc_test::GpuTest<::testing::TestWithParam<GemmCase>> {};
 
 TEST_P(CudaGemm, MatchesFloat64Reference) {
-  if (ooc::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   run_gemm_case(GetParam(), cuda());
 }
 
@@ -27,10 +22,9 @@ INSTANTIATE_TEST_SUITE_P(Splits, CudaGemm,
                                            GemmCase{64, 300, 17, true, true, false, 2.0, -0.5, 2048},
                                            GemmCase{513, 1000, 257, false, false, true, 1.0, 0.0, 1 << 20}));
 
-class CudaBatchnorm : public ::testing::TestWithParam<BnCase> {};
+class CudaBatchnorm : public ooc_test::GpuTest<::testing::TestWithParam<BnCase>> {};
 
 TEST_P(CudaBatchnorm, TrainingAndBackwardMatchFloat64) {
-  if (ooc::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   run_bn_case(GetParam(), cuda());
 }
 

@@ -15,12 +15,9 @@ namespace {
 
 using namespace ooc_layers_test;
 
-class HostGemm : public ::testing::TestWithParam<std::tuple<GemmCase, bool>> {};
+class HostGemm : public ooc_test::StagedAndDirect<GemmCase> {};
 
-TEST_P(HostGemm, MatchesFloat64Reference) {
-  const HostDirectAccess mode(std::get<1>(GetParam()));
-  run_gemm_case(std::get<0>(GetParam()), host(0));
-}
+TEST_P(HostGemm, MatchesFloat64Reference) { run_gemm_case(test_case(), host_options(0)); }
 
 INSTANTIATE_TEST_SUITE_P(
     Splits, HostGemm,
@@ -34,7 +31,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(GemmPlanner, TinyBudgetSplitsEveryDimensionAndAccumulatesOverK) {
   const ooc::ConvProblem p = ooc::matmul_problem({200, 300}, {300, 100}, 1.0, 0.0, false);
-  const Plan plan = ooc::plan_matmul(p, host(3 * 3 * 256 * 2));
+  const Plan plan = ooc::plan_matmul(p, host_options(3 * 3 * 256 * 2));
   EXPECT_GT(plan.splits_n * plan.splits_k * plan.splits_c, 8);
   EXPECT_GT(plan.splits_c, 1);
   check_gemm_plan(plan, 200, 100, 300);
@@ -43,7 +40,7 @@ TEST(GemmPlanner, TinyBudgetSplitsEveryDimensionAndAccumulatesOverK) {
 
 TEST(GemmPlanner, WholeProblemIsOneChunkWhenItFits) {
   const ooc::ConvProblem p = ooc::matmul_problem({20, 30}, {30, 10}, 1.0, 0.0, true);
-  const Plan plan = ooc::plan_matmul(p, host(1 << 20));
+  const Plan plan = ooc::plan_matmul(p, host_options(1 << 20));
   EXPECT_EQ(plan.num_chunks(), 1u);
 }
 
@@ -63,7 +60,7 @@ TEST(GemmPlanner, CublasWorkspaceCountsInThePeakAndFallsBackToNone) {
 
 TEST(GemmPlanner, ImpossibleBudgetAndBadShapes) {
   const ooc::ConvProblem p = ooc::matmul_problem({20, 30}, {30, 10}, 1.0, 0.0, false);
-  EXPECT_THROW(ooc::plan_matmul(p, host(256)), ooc::out_of_budget);
+  EXPECT_THROW(ooc::plan_matmul(p, host_options(256)), ooc::out_of_budget);
   try {
     ooc::matmul_problem({2, 3}, {4, 5}, 1.0, 0.0, false);
     FAIL();
@@ -72,12 +69,9 @@ TEST(GemmPlanner, ImpossibleBudgetAndBadShapes) {
   }
 }
 
-class HostBatchnorm : public ::testing::TestWithParam<std::tuple<BnCase, bool>> {};
+class HostBatchnorm : public ooc_test::StagedAndDirect<BnCase> {};
 
-TEST_P(HostBatchnorm, TrainingAndBackwardMatchFloat64) {
-  const HostDirectAccess mode(std::get<1>(GetParam()));
-  run_bn_case(std::get<0>(GetParam()), host(0));
-}
+TEST_P(HostBatchnorm, TrainingAndBackwardMatchFloat64) { run_bn_case(test_case(), host_options(0)); }
 
 INSTANTIATE_TEST_SUITE_P(Splits, HostBatchnorm,
                          ::testing::Combine(::testing::Values(BnCase{{8, 3, 5, 7}, 0}, BnCase{{8, 3, 5, 7}, 4096},
@@ -87,7 +81,8 @@ INSTANTIATE_TEST_SUITE_P(Splits, HostBatchnorm,
 
 TEST(BatchnormPlanner, TilesCoverXOnceAndHoldTheBudget) {
   const ooc_test::Shape shape{6, 5, 7, 9};
-  const Plan plan = ooc::plan_batchnorm(ooc::batchnorm_problem(Operation::batchnorm_backward, shape), host(4096));
+  const Plan plan =
+      ooc::plan_batchnorm(ooc::batchnorm_problem(Operation::batchnorm_backward, shape), host_options(4096));
   EXPECT_EQ(plan.passes, 2);
   EXPECT_GT(plan.num_chunks(), 4u);
   EXPECT_LE(plan.peak_device_bytes, plan.memory_limit);
@@ -110,11 +105,11 @@ TEST(BatchnormApi, BadArguments) {
   const auto p = ooc::batchnorm_problem(Operation::batchnorm_forward_inference, {2, 2});
   std::vector<float> v(4, 1.0f);
   EXPECT_THROW(ooc::batchnorm_forward_inference(p, v.data(), v.data(), v.data(), v.data(), v.data(), 0.0, v.data(),
-                                                host(0)),
+                                                host_options(0)),
                ooc::invalid_argument);
   const auto t = ooc::batchnorm_problem(Operation::batchnorm_forward_training, {1, 2});
   EXPECT_THROW(ooc::batchnorm_forward_training(t, v.data(), v.data(), v.data(), 1e-5, 0.1, nullptr, nullptr, v.data(),
-                                               v.data(), v.data(), host(0)),
+                                               v.data(), v.data(), host_options(0)),
                ooc::invalid_argument);
 }
 

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <random>
 
+#include "backend_fixtures.hpp"
 #include "ooc/layers.hpp"
 #include "plan/conv_geometry.hpp"
-#include "layer_test_util.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -35,11 +35,7 @@ TEST(PoolPlanner, ForwardTilesYOnceWithHalos) {
       EXPECT_GE(ch.in[d].begin, 0);
       EXPECT_LE(ch.in[d].end, p.in[d]);
     }
-    for (int64_t n = ch.n.begin; n < ch.n.end; ++n)
-      for (int64_t c = ch.c.begin; c < ch.c.end; ++c)
-        for (int64_t a = ch.out[0].begin; a < ch.out[0].end; ++a)
-          for (int64_t b = ch.out[1].begin; b < ch.out[1].end; ++b)
-            ++seen[static_cast<size_t>(((n * p.c + c) * p.out[0] + a) * p.out[1] + b)];
+    ooc_test::for_each_box_index(ch.n, ch.c, ch.out, p.c, p.out, [&](size_t i) { ++seen[i]; });
   }
   for (int v : seen) ASSERT_EQ(v, 1);
 }
@@ -91,11 +87,7 @@ TEST(PoolPlanner, BackwardTilesDxOnceAndComputesAroundIt) {
         else
           EXPECT_EQ(ch.out_read[d], reaching);
       }
-      for (int64_t n = ch.n.begin; n < ch.n.end; ++n)
-        for (int64_t c = ch.c.begin; c < ch.c.end; ++c)
-          for (int64_t a = ch.target[0].begin; a < ch.target[0].end; ++a)
-            for (int64_t b = ch.target[1].begin; b < ch.target[1].end; ++b)
-              ++seen[static_cast<size_t>(((n * p.c + c) * p.in[0] + a) * p.in[1] + b)];
+      ooc_test::for_each_box_index(ch.n, ch.c, ch.target, p.c, p.in, [&](size_t i) { ++seen[i]; });
     }
     for (int v : seen) ASSERT_EQ(v, 1);
   }

@@ -27,30 +27,6 @@ size_t needed_bytes(const ConvProblem& p, size_t workspace = 0) {
   return ooc_test::smallest_budget(ooc::plan_conv_forward_for, p, workspace);
 }
 
-// Which dimensions a plan splits, as a label: "n", "k+c", "d0+d2", ...
-std::string split_kind(const Plan& plan) {
-  std::string s;
-  auto add = [&](bool split, const char* name) {
-    if (split) s += (s.empty() ? "" : "+") + std::string(name);
-  };
-  add(plan.splits_n > 1, "n");
-  add(plan.splits_k > 1, "k");
-  add(plan.splits_c > 1, "c");
-  add(plan.splits_out[0] > 1, "d0");
-  add(plan.splits_out[1] > 1, "d1");
-  add(plan.splits_out[2] > 1, "d2");
-  return s.empty() ? "none" : s;
-}
-
-bool has_uneven_edge(const Plan& plan) {
-  const ConvProblem& p = plan.problem;
-  auto uneven = [](int64_t splits, int64_t extent, int64_t tile) { return splits > 1 && extent % tile != 0; };
-  bool u = uneven(plan.splits_n, p.n, plan.tiling.n) || uneven(plan.splits_k, p.k, plan.tiling.k) ||
-           uneven(plan.splits_c, p.c, plan.tiling.c);
-  for (int d = 0; d < ooc::kMaxSpatial; ++d) u = u || uneven(plan.splits_out[d], p.out[d], plan.tiling.out[d]);
-  return u;
-}
-
 // A deterministic pseudo-random valid problem: 1D/2D/3D with stride, padding and dilation mixes.
 ConvSpec random_spec(std::mt19937& rng) {
   auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
@@ -75,26 +51,19 @@ TEST(Planner, PropertiesOnRandomProblems) {
   std::map<std::string, int> kinds;
   int uneven = 0, plans = 0, k_outer = 0, ns_outer = 0, w_resident = 0;
   for (int i = 0; i < 250; ++i) {
-    const ConvSpec spec = random_spec(rng);
-    const ConvProblem p = spec.problem();
-    const size_t needed = needed_bytes(p);
-    // From the tightest budget to a generous one.
-    for (double factor : {1.0, 1.3, 2.0, 4.0, 16.0, 1e6}) {
-      const size_t budget = static_cast<size_t>(static_cast<double>(needed) * factor);
-      SCOPED_TRACE("seed " + std::to_string(seed) + ", problem " + std::to_string(i) + ": " + p.describe() +
-                   ", memory_limit " + std::to_string(budget));
-      Plan plan;
-      ASSERT_NO_THROW(plan = ooc::plan_conv_forward_for(p, config(budget)));
-      ASSERT_EQ(plan.memory_limit, budget);
-      ooc_test::check_plan(plan, true);
-      ASSERT_FALSE(HasFailure()) << plan.describe();
-      ++kinds[split_kind(plan)];
-      uneven += has_uneven_edge(plan);
-      k_outer += plan.order == ooc::LoopOrder::k_outer;
-      ns_outer += plan.order == ooc::LoopOrder::ns_outer;
-      w_resident += plan.w_resident;
-      ++plans;
-    }
+    ooc_test::plan_under_every_budget(
+        ooc::plan_conv_forward_for, random_spec(rng).problem(),
+        "seed " + std::to_string(seed) + ", problem " + std::to_string(i),
+        [](const Plan& plan) { ooc_test::check_plan(plan, true); },
+        [&](const Plan& plan) {
+          ++kinds[ooc_test::split_kind(plan)];
+          uneven += ooc_test::uneven_edge(plan);
+          k_outer += plan.order == ooc::LoopOrder::k_outer;
+          ns_outer += plan.order == ooc::LoopOrder::ns_outer;
+          w_resident += plan.w_resident;
+          ++plans;
+        });
+    if (HasFailure()) return;
   }
   std::string summary;
   for (const auto& kv : kinds) summary += kv.first + ":" + std::to_string(kv.second) + " ";
@@ -111,31 +80,12 @@ TEST(Planner, PropertiesOnRandomProblems) {
   EXPECT_GT(ns_outer, 0);
 }
 
-// Problems built so that only one dimension can be split: with the tightest budget it must be.
-struct SingleSplitCase {
-  const char* kind;
-  ConvSpec spec;
-};
-
-std::vector<SingleSplitCase> single_split_cases() {
-  return {
-      {"n", {{8, 1, 256}, {1, 1, 256}}},
-      {"k", {{1, 1, 256}, {8, 1, 256}}},
-      {"c", {{1, 8, 256}, {1, 8, 256}}},
-      {"d0", {{1, 1, 300}, {1, 1, 3}, {1}, {1}}},
-      {"d1", {{1, 1, 3, 300}, {1, 1, 3, 3}, {1}, {0, 1}}},
-      {"d2", {{1, 1, 3, 3, 300}, {1, 1, 3, 3, 3}, {1}, {0, 0, 2}, {1, 1, 2}}},
-  };
-}
-
 TEST(Planner, EachDimensionSplitsAloneWhenForced) {
-  for (const auto& sc : single_split_cases()) {
-    const ConvProblem p = sc.spec.problem();
-    SCOPED_TRACE(p.describe());
-    const Plan plan = ooc::plan_conv_forward_for(p, config(needed_bytes(p)));
-    EXPECT_EQ(split_kind(plan), sc.kind) << plan.describe();
-    ooc_test::check_plan(plan, true);
-  }
+  std::vector<ooc_test::SingleSplitCase> cases;
+  for (const auto& g : ooc_test::single_split_geometries())
+    cases.push_back({g.kind, ConvSpec{g.x, g.w, g.stride, g.padding, g.dilation}.problem()});
+  ooc_test::expect_each_split_alone(ooc::plan_conv_forward_for, cases,
+                                    [](const Plan& plan) { ooc_test::check_plan(plan, true); });
 }
 
 TEST(Planner, OutOfBudgetSaysWhatTheSmallestPlanNeeds) {

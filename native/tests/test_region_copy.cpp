@@ -69,6 +69,81 @@ std::string box_str(const Box& b, int rank) {
   return s;
 }
 
+// Makes dims [from, to) of b span `shape` whole: whole trailing dims are what row merging merges.
+void make_whole(Box& b, const Dims& shape, int from, int to) {
+  for (int i = from; i < to; ++i) {
+    b.lo[i] = 0;
+    b.hi[i] = shape[i];
+  }
+}
+
+// A random box of `rank` dims of `shape`: lo in [lo_min, shape + lo_past_end], extent in
+// [extent_min, shape + extent_past_end] (parts outside the tensor are halo); every third trial the
+// trailing half of the dims whole instead.
+struct BoxDraw {
+  int64_t lo_min, lo_past_end, extent_min, extent_past_end;
+};
+Box random_box(std::mt19937& rng, const Dims& shape, int rank, int trial, const BoxDraw& draw) {
+  Box b;
+  for (int i = 0; i < rank; ++i) {
+    b.lo[i] = std::uniform_int_distribution<int64_t>(draw.lo_min, shape[i] + draw.lo_past_end)(rng);
+    b.hi[i] = b.lo[i] + std::uniform_int_distribution<int64_t>(draw.extent_min, shape[i] + draw.extent_past_end)(rng);
+  }
+  if (trial % 3 == 0) make_whole(b, shape, rank / 2, rank);
+  return b;
+}
+
+// A random tensor shape of `rank` dims, each extent in [1, small_rank_max] for ranks 1 and 2 and
+// [1, large_rank_max] beyond (the trailing dims stay 1).
+Dims random_shape(std::mt19937& rng, int rank, int64_t small_rank_max, int64_t large_rank_max) {
+  Dims shape{1, 1, 1, 1, 1};
+  for (int i = 0; i < rank; ++i)
+    shape[i] = std::uniform_int_distribution<int64_t>(1, rank <= 2 ? small_rank_max : large_rank_max)(rng);
+  return shape;
+}
+
+// For each rank from 1 to 5: a random shape (random_shape's bounds) of iota values, and 300 random
+// boxes of it (random_box's, by `draw`); calls f(t, shape, rank, trial, box) for each, stopping at
+// the first fatal failure.
+template <typename F>
+void for_random_boxes_of_every_rank(std::mt19937& rng, int64_t small_rank_max, int64_t large_rank_max,
+                                    const BoxDraw& draw, F f) {
+  for (int rank : {1, 2, 3, 4, 5}) {
+    const Dims shape = random_shape(rng, rank, small_rank_max, large_rank_max);
+    const auto data = iota_tensor(elements(shape, rank));
+    const TensorView t = TensorView::contiguous(data.data(), shape, rank, 4);
+    for (int trial = 0; trial < 300; ++trial) {
+      f(t, shape, rank, trial, random_box(rng, shape, rank, trial, draw));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// A random non-empty box inside a 5-D `shape`; every fourth trial dims 2-4 whole.
+Box random_inside_box(std::mt19937& rng, const Dims& shape, int trial) {
+  Box b;
+  for (int i = 0; i < 5; ++i) {
+    b.lo[i] = std::uniform_int_distribution<int64_t>(0, shape[i] - 1)(rng);
+    b.hi[i] = std::uniform_int_distribution<int64_t>(b.lo[i] + 1, shape[i])(rng);
+  }
+  if (trial % 4 == 0) make_whole(b, shape, 2, 5);
+  return b;
+}
+
+// Distinct values 1000, 1001, ... for a box's dense buffer (what a scatter writes).
+std::vector<float> numbered_box(const Box& b, int rank) {
+  std::vector<float> v(static_cast<size_t>(b.elements(rank)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(1000 + i);
+  return v;
+}
+
+// A [3, 4, 5] window into a [4, 6, 9] tensor: outer strides are not the window's own.
+TensorView strided_window(const std::vector<float>& parent) {
+  TensorView t = TensorView::contiguous(parent.data() + (1 * 6 + 2) * 9 + 3, {3, 4, 5, 1, 1}, 3, 4);
+  t.strides = {54, 9, 1, 0, 0};
+  return t;
+}
+
 // Gathers into a buffer with guard elements after it and compares with the reference.
 void expect_gather_matches(const TensorView& t, const Box& box, ooc::ThreadPool& pool) {
   SCOPED_TRACE("box " + box_str(box, t.rank));
@@ -81,16 +156,39 @@ void expect_gather_matches(const TensorView& t, const Box& box, ooc::ThreadPool&
   for (size_t i = ref.size(); i < dst.size(); ++i) ASSERT_TRUE(std::isnan(dst[i])) << "wrote past the box";
 }
 
+// Box with the extent [lo, hi) in dim d and `shape` whole in the others.
+Box whole_but(const Dims& shape, int d, int64_t lo, int64_t hi) {
+  Box b = make_box({0, 0, 0, 0, 0}, shape);
+  b.lo[d] = lo;
+  b.hi[d] = hi;
+  return b;
+}
+
 class RegionCopy : public ::testing::Test {
  protected:
   ooc::ThreadPool pool{3};
+  // The tensor the border cases gather from: [2, 3, 5, 6, 7], element i holding i + 1.
+  const Dims source_shape{2, 3, 5, 6, 7};
+  const std::vector<float> source_data = iota_tensor(elements(source_shape, 5));
+  const TensorView source = TensorView::contiguous(source_data.data(), source_shape, 5, 4);
+
+  // 200 random boxes inside source_shape (random_inside_box's), each with numbered values to
+  // scatter: calls f(box, values), stopping at the first fatal failure.
+  template <typename F>
+  void for_random_inside_boxes(unsigned seed, F f) {
+    std::mt19937 rng(seed);
+    for (int trial = 0; trial < 200; ++trial) {
+      const Box b = random_inside_box(rng, source_shape, trial);
+      SCOPED_TRACE("box " + box_str(b, 5));
+      f(b, numbered_box(b, 5));
+      if (HasFatalFailure()) return;
+    }
+  }
 };
 
 TEST_F(RegionCopy, GatherInside) {
-  const Dims shape{2, 3, 5, 6, 7};
-  const auto data = iota_tensor(elements(shape, 5));
-  const TensorView t = TensorView::contiguous(data.data(), shape, 5, 4);
-  expect_gather_matches(t, make_box({0, 0, 0, 0, 0}, shape), pool);              // everything: one memcpy
+  const TensorView& t = source;
+  expect_gather_matches(t, make_box({0, 0, 0, 0, 0}, source_shape), pool);        // everything: one memcpy
   expect_gather_matches(t, make_box({1, 1, 1, 2, 3}, {2, 3, 4, 5, 6}), pool);     // interior
   expect_gather_matches(t, make_box({0, 1, 0, 0, 0}, {2, 2, 5, 6, 7}), pool);     // whole trailing dims merge
   expect_gather_matches(t, make_box({1, 0, 2, 0, 0}, {2, 3, 4, 6, 7}), pool);     // rows of whole planes
@@ -122,19 +220,13 @@ TEST_F(RegionCopy, LongRowsAreSplitIntoPiecesAcrossWorkers) {
 }
 
 TEST_F(RegionCopy, GatherStraddlingEveryBorder) {
-  const Dims shape{2, 3, 5, 6, 7};
-  const auto data = iota_tensor(elements(shape, 5));
-  const TensorView t = TensorView::contiguous(data.data(), shape, 5, 4);
+  const TensorView& t = source;
+  const Dims& shape = source_shape;
   for (int d = 0; d < 5; ++d) {
     // Low border, high border, and both at once, in dim d only.
-    Dims lo{0, 0, 0, 0, 0}, hi = shape;
-    lo[d] = -2;
-    expect_gather_matches(t, make_box(lo, hi), pool);
-    lo[d] = 0;
-    hi[d] = shape[d] + 3;
-    expect_gather_matches(t, make_box(lo, hi), pool);
-    lo[d] = -1;
-    expect_gather_matches(t, make_box(lo, hi), pool);
+    expect_gather_matches(t, whole_but(shape, d, -2, shape[d]), pool);
+    expect_gather_matches(t, whole_but(shape, d, 0, shape[d] + 3), pool);
+    expect_gather_matches(t, whole_but(shape, d, -1, shape[d] + 3), pool);
     // Partial box in the other dims too.
     Dims lo2{1, 1, 1, 1, 1}, hi2{2, 2, 4, 4, 5};
     lo2[d] = -3;
@@ -146,86 +238,45 @@ TEST_F(RegionCopy, GatherStraddlingEveryBorder) {
 }
 
 TEST_F(RegionCopy, GatherFullyOutsideIsZeros) {
-  const Dims shape{2, 3, 5, 6, 7};
-  const auto data = iota_tensor(elements(shape, 5));
-  const TensorView t = TensorView::contiguous(data.data(), shape, 5, 4);
+  const TensorView& t = source;
+  const Dims& shape = source_shape;
   for (int d = 0; d < 5; ++d) {
-    Dims lo{0, 0, 0, 0, 0}, hi = shape;
-    lo[d] = -4;
-    hi[d] = 0;  // entirely before
-    expect_gather_matches(t, make_box(lo, hi), pool);
-    lo[d] = shape[d];
-    hi[d] = shape[d] + 2;  // entirely after
-    expect_gather_matches(t, make_box(lo, hi), pool);
-    lo[d] = shape[d] + 5;
-    hi[d] = shape[d] + 6;  // far after
-    expect_gather_matches(t, make_box(lo, hi), pool);
+    expect_gather_matches(t, whole_but(shape, d, -4, 0), pool);                       // entirely before
+    expect_gather_matches(t, whole_but(shape, d, shape[d], shape[d] + 2), pool);      // entirely after
+    expect_gather_matches(t, whole_but(shape, d, shape[d] + 5, shape[d] + 6), pool);  // far after
   }
 }
 
 TEST_F(RegionCopy, GatherRandomBoxesAllRanks) {
   std::mt19937 rng(7);
-  for (int rank : {1, 2, 3, 4, 5}) {
-    Dims shape{1, 1, 1, 1, 1};
-    for (int i = 0; i < rank; ++i) shape[i] = std::uniform_int_distribution<int64_t>(1, rank <= 2 ? 17 : 6)(rng);
-    const auto data = iota_tensor(elements(shape, rank));
-    const TensorView t = TensorView::contiguous(data.data(), shape, rank, 4);
-    for (int trial = 0; trial < 300; ++trial) {
-      Box b;
-      for (int i = 0; i < rank; ++i) {
-        std::uniform_int_distribution<int64_t> lo_d(-3, shape[i] + 1);
-        b.lo[i] = lo_d(rng);
-        b.hi[i] = b.lo[i] + std::uniform_int_distribution<int64_t>(0, shape[i] + 3)(rng);
-        if (trial % 3 == 0 && i >= rank / 2) {  // whole trailing dims, to exercise merging
-          b.lo[i] = 0;
-          b.hi[i] = shape[i];
-        }
-      }
-      SCOPED_TRACE("rank " + std::to_string(rank) + " trial " + std::to_string(trial));
-      expect_gather_matches(t, b, pool);
-      if (HasFatalFailure()) return;
-    }
-  }
+  const auto check = [&](const TensorView& t, const Dims& /*shape*/, int rank, int trial, const Box& b) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " trial " + std::to_string(trial));
+    expect_gather_matches(t, b, pool);
+  };
+  for_random_boxes_of_every_rank(rng, 17, 6, {-3, 1, 0, 3}, check);
 }
 
 TEST_F(RegionCopy, GatherFromStridedView) {
-  // A [3, 4, 5] window into a [4, 6, 9] tensor: outer strides are not the window's own.
   // Regression: row merging once stopped at the window's first non-contiguous dim and then threw.
-  const Dims parent{4, 6, 9, 1, 1};
-  const auto data = iota_tensor(elements(parent, 3));
-  TensorView t = TensorView::contiguous(data.data() + (1 * 6 + 2) * 9 + 3, {3, 4, 5, 1, 1}, 3, 4);
-  t.strides = {54, 9, 1, 0, 0};
+  const auto data = iota_tensor(4 * 6 * 9);
+  const TensorView t = strided_window(data);
   expect_gather_matches(t, make_box({0, 0, 0}, {3, 4, 5}), pool);    // whole window: rows, not one memcpy
   expect_gather_matches(t, make_box({-1, 1, -2}, {2, 5, 6}), pool);  // halo around part of it
   expect_gather_matches(t, make_box({1, 0, 0}, {3, 4, 5}), pool);
 }
 
 TEST_F(RegionCopy, ScatterWritesTheBoxOnly) {
-  std::mt19937 rng(11);
-  const Dims shape{2, 3, 5, 6, 7};
-  const int64_t total = elements(shape, 5);
-  for (int trial = 0; trial < 200; ++trial) {
-    Box b;
-    for (int i = 0; i < 5; ++i) {
-      b.lo[i] = std::uniform_int_distribution<int64_t>(0, shape[i] - 1)(rng);
-      b.hi[i] = std::uniform_int_distribution<int64_t>(b.lo[i] + 1, shape[i])(rng);
-      if (trial % 4 == 0 && i >= 2) {
-        b.lo[i] = 0;
-        b.hi[i] = shape[i];
-      }
-    }
-    SCOPED_TRACE("box " + box_str(b, 5));
+  const int64_t total = elements(source_shape, 5);
+  for_random_inside_boxes(11, [&](const Box& b, const std::vector<float>& src) {
     std::vector<float> dst(static_cast<size_t>(total), -1.0f);
-    std::vector<float> src(static_cast<size_t>(b.elements(5)));
-    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(1000 + i);
-    const TensorView t = TensorView::contiguous(dst.data(), shape, 5, 4);
+    const TensorView t = TensorView::contiguous(dst.data(), source_shape, 5, 4);
     ooc::scatter_box(src.data(), t, b, pool);
     // The box reads back what was scattered; everything else is untouched.
     EXPECT_EQ(reference_gather(t, b), src);
     int64_t untouched = 0;
     for (float v : dst) untouched += v == -1.0f;
     ASSERT_EQ(untouched, total - b.elements(5));
-  }
+  });
 }
 
 TEST_F(RegionCopy, GatherScatterRoundTrip) {
@@ -309,75 +360,44 @@ bool box_inside(const Box& b, const Dims& shape, int rank) {
 
 TEST_F(RegionCopy, StridedCopiesToDenseMatchGather) {
   std::mt19937 rng(13);
-  for (int rank : {1, 2, 3, 4, 5}) {
-    Dims shape{1, 1, 1, 1, 1};
-    for (int i = 0; i < rank; ++i) shape[i] = std::uniform_int_distribution<int64_t>(1, rank <= 2 ? 13 : 5)(rng);
-    const auto data = iota_tensor(elements(shape, rank));
-    const TensorView t = TensorView::contiguous(data.data(), shape, rank, 4);
-    for (int trial = 0; trial < 300; ++trial) {
-      Box b;
-      for (int i = 0; i < rank; ++i) {
-        b.lo[i] = std::uniform_int_distribution<int64_t>(-2, shape[i])(rng);
-        b.hi[i] = b.lo[i] + std::uniform_int_distribution<int64_t>(1, shape[i] + 2)(rng);
-        if (trial % 3 == 0 && i >= rank / 2) {
-          b.lo[i] = 0;
-          b.hi[i] = shape[i];
-        }
-      }
-      SCOPED_TRACE("rank " + std::to_string(rank) + " box " + box_str(b, rank));
-      const auto ref = reference_gather(t, b);
-      // The caller zeroes the slot when the box is not wholly inside (covers_all false).
-      std::vector<float> dense(ref.size() + 16, std::nanf(""));
-      const ooc::BoxCopies copies = ooc::strided_box_copies(t, b, reinterpret_cast<char*>(dense.data()), true);
-      ASSERT_EQ(copies.covers_all, box_inside(b, shape, rank));
-      if (!copies.covers_all) std::fill(dense.begin(), dense.begin() + static_cast<long>(ref.size()), 0.0f);
-      run_copies(copies);
-      for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(dense[i], ref[i]) << "element " << i;
-      for (size_t i = ref.size(); i < dense.size(); ++i) ASSERT_TRUE(std::isnan(dense[i])) << "wrote past the box";
-      // Bytes moved: exactly the in-tensor elements.
-      size_t moved = 0, inside = 1;
-      for (const auto& c : copies.copies) moved += c.width_bytes * c.height * c.depth;
-      for (int i = 0; i < rank; ++i)
-        inside *= static_cast<size_t>(std::max<int64_t>(0, std::min(b.hi[i], shape[i]) - std::max<int64_t>(b.lo[i], 0)));
-      ASSERT_EQ(moved, inside * 4);
-      if (HasFatalFailure()) return;
-    }
-  }
+  const auto check = [&](const TensorView& t, const Dims& shape, int rank, int /*trial*/, const Box& b) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " box " + box_str(b, rank));
+    const auto ref = reference_gather(t, b);
+    // The caller zeroes the slot when the box is not wholly inside (covers_all false).
+    std::vector<float> dense(ref.size() + 16, std::nanf(""));
+    const ooc::BoxCopies copies = ooc::strided_box_copies(t, b, reinterpret_cast<char*>(dense.data()), true);
+    ASSERT_EQ(copies.covers_all, box_inside(b, shape, rank));
+    if (!copies.covers_all) std::fill(dense.begin(), dense.begin() + static_cast<long>(ref.size()), 0.0f);
+    run_copies(copies);
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(dense[i], ref[i]) << "element " << i;
+    for (size_t i = ref.size(); i < dense.size(); ++i) ASSERT_TRUE(std::isnan(dense[i])) << "wrote past the box";
+    // Bytes moved: exactly the in-tensor elements.
+    size_t moved = 0, inside = 1;
+    for (const auto& c : copies.copies) moved += c.width_bytes * c.height * c.depth;
+    for (int i = 0; i < rank; ++i)
+      inside *= static_cast<size_t>(std::max<int64_t>(0, std::min(b.hi[i], shape[i]) - std::max<int64_t>(b.lo[i], 0)));
+    ASSERT_EQ(moved, inside * 4);
+  };
+  for_random_boxes_of_every_rank(rng, 13, 5, {-2, 0, 1, 2}, check);
 }
 
 TEST_F(RegionCopy, StridedCopiesFromDenseMatchScatter) {
-  std::mt19937 rng(17);
-  const Dims shape{2, 3, 5, 6, 7};
-  const int64_t total = elements(shape, 5);
-  for (int trial = 0; trial < 200; ++trial) {
-    Box b;
-    for (int i = 0; i < 5; ++i) {
-      b.lo[i] = std::uniform_int_distribution<int64_t>(0, shape[i] - 1)(rng);
-      b.hi[i] = std::uniform_int_distribution<int64_t>(b.lo[i] + 1, shape[i])(rng);
-      if (trial % 4 == 0 && i >= 2) {
-        b.lo[i] = 0;
-        b.hi[i] = shape[i];
-      }
-    }
-    SCOPED_TRACE("box " + box_str(b, 5));
-    std::vector<float> src(static_cast<size_t>(b.elements(5)));
-    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(1000 + i);
-    std::vector<float> via_scatter(static_cast<size_t>(total), -1.0f), via_copies = via_scatter;
+  const Dims& shape = source_shape;
+  for_random_inside_boxes(17, [&](const Box& b, std::vector<float> src) {
+    std::vector<float> via_scatter(static_cast<size_t>(elements(shape, 5)), -1.0f), via_copies = via_scatter;
     ooc::scatter_box(src.data(), TensorView::contiguous(via_scatter.data(), shape, 5, 4), b, pool);
     const TensorView t = TensorView::contiguous(via_copies.data(), shape, 5, 4);
     const ooc::BoxCopies copies = ooc::strided_box_copies(t, b, reinterpret_cast<char*>(src.data()), false);
     EXPECT_TRUE(copies.covers_all);
     run_copies(copies);
     ASSERT_EQ(via_copies, via_scatter);
-  }
+  });
 }
 
 TEST_F(RegionCopy, StridedCopiesFromStridedView) {
   // Regression: same as GatherFromStridedView, for the DMA path.
-  const Dims parent{4, 6, 9, 1, 1};
-  const auto data = iota_tensor(elements(parent, 3));
-  TensorView t = TensorView::contiguous(data.data() + (1 * 6 + 2) * 9 + 3, {3, 4, 5, 1, 1}, 3, 4);
-  t.strides = {54, 9, 1, 0, 0};
+  const auto data = iota_tensor(4 * 6 * 9);
+  const TensorView t = strided_window(data);
   for (const Box& b : {make_box({-1, 1, -2}, {2, 5, 6}), make_box({0, 0, 0}, {3, 4, 5})}) {
     SCOPED_TRACE("box " + box_str(b, 3));
     const auto ref = reference_gather(t, b);

@@ -154,6 +154,20 @@ inline std::string describe_chunk(const ooc::Chunk& ch) {
   return o.str();
 }
 
+// Calls f(i) with the flat index i of every element of the box n x c x space[0] x space[1] x
+// space[2] of a tensor [N, channels, extent...] (C-contiguous, unused spatial dims of extent 1, as
+// ooc::ConvProblem keeps them): how the plan checks count what chunks cover, element by element.
+template <typename F>
+void for_each_box_index(ooc::Range n, ooc::Range c, const std::array<ooc::Range, ooc::kMaxSpatial>& space,
+                        int64_t channels, const ooc::Dims3& extent, F f) {
+  for (int64_t i = n.begin; i < n.end; ++i)
+    for (int64_t j = c.begin; j < c.end; ++j)
+      for (int64_t a = space[0].begin; a < space[0].end; ++a)
+        for (int64_t b = space[1].begin; b < space[1].end; ++b)
+          for (int64_t e = space[2].begin; e < space[2].end; ++e)
+            f(static_cast<size_t>((((i * channels + j) * extent[0] + a) * extent[1] + b) * extent[2] + e));
+}
+
 // Bounds of a random convolution geometry (1D to 3D), for the randomized planner and pipeline tests.
 struct GeometryLimits {
   int64_t n, c, k;

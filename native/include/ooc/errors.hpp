@@ -33,24 +33,28 @@ class out_of_budget : public std::bad_alloc {
   size_t needed_bytes_;
 };
 
-// A CUDA runtime call failed. Python: pyooc.CudaError.
-class cuda_error : public std::runtime_error {
+// A failed call of a library that reports status codes: the message and that library's status.
+// The base of cuda_error and cudnn_error, which differ only in whose status it is; catch those.
+class status_error : public std::runtime_error {
  public:
-  cuda_error(int status, const std::string& message) : std::runtime_error(message), status_(status) {}
+  status_error(int status, const std::string& message) : std::runtime_error(message), status_(status) {}
   int status() const noexcept { return status_; }
 
  private:
   int status_;
 };
 
-// A cuDNN call failed. Python: pyooc.CudnnError.
-class cudnn_error : public std::runtime_error {
+// A CUDA runtime call failed (status: its cudaError_t; cuBLAS failures report theirs here too).
+// Python: pyooc.CudaError.
+class cuda_error : public status_error {
  public:
-  cudnn_error(int status, const std::string& message) : std::runtime_error(message), status_(status) {}
-  int status() const noexcept { return status_; }
+  using status_error::status_error;
+};
 
- private:
-  int status_;
+// A cuDNN call failed (status: its cudnnStatus_t). Python: pyooc.CudnnError.
+class cudnn_error : public status_error {
+ public:
+  using status_error::status_error;
 };
 
 }  // namespace ooc

@@ -79,6 +79,16 @@ Geometry geometry(Operation op, cudnnBatchNormMode_t mode,
   return g;
 }
 
+// The forward calls' (training and inference): x, y and the per-channel descriptor, checked with
+// epsilon.
+Geometry forward_geometry(Operation op, cudnnBatchNormMode_t mode, cudnnTensorDescriptor_t xDesc,
+                          cudnnTensorDescriptor_t yDesc, cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc,
+                          const void* alpha, const void* beta, double epsilon) {
+  check_epsilon(epsilon);
+  return geometry(op, mode, {{xDesc, "xDesc"}, {yDesc, "yDesc"}}, bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc",
+                  alpha, beta);
+}
+
 void add_run(RunStats& total, const RunStats& s) {
   total.bytes_h2d += s.bytes_h2d;
   total.bytes_d2h += s.bytes_d2h;
@@ -103,9 +113,8 @@ extern "C" cudnnStatus_t ooc_cudnnBatchNormalizationForwardTraining(
     require_pointers({{alpha, "alpha"}, {beta, "beta"}, {x, "x"}, {y, "y"}, {bnScale, "bnScale"}, {bnBias, "bnBias"}});
     both_or_neither(resultRunningMean, "resultRunningMean", resultRunningVariance, "resultRunningVariance");
     both_or_neither(resultSaveMean, "resultSaveMean", resultSaveInvVariance, "resultSaveInvVariance");
-    check_epsilon(epsilon);
-    const Geometry g = geometry(Operation::batchnorm_forward_training, mode, {{xDesc, "xDesc"}, {yDesc, "yDesc"}},
-                                bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc", alpha, beta);
+    const Geometry g = forward_geometry(Operation::batchnorm_forward_training, mode, xDesc, yDesc,
+                                        bnScaleBiasMeanVarDesc, alpha, beta, epsilon);
     const int64_t count = g.count, C = g.channels;
     return dispatch(
         "cudnnBatchNormalizationForwardTraining",
@@ -149,9 +158,8 @@ extern "C" cudnnStatus_t ooc_cudnnBatchNormalizationForwardInference(
     check_handle(handle);
     require_pointers({{alpha, "alpha"}, {beta, "beta"}, {x, "x"}, {y, "y"}, {bnScale, "bnScale"}, {bnBias, "bnBias"},
                       {estimatedMean, "estimatedMean"}, {estimatedVariance, "estimatedVariance"}});
-    check_epsilon(epsilon);
-    const Geometry g = geometry(Operation::batchnorm_forward_inference, mode, {{xDesc, "xDesc"}, {yDesc, "yDesc"}},
-                                bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc", alpha, beta);
+    const Geometry g = forward_geometry(Operation::batchnorm_forward_inference, mode, xDesc, yDesc,
+                                        bnScaleBiasMeanVarDesc, alpha, beta, epsilon);
     const int64_t count = g.count, C = g.channels;
     return dispatch(
         "cudnnBatchNormalizationForwardInference",

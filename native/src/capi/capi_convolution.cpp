@@ -2,8 +2,6 @@
 // Each checks its arguments first (before the handle is touched), then either calls cuDNN itself
 // (everything on the device and within the memory limit) or runs the out-of-core path.
 
-#include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/pointer_kind.hpp"
 #include "capi/capi_internal.hpp"
 #include "ooc/fused.hpp"
 #include "ooc/ooc_cudnn.h"
@@ -11,17 +9,34 @@
 namespace ooc::capi {
 namespace {
 
+// The shapes a convolution's descriptors give, by role: x (or dx), w (or dw), y (or dy), each
+// descriptor named as the entry point names it; ranks checked against x's, and the geometry of
+// convDesc over x's spatial dimensions.
+struct ConvShapes {
+  Shape x, w, y;
+  ConvGeometry geometry;
+};
+
+ConvShapes conv_shapes(cudnnTensorDescriptor_t x_desc, const char* x_name, cudnnFilterDescriptor_t w_desc,
+                       const char* w_name, cudnnTensorDescriptor_t y_desc, const char* y_name,
+                       cudnnConvolutionDescriptor_t convDesc) {
+  ConvShapes s;
+  s.x = tensor_shape(x_desc, x_name);
+  s.w = filter_shape(w_desc, w_name);
+  s.y = tensor_shape(y_desc, y_name);
+  same_rank(s.w, w_name, s.x, x_name);
+  same_rank(s.y, y_name, s.x, x_name);
+  s.geometry = conv_geometry(convDesc, s.x.size() - 2);
+  return s;
+}
+
 ConvProblem forward_problem(cudnnTensorDescriptor_t xDesc, cudnnFilterDescriptor_t wDesc,
                             cudnnConvolutionDescriptor_t convDesc, cudnnTensorDescriptor_t yDesc, double alpha,
                             double beta, bool has_bias) {
-  const Shape x = tensor_shape(xDesc, "xDesc");
-  const Shape w = filter_shape(wDesc, "wDesc");
-  same_rank(w, "wDesc", x, "xDesc");
-  const ConvGeometry g = conv_geometry(convDesc, x.size() - 2);
-  const Shape y = tensor_shape(yDesc, "yDesc");
-  same_rank(y, "yDesc", x, "xDesc");
-  ConvProblem p = ConvProblem::forward(x, w, g.stride, g.padding, g.dilation, 1, alpha, beta, has_bias);
-  expect_shape(y, p.y_shape(), "yDesc");
+  const ConvShapes s = conv_shapes(xDesc, "xDesc", wDesc, "wDesc", yDesc, "yDesc", convDesc);
+  const ConvGeometry& g = s.geometry;
+  ConvProblem p = ConvProblem::forward(s.x, s.w, g.stride, g.padding, g.dilation, 1, alpha, beta, has_bias);
+  expect_shape(s.y, p.y_shape(), "yDesc");
   return p;
 }
 
@@ -56,8 +71,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionForward(cudnnHandle_t handle, const
                                          workSpaceSizeInBytes, beta, yDesc, y);
         },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          conv_forward(p, static_cast<const float*>(x), static_cast<const float*>(w), nullptr, static_cast<float*>(y),
-                       options, plan, stats);
+          conv_forward(p, floats(x), floats(w), nullptr, floats(y), options, plan, stats);
         });
   });
 }
@@ -92,9 +106,8 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBiasActivationForward(
           // device before the tile leaves (fused.hpp); z may be y.
           FusedActivation fused;
           fused.identity = mode == CUDNN_ACTIVATION_IDENTITY;
-          conv_bias_activation_forward(p, fused, static_cast<const float*>(x), static_cast<const float*>(w),
-                                       static_cast<const float*>(z), static_cast<const float*>(bias),
-                                       static_cast<float*>(y), options, plan, stats);
+          conv_bias_activation_forward(p, fused, floats(x), floats(w), floats(z), floats(bias), floats(y), options,
+                                       plan, stats);
         });
   });
 }
@@ -109,13 +122,9 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardData(cudnnHandle_t handle, 
   return guarded("ooc_cudnnConvolutionBackwardData", [&]() -> cudnnStatus_t {
     check_handle(handle);
     require_pointers({{alpha, "alpha"}, {w, "w"}, {dy, "dy"}, {beta, "beta"}, {dx, "dx"}});
-    const Shape ws = filter_shape(wDesc, "wDesc");
-    const Shape dys = tensor_shape(dyDesc, "dyDesc");
-    const Shape dxs = tensor_shape(dxDesc, "dxDesc");
-    same_rank(ws, "wDesc", dxs, "dxDesc");
-    same_rank(dys, "dyDesc", dxs, "dxDesc");
-    const ConvGeometry g = conv_geometry(convDesc, dxs.size() - 2);
-    const ConvProblem p = ConvProblem::backward_data(dys, ws, dxs, g.stride, g.padding, g.dilation, 1, scalar(alpha),
+    const ConvShapes s = conv_shapes(dxDesc, "dxDesc", wDesc, "wDesc", dyDesc, "dyDesc", convDesc);
+    const ConvGeometry& g = s.geometry;
+    const ConvProblem p = ConvProblem::backward_data(s.y, s.w, s.x, g.stride, g.padding, g.dilation, 1, scalar(alpha),
                                                      scalar(beta));
     return dispatch(
         "cudnnConvolutionBackwardData", {{w, p.w_elements()}, {dy, p.y_elements()}, {dx, p.x_elements()}}, handle,
@@ -124,8 +133,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardData(cudnnHandle_t handle, 
                                               workSpaceSizeInBytes, beta, dxDesc, dx);
         },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          conv_backward_data(p, static_cast<const float*>(dy), static_cast<const float*>(w), static_cast<float*>(dx),
-                             options, plan, stats);
+          conv_backward_data(p, floats(dy), floats(w), floats(dx), options, plan, stats);
         });
   });
 }
@@ -140,14 +148,10 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardFilter(cudnnHandle_t handle
   return guarded("ooc_cudnnConvolutionBackwardFilter", [&]() -> cudnnStatus_t {
     check_handle(handle);
     require_pointers({{alpha, "alpha"}, {x, "x"}, {dy, "dy"}, {beta, "beta"}, {dw, "dw"}});
-    const Shape xs = tensor_shape(xDesc, "xDesc");
-    const Shape dys = tensor_shape(dyDesc, "dyDesc");
-    const Shape dws = filter_shape(dwDesc, "dwDesc");
-    same_rank(dys, "dyDesc", xs, "xDesc");
-    same_rank(dws, "dwDesc", xs, "xDesc");
-    const ConvGeometry g = conv_geometry(convDesc, xs.size() - 2);
-    const ConvProblem p = ConvProblem::backward_filter(xs, dys, dws, g.stride, g.padding, g.dilation, 1, scalar(alpha),
-                                                       scalar(beta));
+    const ConvShapes s = conv_shapes(xDesc, "xDesc", dwDesc, "dwDesc", dyDesc, "dyDesc", convDesc);
+    const ConvGeometry& g = s.geometry;
+    const ConvProblem p = ConvProblem::backward_filter(s.x, s.y, s.w, g.stride, g.padding, g.dilation, 1,
+                                                       scalar(alpha), scalar(beta));
     return dispatch(
         "cudnnConvolutionBackwardFilter", {{x, p.x_elements()}, {dy, p.y_elements()}, {dw, p.w_elements()}}, handle,
         [&] {
@@ -155,8 +159,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardFilter(cudnnHandle_t handle
                                                 workSpaceSizeInBytes, beta, dwDesc, dw);
         },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          conv_backward_filter(p, static_cast<const float*>(x), static_cast<const float*>(dy), static_cast<float*>(dw),
-                               options, plan, stats);
+          conv_backward_filter(p, floats(x), floats(dy), floats(dw), options, plan, stats);
         });
   });
 }
@@ -175,7 +178,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardBias(cudnnHandle_t handle, 
         "cudnnConvolutionBackwardBias", {{dy, p.y_elements()}, {db, p.k}}, handle,
         [&] { return cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db); },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          conv_backward_bias(p, static_cast<const float*>(dy), static_cast<float*>(db), options, plan, stats);
+          conv_backward_bias(p, floats(dy), floats(db), options, plan, stats);
         });
   });
 }

@@ -3,8 +3,8 @@
 #include <atomic>
 #include <cstring>
 
-#include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/pointer_kind.hpp"
+#include "api/cuda_status.hpp"
+#include "api/memory_kind.hpp"
 #include "capi/capi_internal.hpp"
 #include "ooc/ooc_cudnn.h"
 
@@ -27,7 +27,7 @@ std::optional<std::string> in_core(const char* call, std::initializer_list<Tenso
   size_t bytes = 0;
   for (const TensorRef& t : tensors) {
     if (!t.data) continue;  // an optional tensor the call goes without
-    if (t.elements > kMaxInCoreElements || !is_device_memory(t.data)) return std::nullopt;
+    if (t.elements > kMaxInCoreElements || !api::is_device_memory(t.data)) return std::nullopt;
     bytes += static_cast<size_t>(t.elements) * sizeof(float);
   }
   const size_t limit = default_memory_limit();
@@ -48,17 +48,17 @@ Options out_of_core_options(const std::function<cudaStream_t()>& caller_stream) 
   }
   if (device_count() == 0) throw cuda_error(cudaErrorNoDevice, "no CUDA device is present");
   options.backend = BackendKind::cuda;
-  OOC_CUDA_CHECK(cudaGetDevice(&options.device));
+  OOC_API_CUDA_CHECK(cudaGetDevice(&options.device));
   const cudaStream_t stream = caller_stream();
-  OOC_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (stream != nullptr) OOC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  OOC_API_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (stream != nullptr) OOC_API_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   return options;
 }
 
 Options out_of_core_options(cudnnHandle_t handle) {
   return out_of_core_options([handle] {
     cudaStream_t stream = nullptr;
-    OOC_CUDNN_CHECK(cudnnGetStream(handle, &stream));
+    OOC_API_CUDNN_CHECK(cudnnGetStream(handle, &stream));
     return stream;
   });
 }
@@ -72,8 +72,8 @@ void check_handle(cudnnHandle_t handle) {
 std::vector<float> read_floats(const void* src, int64_t count) {
   std::vector<float> v(static_cast<size_t>(count));
   const size_t bytes = v.size() * sizeof(float);
-  if (!g_host_backend && is_device_memory(src))
-    OOC_CUDA_CHECK(cudaMemcpy(v.data(), src, bytes, cudaMemcpyDeviceToHost));
+  if (!g_host_backend && api::is_device_memory(src))
+    OOC_API_CUDA_CHECK(cudaMemcpy(v.data(), src, bytes, cudaMemcpyDeviceToHost));
   else
     std::memcpy(v.data(), src, bytes);
   return v;
@@ -81,11 +81,11 @@ std::vector<float> read_floats(const void* src, int64_t count) {
 
 void write_floats(void* dst, const std::vector<float>& values) {
   const size_t bytes = values.size() * sizeof(float);
-  if (!g_host_backend && is_device_memory(dst)) {
-    OOC_CUDA_CHECK(cudaMemcpy(dst, values.data(), bytes, cudaMemcpyHostToDevice));
+  if (!g_host_backend && api::is_device_memory(dst)) {
+    OOC_API_CUDA_CHECK(cudaMemcpy(dst, values.data(), bytes, cudaMemcpyHostToDevice));
     // From pageable memory cudaMemcpy may return before the DMA lands; the caller's next work may
     // be on a stream that does not wait for the legacy one.
-    OOC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    OOC_API_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   } else
     std::memcpy(dst, values.data(), bytes);
 }

@@ -4,8 +4,8 @@
 // C^T = op(B)^T op(A)^T, B the left operand.
 #include <cublas_v2.h>
 
-#include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/pointer_kind.hpp"
+#include "api/cuda_status.hpp"
+#include "api/memory_kind.hpp"
 #include "capi/capi_internal.hpp"
 #include "ooc/layers.hpp"
 #include "ooc/ooc_cublas.h"
@@ -25,18 +25,18 @@ cublasStatus_t cublas_status(cudnnStatus_t status) {
   }
 }
 
+std::string cublas_failure_text(cublasStatus_t status) {
+  return std::string(cublasGetStatusName(status)) + " (" + cublasGetStatusString(status) + ")";
+}
+
+cublasStatus_t cublas_status_of_current_exception(const char* call) noexcept {
+  return cublas_status(cudnn_status_of_current_exception(call));
+}
+
 template <typename Body>
 cublasStatus_t guarded_cublas(const char* call, Body&& body) noexcept {
-  clear_last_error();
-  try {
-    const cublasStatus_t status = std::forward<Body>(body)();
-    if (status != CUBLAS_STATUS_SUCCESS)
-      set_last_error(std::string(call) + ": " + cublasGetStatusName(status) + " (" + cublasGetStatusString(status) +
-                     ")");
-    return status;
-  } catch (...) {
-    return cublas_status(cudnn_status_of_current_exception(call));
-  }
+  return guarded_call(call, CUBLAS_STATUS_SUCCESS, std::forward<Body>(body), cublas_failure_text,
+                      cublas_status_of_current_exception);
 }
 
 void check_cublas(cublasStatus_t status, const char* call) {
@@ -71,7 +71,7 @@ float read_scalar(cublasHandle_t handle, const float* p) {
     check_cublas(cublasGetPointerMode(handle, &mode), "cublasGetPointerMode");
     if (mode == CUBLAS_POINTER_MODE_DEVICE) {
       float v = 0;
-      OOC_CUDA_CHECK(cudaMemcpy(&v, p, sizeof(v), cudaMemcpyDeviceToHost));
+      OOC_API_CUDA_CHECK(cudaMemcpy(&v, p, sizeof(v), cudaMemcpyDeviceToHost));
       return v;
     }
   }
@@ -127,7 +127,7 @@ extern "C" cublasStatus_t ooc_cublasSgemm(cublasHandle_t handle, cublasOperation
     auto direct = [&] { return cublasSgemm(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc); };
     const int64_t c_span = int64_t{ldc} * n;
     if (k == 0) {  // C = beta * C: device memory in place by cuBLAS (no budget involved), host memory here
-      if (!host_backend_for_tests() && is_device_memory(C)) {
+      if (!host_backend_for_tests() && api::is_device_memory(C)) {
         const cublasStatus_t status = direct();
         if (status == CUBLAS_STATUS_SUCCESS) record_direct_call("cublasSgemm called directly: k is 0, C scaled");
         return status;

@@ -33,36 +33,38 @@ cudaError_t cuda_status_of_current_exception(const char* call) noexcept;
 void clear_last_error() noexcept;
 void set_last_error(std::string message) noexcept;
 
-// Runs `body` (returning cudnnStatus_t) for the entry point `call`; never lets an exception out.
-template <typename Body>
-cudnnStatus_t guarded(const char* call, Body&& body) noexcept {
+// What a failed status means, for the thread's last error: cuDNN's name for it and, where cuDNN
+// kept one, its reason; CUDA's name and description (and CUDA's own last error cleared, so that
+// the next library to ask does not take the failure for its own).
+std::string cudnn_failure_text(cudnnStatus_t status);
+std::string cuda_failure_text(cudaError_t status);
+
+// Runs `body` (returning a Status) for the entry point `call` and never lets an exception out: a
+// status other than `success` leaves "call: describe(status)" as the thread's last error, an
+// exception the status `of_exception(call)` maps it to. Every entry point goes through this.
+template <typename Status, typename Body, typename Describe, typename OfException>
+Status guarded_call(const char* call, Status success, Body&& body, Describe describe,
+                    OfException of_exception) noexcept {
   clear_last_error();
   try {
-    const cudnnStatus_t status = std::forward<Body>(body)();
-    if (status != CUDNN_STATUS_SUCCESS) {
-      char detail[512] = {};
-      cudnnGetLastErrorString(detail, sizeof(detail));
-      set_last_error(std::string(call) + ": " + cudnnGetErrorString(status) + (detail[0] ? std::string(" (") + detail + ")" : ""));
-    }
+    const Status status = std::forward<Body>(body)();
+    if (status != success) set_last_error(std::string(call) + ": " + describe(status));
     return status;
   } catch (...) {
-    return cudnn_status_of_current_exception(call);
+    return of_exception(call);
   }
 }
 
 template <typename Body>
+cudnnStatus_t guarded(const char* call, Body&& body) noexcept {
+  return guarded_call(call, CUDNN_STATUS_SUCCESS, std::forward<Body>(body), cudnn_failure_text,
+                      cudnn_status_of_current_exception);
+}
+
+template <typename Body>
 cudaError_t guarded_cuda(const char* call, Body&& body) noexcept {
-  clear_last_error();
-  try {
-    const cudaError_t status = std::forward<Body>(body)();
-    if (status != cudaSuccess) {
-      (void)cudaGetLastError();  // not the next library's error
-      set_last_error(std::string(call) + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
-    }
-    return status;
-  } catch (...) {
-    return cuda_status_of_current_exception(call);
-  }
+  return guarded_call(call, cudaSuccess, std::forward<Body>(body), cuda_failure_text,
+                      cuda_status_of_current_exception);
 }
 
 // The calling thread's last successful call: cuDNN called directly (with a line saying so), or a plan run.

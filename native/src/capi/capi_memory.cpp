@@ -9,7 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "backend/cuda/pointer_kind.hpp"
+#include "api/memory_kind.hpp"
 #include "capi/capi_internal.hpp"
 #include "ooc/ooc_cudnn.h"
 
@@ -106,8 +106,8 @@ extern "C" cudaError_t ooc_cudaFree(void* devPtr) {
         }
       }
     }
-    // Not ours: free it as whatever CUDA says it is.
-    return is_device_memory(devPtr) || !is_device_accessible(devPtr) ? cudaFree(devPtr) : cudaFreeHost(devPtr);
+    // Not ours: free it as whatever CUDA says it is (cudaFree reports what it cannot free).
+    return api::is_pinned_host_memory(devPtr) ? cudaFreeHost(devPtr) : cudaFree(devPtr);
   });
 }
 
@@ -129,7 +129,7 @@ extern "C" cudaError_t ooc_cudaMemset(void* devPtr, int value, size_t count) {
   return guarded_cuda("ooc_cudaMemset", [&]() -> cudaError_t {
     if (count == 0) return cudaSuccess;
     if (!devPtr) return cudaErrorInvalidValue;
-    if (!host_backend_for_tests() && is_device_memory(devPtr)) return cudaMemset(devPtr, value, count);
+    if (!host_backend_for_tests() && api::is_device_memory(devPtr)) return cudaMemset(devPtr, value, count);
     std::memset(devPtr, value, count);  // pinned or pageable host memory
     return cudaSuccess;
   });

@@ -35,55 +35,83 @@ void set_last_error(std::string message) noexcept {
   }
 }
 
-cudnnStatus_t cudnn_status_of_current_exception(const char* call) noexcept {
+namespace {
+
+// What the exception being handled is, in the terms both status mappings below need.
+enum class Failure { out_of_budget, not_supported, invalid_argument, cudnn, cuda, bad_alloc, other };
+
+struct CaughtFailure {
+  Failure kind;
+  int status = 0;  // a cudnn_error's or cuda_error's own
+};
+
+CaughtFailure noted(const char* call, const std::exception& e, Failure kind, int status = 0) noexcept {
+  set_last_error(with_call(call, e.what()));
+  return {kind, status};
+}
+
+// Rethrows the exception being handled (call only inside a catch block), keeps "call: what()" as
+// the thread's last error and says which kind it was; the most derived kinds are tried first.
+CaughtFailure catch_current(const char* call) noexcept {
   try {
     throw;
   } catch (const out_of_budget& e) {
-    set_last_error(with_call(call, e.what()));
-    return CUDNN_STATUS_ALLOC_FAILED;
+    return noted(call, e, Failure::out_of_budget);
   } catch (const not_supported& e) {
-    set_last_error(with_call(call, e.what()));
-    return CUDNN_STATUS_NOT_SUPPORTED;
+    return noted(call, e, Failure::not_supported);
   } catch (const std::invalid_argument& e) {  // ooc::invalid_argument included
-    set_last_error(with_call(call, e.what()));
-    return CUDNN_STATUS_BAD_PARAM;
+    return noted(call, e, Failure::invalid_argument);
   } catch (const cudnn_error& e) {
-    set_last_error(with_call(call, e.what()));
-    return static_cast<cudnnStatus_t>(e.status());
+    return noted(call, e, Failure::cudnn, e.status());
   } catch (const cuda_error& e) {
-    set_last_error(with_call(call, e.what()));
-    return e.status() == cudaErrorMemoryAllocation ? CUDNN_STATUS_ALLOC_FAILED : CUDNN_STATUS_EXECUTION_FAILED;
+    return noted(call, e, Failure::cuda, e.status());
   } catch (const std::bad_alloc& e) {
-    set_last_error(with_call(call, e.what()));
-    return CUDNN_STATUS_ALLOC_FAILED;
+    return noted(call, e, Failure::bad_alloc);
   } catch (const std::exception& e) {
-    set_last_error(with_call(call, e.what()));
-    return CUDNN_STATUS_INTERNAL_ERROR;
+    return noted(call, e, Failure::other);
   } catch (...) {
     set_last_error(with_call(call, "unknown exception"));
-    return CUDNN_STATUS_INTERNAL_ERROR;
+    return {Failure::other};
   }
 }
 
-cudaError_t cuda_status_of_current_exception(const char* call) noexcept {
-  try {
-    throw;
-  } catch (const cuda_error& e) {
-    set_last_error(with_call(call, e.what()));
-    return static_cast<cudaError_t>(e.status());
-  } catch (const std::invalid_argument& e) {
-    set_last_error(with_call(call, e.what()));
-    return cudaErrorInvalidValue;
-  } catch (const std::bad_alloc& e) {
-    set_last_error(with_call(call, e.what()));
-    return cudaErrorMemoryAllocation;
-  } catch (const std::exception& e) {
-    set_last_error(with_call(call, e.what()));
-    return cudaErrorUnknown;
-  } catch (...) {
-    set_last_error(with_call(call, "unknown exception"));
-    return cudaErrorUnknown;
+}  // namespace
+
+cudnnStatus_t cudnn_status_of_current_exception(const char* call) noexcept {
+  const CaughtFailure f = catch_current(call);
+  switch (f.kind) {
+    case Failure::out_of_budget:
+    case Failure::bad_alloc: return CUDNN_STATUS_ALLOC_FAILED;
+    case Failure::not_supported: return CUDNN_STATUS_NOT_SUPPORTED;
+    case Failure::invalid_argument: return CUDNN_STATUS_BAD_PARAM;
+    case Failure::cudnn: return static_cast<cudnnStatus_t>(f.status);
+    case Failure::cuda:
+      return f.status == cudaErrorMemoryAllocation ? CUDNN_STATUS_ALLOC_FAILED : CUDNN_STATUS_EXECUTION_FAILED;
+    case Failure::other: break;
   }
+  return CUDNN_STATUS_INTERNAL_ERROR;
+}
+
+cudaError_t cuda_status_of_current_exception(const char* call) noexcept {
+  const CaughtFailure f = catch_current(call);
+  switch (f.kind) {
+    case Failure::cuda: return static_cast<cudaError_t>(f.status);
+    case Failure::invalid_argument: return cudaErrorInvalidValue;
+    case Failure::out_of_budget:  // a bad_alloc too
+    case Failure::bad_alloc: return cudaErrorMemoryAllocation;
+    default: return cudaErrorUnknown;  // cuDNN's failures and not_supported have no cuda* status
+  }
+}
+
+std::string cudnn_failure_text(cudnnStatus_t status) {
+  char detail[512] = {};
+  cudnnGetLastErrorString(detail, sizeof(detail));  // cuDNN 9 says why here; the status alone rarely does
+  return cudnnGetErrorString(status) + (detail[0] ? std::string(" (") + detail + ")" : "");
+}
+
+std::string cuda_failure_text(cudaError_t status) {
+  (void)cudaGetLastError();  // not the next library's error
+  return std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ")";
 }
 
 void record_direct_call(std::string text) {
