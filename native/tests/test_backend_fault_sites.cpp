@@ -16,7 +16,7 @@
 #include "ooc/layers.hpp"
 #include "ooc/ooc.hpp"
 #include "ooc/pool_activation_softmax.hpp"
-#include "layer_test_util.hpp"
+#include "backend_fixtures.hpp"
 
 namespace {
 

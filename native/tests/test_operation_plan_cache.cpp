@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "layer_test_util.hpp"
+#include "backend_fixtures.hpp"
 #include "ooc/fused.hpp"
 #include "ooc/layers.hpp"
 #include "ooc/ooc.hpp"
