@@ -9,10 +9,10 @@
 // tensor costs (slots, loads, bytes) follows from its dimensions and the nest.
 #include <algorithm>
 #include <functional>
-#include <limits>
 #include <stdexcept>
 #include <utility>
 
+#include "plan/candidate_search.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/planner.hpp"
@@ -236,7 +236,7 @@ struct Candidate {
   std::vector<size_t> input_slot_bytes;
   int output_slots = 1;
   size_t output_slot_bytes = 0, peak = 0, workspace = 0;
-  double bytes_h2d = 0, bytes_d2h = 0, seconds = 0;
+  double bytes_h2d = 0, bytes_d2h = 0;
 };
 
 // The per-chunk GEMM shape the cost model charges thin splits by.
@@ -334,22 +334,32 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const Nest& nest, const C
   return chunks;
 }
 
-Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
+// The workspace the candidate's algorithm may use. Backward filter's fast algorithm needs it in
+// proportion to the x chunk: reserved here, so that the plan's chunks leave room for it (else
+// cuDNN falls back to a 3.6x slower one).
+size_t workspace_of(const ConvProblem& p, const PlannerConfig& config, const Nest& nest, const Candidate& c,
+                    size_t workspace) {
+  size_t w = workspace;
+  if (p.op == Operation::backward_filter && workspace > 0 && config.filter_workspace_per_x_byte > 0)
+    for (size_t i = 0; i < nest.inputs.size(); ++i)
+      if (nest.inputs[i].family == kX)
+        w = std::max(w, static_cast<size_t>(config.filter_workspace_per_x_byte *
+                                            static_cast<double>(c.input_slot_bytes[i])) /
+                            256 * 256);
+  return w;
+}
+
+// Every combination of one tiling per loop dimension, in each of the nest's loop orders, at every
+// pipeline depth; of equally fast ones the search keeps the first.
+void offer_candidates(const ConvProblem& p, const PlannerConfig& config, const Nest& nest, size_t workspace,
+                      CandidateSearch<Candidate>& search) {
   const double es = static_cast<double>(dtype_size(p.dtype));
-  const Nest nest = nest_of(p);
-  const size_t workspace = p.op == Operation::backward_bias ? 0 : config.workspace_bytes;
-  const size_t budget = config.memory_limit;
   const double output_bytes = static_cast<double>(p.op == Operation::backward_data     ? p.x_elements()
                                                   : p.op == Operation::backward_filter ? p.w_elements()
                                                                                        : p.k) *
                               es;
-
-  Candidate best;
-  bool found = false;
-  size_t smallest_peak = std::numeric_limits<size_t>::max();
   Candidate c;
   Choice& ch = c.choice;
-  // Every combination of one tiling per dimension.
   std::function<void(int)> visit = [&](int d) {
     if (d < kLoopDims) {
       for (const DimTiling& t : nest.tilings[d]) {
@@ -360,22 +370,13 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
     }
     double chunks = 1;
     for (int e = 0; e < kLoopDims; ++e) chunks *= static_cast<double>(ch[e]->tiles);
-    if (chunks > static_cast<double>(planner_parts::kMaxChunks)) return;
     int64_t largest = slot_elements(nest.output, ch);
     for (const TensorRole& t : nest.inputs) largest = std::max(largest, slot_elements(t, ch));
-    if (largest > kMaxChunkElements) return;
+    if (!search.within_limits(largest, chunks)) return;
     c.output_slot_bytes = slot_bytes(slot_elements(nest.output, ch), es);
     c.input_slot_bytes.clear();
     for (const TensorRole& t : nest.inputs) c.input_slot_bytes.push_back(slot_bytes(slot_elements(t, ch), es));
-    // Backward filter's fast algorithm needs workspace in proportion to the x chunk: reserved
-    // here, so that the plan's chunks leave room for it (else cuDNN falls back to a 3.6x slower one).
-    c.workspace = workspace;
-    if (p.op == Operation::backward_filter && workspace > 0 && config.filter_workspace_per_x_byte > 0)
-      for (size_t i = 0; i < nest.inputs.size(); ++i)
-        if (nest.inputs[i].family == kX)
-          c.workspace = std::max(c.workspace, static_cast<size_t>(config.filter_workspace_per_x_byte *
-                                                                  static_cast<double>(c.input_slot_bytes[i])) /
-                                                  256 * 256);
+    c.workspace = workspace_of(p, config, nest, c, workspace);
     const int64_t out_tiles = output_tiles(nest, ch);
     int64_t shortest_run = contiguous_run(region_extent(p, nest.output.family, ch), family_extent(p, nest.output.family));
     for (const TensorRole& t : nest.inputs)
@@ -399,30 +400,24 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
         c.output_slots = static_cast<int>(std::min<int64_t>(buffers, out_tiles));
         c.peak += c.output_slots * c.output_slot_bytes;
         c.bytes_d2h = output_bytes;
-        smallest_peak = std::min(smallest_peak, c.peak);
-        if (c.peak > budget) continue;
-        TrafficEstimate t;
-        t.bytes_h2d = c.bytes_h2d;
-        t.bytes_d2h = c.bytes_d2h;
-        t.flops = p.flops();
-        t.num_chunks = chunks;
-        gemm_shape(p, ch, t);
-        t.copy_run_bytes = es * static_cast<double>(shortest_run);
-        t.first_load_bytes = 0;
-        for (size_t b : c.input_slot_bytes) t.first_load_bytes += static_cast<double>(b);
-        t.last_store_bytes = static_cast<double>(c.output_slot_bytes);
-        t.buffers = buffers;
-        c.seconds = predict_seconds(t, config.machine);
-        if (!found || c.seconds < best.seconds * (1 - 1e-9)) {
-          best = c;
-          found = true;
-        }
+        search.offer(c, {c.peak, largest, chunks}, [&] {
+          TrafficEstimate t = traffic_estimate(c.bytes_h2d, c.bytes_d2h, p.flops(), chunks);
+          gemm_shape(p, ch, t);
+          t.copy_run_bytes = es * static_cast<double>(shortest_run);
+          t.first_load_bytes = 0;
+          for (size_t b : c.input_slot_bytes) t.first_load_bytes += static_cast<double>(b);
+          t.last_store_bytes = static_cast<double>(c.output_slot_bytes);
+          t.buffers = buffers;
+          return predict_seconds(t, config.machine);
+        });
       }
   };
   visit(0);
-  if (!found) planner_parts::throw_out_of_budget(p, budget, smallest_peak, workspace != 0);
+}
 
-  Plan plan = plan_with_totals(p, config, best.workspace, best.peak, best.bytes_h2d, best.bytes_d2h, best.seconds);
+Plan plan_of(const ConvProblem& p, const PlannerConfig& config, const Nest& nest, const Candidate& best,
+             double seconds) {
+  Plan plan = plan_with_totals(p, config, best.workspace, best.peak, best.bytes_h2d, best.bytes_d2h, seconds);
   const Choice& b = best.choice;
   plan.tiling = Tiling{b[kN]->tile, b[kK]->tile, b[kC]->tile, {b[kS0]->tile, b[kS1]->tile, b[kS2]->tile}};
   plan.splits_n = b[kN]->tiles;
@@ -447,6 +442,15 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
   assign(nest.output.family, best.output_slots, best.output_slot_bytes);
   plan.chunks = expand_chunks(p, nest, best);
   return plan;
+}
+
+Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
+  const Nest nest = nest_of(p);
+  const size_t workspace = p.op == Operation::backward_bias ? 0 : config.workspace_bytes;
+  return search_plan<Candidate>(
+      config.memory_limit, [&](auto& search) { offer_candidates(p, config, nest, workspace, search); },
+      [&](const Candidate& best, double seconds) { return plan_of(p, config, nest, best, seconds); },
+      [&](size_t need) { throw_out_of_budget(p, config.memory_limit, need, workspace != 0); });
 }
 
 }  // namespace

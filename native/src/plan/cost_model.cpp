@@ -34,4 +34,10 @@ double predict_seconds(const TrafficEstimate& t, const MachineModel& m) {
   return steady + fill + drain;
 }
 
+double predict_layer_seconds(size_t bytes_h2d, size_t bytes_d2h, double flops, size_t chunks, const MachineModel& m) {
+  return std::max({bytes_h2d / m.h2d_bytes_per_s, bytes_d2h / m.d2h_bytes_per_s,
+                   (bytes_h2d + bytes_d2h) / m.bidir_bytes_per_s, flops / m.flops_per_s}) +
+         static_cast<double>(chunks) * m.chunk_overhead_s;
+}
+
 }  // namespace ooc

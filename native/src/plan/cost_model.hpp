@@ -25,7 +25,22 @@ struct TrafficEstimate {
   int buffers = 3;
 };
 
+// The estimate's inputs every plan has: link bytes each way, flops and chunk count (the rest keep
+// their defaults until the planner sets them).
+inline TrafficEstimate traffic_estimate(double bytes_h2d, double bytes_d2h, double flops, double num_chunks) {
+  TrafficEstimate t;
+  t.bytes_h2d = bytes_h2d;
+  t.bytes_d2h = bytes_d2h;
+  t.flops = flops;
+  t.num_chunks = num_chunks;
+  return t;
+}
+
 double predict_seconds(const TrafficEstimate& t, const MachineModel& m);
+
+// The element-wise and per-position layers' estimate (layer_planner.cpp), of a plan already chosen:
+// the slowest of either link, both together and compute, plus each chunk's fixed overhead.
+double predict_layer_seconds(size_t bytes_h2d, size_t bytes_d2h, double flops, size_t chunks, const MachineModel& m);
 
 // A reduction this long / this many output channels run at half the rate.
 constexpr double kHalfRateReductionDepth = 64;

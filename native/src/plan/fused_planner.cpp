@@ -1,9 +1,9 @@
 #include "plan/fused_planner.hpp"
 
 #include <algorithm>
-#include <limits>
 #include <stdexcept>
 
+#include "plan/candidate_search.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/planner_parts.hpp"
@@ -110,18 +110,19 @@ FusedBackwardLayout layout_of(const ConvProblem& p, int64_t tn, int64_t tc, int 
 }
 
 struct Candidate {
-  const DimTiles* split = nullptr;
+  std::array<const DimTiles*, kMaxSpatial> dims{};
+  const DimTiles* split = nullptr;  // dims[split_dim], the one split dimension (null: none)
   int split_dim = -1;
   int64_t tn = 1, tc = 1, tiles_n = 1, tiles_c = 1;
   int buffers = 3, dy_slots = 1, x_slots = 1, w_slots = 1, dx_slots = 1;
   int64_t w_loads = 1;
   size_t dy_slot = 0, pooled_slot = 0, x_slot = 0, w_slot = 0, peak = 0;
   FusedBackwardLayout layout;
-  double bytes_h2d = 0, bytes_d2h = 0, seconds = 0;
+  double bytes_h2d = 0, bytes_d2h = 0;
 };
 
-std::vector<Chunk> expand_chunks(const ConvProblem& p, const std::array<const DimTiles*, kMaxSpatial>& dims,
-                                 const Candidate& c) {
+std::vector<Chunk> expand_chunks(const ConvProblem& p, const Candidate& c) {
+  const std::array<const DimTiles*, kMaxSpatial>& dims = c.dims;
   std::vector<Chunk> chunks;
   const int64_t tiles_s = c.split ? c.split->tiles : 1;
   for (int64_t nt = 0; nt < c.tiles_n; ++nt)
@@ -147,31 +148,40 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const std::array<const Di
   return chunks;
 }
 
-Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int y_inputs, const std::string& fused,
-                         const ConvProblem* pool) {
-  const double es = static_cast<double>(dtype_size(p.dtype));
-  const int64_t kernel = p.kernel[0] * p.kernel[1] * p.kernel[2];
-  const size_t budget = config.memory_limit;
+// The tiles of each spatial dimension: whole, or (unless the pooling pads it) split.
+struct SpatialOptions {
   std::array<DimTiles, kMaxSpatial> whole;
   std::array<std::vector<DimTiles>, kMaxSpatial> splits;
+};
+
+SpatialOptions spatial_options(const ConvProblem& p, const ConvProblem* pool) {
+  SpatialOptions o;
   for (int d = 0; d < kMaxSpatial; ++d) {
-    whole[d] = whole_dim(p, d);
-    add_pooled_rows(whole[d], pool, d);
+    o.whole[d] = whole_dim(p, d);
+    add_pooled_rows(o.whole[d], pool, d);
     if (pool && pool->padding[d] != 0) continue;  // cuDNN pads the pooling's border only in a whole dim
     for (int64_t t : candidate_tiles(p.out[d]))
       if (ceil_div(p.out[d], t) > 1) {
-        splits[d].push_back(split_dim(p, d, t));
-        add_pooled_rows(splits[d].back(), pool, d);
+        o.splits[d].push_back(split_dim(p, d, t));
+        add_pooled_rows(o.splits[d].back(), pool, d);
       }
   }
+  return o;
+}
+
+// Every n and c tiling at every pipeline depth, with no spatial split or one spatial dimension
+// split (see fused_planner.hpp); of equally fast ones the search keeps the first.
+void offer_candidates(const ConvProblem& p, const PlannerConfig& config, int y_inputs, const ConvProblem* pool,
+                      const SpatialOptions& spatial, CandidateSearch<Candidate>& search) {
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  const int64_t kernel = p.kernel[0] * p.kernel[1] * p.kernel[2];
   const std::array<int64_t, 5> dy_extent{p.n, p.k, p.out[0], p.out[1], p.out[2]};
   const std::array<int64_t, 5> x_extent{p.n, p.c, p.in[0], p.in[1], p.in[2]};
   const std::array<int64_t, 5> w_extent{p.k, p.c, p.kernel[0], p.kernel[1], p.kernel[2]};
 
-  BestCandidate<Candidate> search{budget};
   Candidate c;
-  std::array<const DimTiles*, kMaxSpatial> best_dims{};
-  auto consider = [&](const std::array<const DimTiles*, kMaxSpatial>& dims) {
+  auto consider = [&]() {
+    const std::array<const DimTiles*, kMaxSpatial>& dims = c.dims;
     const int64_t tiles_s = c.split ? c.split->tiles : 1;
     // Per n and k: the rows of a tile's y-shaped inputs (dy, or y over the pooling windows) and of
     // its pooled ones (dq, q), the most and all tiles together.
@@ -191,9 +201,9 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
         c.tn = tn, c.tc = tc;
         c.tiles_n = ceil_div(p.n, tn), c.tiles_c = ceil_div(p.c, tc);
         const double chunks = static_cast<double>(c.tiles_n) * static_cast<double>(tiles_s) * c.tiles_c;
-        if (chunks > static_cast<double>(kMaxChunks)) continue;
         const int64_t dy_elems = tn * p.k * dy_rows, x_elems = tn * tc * x_rows, w_elems = p.k * tc * kernel;
-        if (std::max({dy_elems, x_elems, w_elems, tn * p.k * y_rows}) > kMaxChunkElements) continue;
+        const int64_t largest = std::max({dy_elems, x_elems, w_elems, tn * p.k * y_rows});
+        if (!search.within_limits(largest, chunks)) continue;
         c.dy_slot = slot_bytes(tn * p.k * y_rows, es);  // dy, or y over the pooling windows
         c.pooled_slot = slot_bytes(tn * p.k * pooled_rows, es);
         c.x_slot = slot_bytes(x_elems, es);
@@ -208,19 +218,15 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
                       static_cast<double>(p.n * p.c * x_moved) * es +
                       static_cast<double>(p.w_elements()) * es * static_cast<double>(c.w_loads == 1 ? 1 : dy_loads);
         c.bytes_d2h = static_cast<double>(p.x_elements() + p.w_elements() + p.k) * es;
-        TrafficEstimate t;
-        t.bytes_h2d = c.bytes_h2d;
-        t.bytes_d2h = c.bytes_d2h;
-        t.flops = 4.0 * static_cast<double>(p.y_elements()) * static_cast<double>(p.c * kernel) +
-                  static_cast<double>(p.y_elements());
-        t.num_chunks = chunks;
+        const double flops = 4.0 * static_cast<double>(p.y_elements()) * static_cast<double>(p.c * kernel) +
+                             static_cast<double>(p.y_elements());
+        TrafficEstimate t = traffic_estimate(c.bytes_h2d, c.bytes_d2h, flops, chunks);
         t.reduction_depth = static_cast<double>(p.k * kernel);
         t.output_channels = static_cast<double>(tc);
-        t.copy_run_bytes =
-            es * static_cast<double>(std::min(
-                     {contiguous_run({tn, p.k, dims[0]->dy_max, dims[1]->dy_max, dims[2]->dy_max}, dy_extent),
-                      contiguous_run({tn, tc, dims[0]->x_max, dims[1]->x_max, dims[2]->x_max}, x_extent),
-                      contiguous_run({p.k, tc, p.kernel[0], p.kernel[1], p.kernel[2]}, w_extent)}));
+        t.copy_run_bytes = shortest_run_bytes(
+            es, {CopyRegion{{tn, p.k, dims[0]->dy_max, dims[1]->dy_max, dims[2]->dy_max}, dy_extent},
+                 CopyRegion{{tn, tc, dims[0]->x_max, dims[1]->x_max, dims[2]->x_max}, x_extent},
+                 CopyRegion{{p.k, tc, p.kernel[0], p.kernel[1], p.kernel[2]}, w_extent}});
         t.first_load_bytes = static_cast<double>(y_inputs * c.dy_slot + pooled_inputs * c.pooled_slot + c.x_slot +
                                                  c.w_slot);
         t.last_store_bytes = static_cast<double>(c.x_slot + c.layout.kept_bytes);
@@ -232,43 +238,42 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
           c.peak = c.dy_slots * (y_inputs * c.dy_slot + pooled_inputs * c.pooled_slot) + c.x_slots * c.x_slot +
                    c.dx_slots * c.x_slot +
                    c.w_slots * c.w_slot + c.layout.kept_bytes + c.layout.scratch_bytes + config.workspace_bytes;
-          if (search.offer(c, t, buffers, config.machine)) best_dims = dims;
+          search.offer(c, {c.peak, largest, chunks}, [&] {
+            TrafficEstimate at_depth = t;
+            at_depth.buffers = buffers;
+            return predict_seconds(at_depth, config.machine);
+          });
         }
       }
   };
-  // No spatial split, or one spatial dimension split (see fused_planner.hpp).
-  std::array<const DimTiles*, kMaxSpatial> dims{&whole[0], &whole[1], &whole[2]};
+  c.dims = {&spatial.whole[0], &spatial.whole[1], &spatial.whole[2]};
   c.split = nullptr;
   c.split_dim = -1;
-  consider(dims);
+  consider();
   for (int d = 0; d < p.spatial_dims; ++d)
-    for (const DimTiles& t : splits[d]) {
-      std::array<const DimTiles*, kMaxSpatial> split_dims = dims;
-      split_dims[d] = &t;
+    for (const DimTiles& t : spatial.splits[d]) {
+      c.dims = {&spatial.whole[0], &spatial.whole[1], &spatial.whole[2]};
+      c.dims[d] = &t;
       c.split = &t;
       c.split_dim = d;
-      consider(split_dims);
+      consider();
     }
-  if (!search.found) throw_out_of_budget(p, budget, search.smallest_peak, config.workspace_bytes != 0);
-  const Candidate& best = search.best;
+}
 
-  Plan plan = plan_with_totals(p, config, config.workspace_bytes, best.peak, best.bytes_h2d, best.bytes_d2h,
-                               best.seconds);
+Plan plan_of(const ConvProblem& p, const PlannerConfig& config, int y_inputs, const std::string& fused,
+             const ConvProblem* pool, const Candidate& best, double seconds) {
+  Plan plan = plan_with_totals(p, config, config.workspace_bytes, best.peak, best.bytes_h2d, best.bytes_d2h, seconds);
   plan.fused = fused;
   plan.y_inputs = y_inputs;
   plan.pooled_inputs = pool ? 2 : 0;
   plan.pooled_slot_bytes = pool ? best.pooled_slot : 0;
-  plan.tiling = Tiling{best.tn, p.k, best.tc, {best_dims[0]->tile, best_dims[1]->tile, best_dims[2]->tile}};
+  plan.tiling = Tiling{best.tn, p.k, best.tc, {best.dims[0]->tile, best.dims[1]->tile, best.dims[2]->tile}};
   plan.splits_n = best.tiles_n;
   plan.splits_c = best.tiles_c;
-  for (int d = 0; d < kMaxSpatial; ++d) plan.splits_out[d] = best_dims[d]->tiles;
+  for (int d = 0; d < kMaxSpatial; ++d) plan.splits_out[d] = best.dims[d]->tiles;
   plan.order = LoopOrder::ns_outer;
   plan.buffers = best.buffers;
-  plan.x_buffers = best.x_slots;
-  plan.x_slot_bytes = best.x_slot;
-  plan.w_buffers = best.w_slots;
-  plan.w_slot_bytes = best.w_slot;
-  plan.w_resident = best.w_loads == 1;
+  set_x_w_slots(plan, best.x_slots, best.x_slot, best.w_slots, best.w_slot, best.w_loads == 1);
   plan.y_buffers = best.dy_slots;
   plan.y_slot_bytes = best.dy_slot;
   plan.bias_buffers = 0;
@@ -276,8 +281,17 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int 
   plan.out_slot_bytes = best.x_slot;
   plan.kept_bytes = best.layout.kept_bytes;
   plan.scratch_bytes = best.layout.scratch_bytes;
-  plan.chunks = expand_chunks(p, best_dims, best);
+  plan.chunks = expand_chunks(p, best);
   return plan;
+}
+
+Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config, int y_inputs, const std::string& fused,
+                         const ConvProblem* pool) {
+  const SpatialOptions spatial = spatial_options(p, pool);
+  return search_plan<Candidate>(
+      config.memory_limit, [&](auto& search) { offer_candidates(p, config, y_inputs, pool, spatial, search); },
+      [&](const Candidate& best, double seconds) { return plan_of(p, config, y_inputs, fused, pool, best, seconds); },
+      [&](size_t need) { throw_out_of_budget(p, config.memory_limit, need, config.workspace_bytes != 0); });
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #include <algorithm>
-#include <limits>
 #include <stdexcept>
 
+#include "plan/candidate_search.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/fused_planner.hpp"
@@ -51,7 +51,7 @@ struct Candidate {
   int buffers = 3, x_slots = 1, w_slots = 1, out_slots = 1;
   int64_t w_loads = 1;
   size_t x_slot = 0, w_slot = 0, out_slot = 0, scratch = 0, peak = 0;
-  double bytes_h2d = 0, bytes_d2h = 0, seconds = 0;
+  double bytes_h2d = 0, bytes_d2h = 0;
 };
 
 std::vector<Chunk> expand_chunks(const ConvProblem& conv, const Candidate& c) {
@@ -91,16 +91,16 @@ std::vector<Chunk> expand_chunks(const ConvProblem& conv, const Candidate& c) {
   return chunks;
 }
 
-Plan plan_with_workspace(const ConvProblem& conv, const ConvProblem& pool, const PlannerConfig& config) {
+// The forward planner's tilings of n, k and c over every tiling of the pooled output, at every
+// pipeline depth; of equally fast ones the search keeps the first.
+void offer_candidates(const ConvProblem& conv, const ConvProblem& pool, const PlannerConfig& config,
+                      const std::array<std::vector<PoolDim>, kMaxSpatial>& options,
+                      CandidateSearch<Candidate>& search) {
   const double es = static_cast<double>(dtype_size(conv.dtype));
   const int64_t kernel = conv.kernel[0] * conv.kernel[1] * conv.kernel[2];
-  const size_t budget = config.memory_limit;
-  const size_t bias_bytes = conv.has_bias ? slot_bytes(conv.k, es) : 0;
-  std::array<std::vector<PoolDim>, kMaxSpatial> options;
-  for (int d = 0; d < kMaxSpatial; ++d)
-    for (int64_t t : candidate_tiles(pool.out[d])) options[d].push_back(pool_dim(conv, pool, d, t));
-
-  BestCandidate<Candidate> search{budget};
+  const size_t bias_bytes = bias_slot(conv);
+  const std::array<int64_t, 5> x_extent{conv.n, conv.c, conv.in[0], conv.in[1], conv.in[2]};
+  const std::array<int64_t, 5> q_extent{pool.n, pool.c, pool.out[0], pool.out[1], pool.out[2]};
   Candidate c;
   for (const PoolDim& d0 : options[0])
     for (const PoolDim& d1 : options[1])
@@ -116,8 +116,8 @@ Plan plan_with_workspace(const ConvProblem& conv, const ConvProblem& pool, const
               c.tn = tn, c.tk = tk, c.tc = tc;
               c.tiles_n = ceil_div(conv.n, tn), c.tiles_k = ceil_div(conv.k, tk), c.tiles_c = ceil_div(conv.c, tc);
               const int64_t tiles_ns = c.tiles_n * tiles_s, total = tiles_ns * c.tiles_k * c.tiles_c;
-              if (static_cast<double>(total) > static_cast<double>(kMaxChunks)) continue;
-              if (std::max({tn * tc * x_rows, tk * tc * kernel, tn * tk * y_rows}) > kMaxChunkElements) continue;
+              const int64_t largest = std::max({tn * tc * x_rows, tk * tc * kernel, tn * tk * y_rows});
+              if (!search.within_limits(largest, static_cast<double>(total))) continue;
               c.x_slot = slot_bytes(tn * tc * x_rows, es);
               c.w_slot = slot_bytes(tk * tc * kernel, es);
               // The y tile accumulates there, and the pooled tile is copied back into it to leave.
@@ -130,20 +130,14 @@ Plan plan_with_workspace(const ConvProblem& conv, const ConvProblem& pool, const
                             static_cast<double>(conv.w_elements()) * es * (c.w_loads == 1 ? 1.0 : tiles_ns) +
                             (conv.beta != 0.0 ? z_moved : 0.0) + (conv.has_bias ? conv.k * es : 0.0);
               c.bytes_d2h = static_cast<double>(pool.y_elements()) * es;
-              TrafficEstimate t;
-              t.bytes_h2d = c.bytes_h2d;
-              t.bytes_d2h = c.bytes_d2h;
-              t.flops = conv.flops() * static_cast<double>(d0.y_sum * d1.y_sum * d2.y_sum) /
-                        static_cast<double>(conv.out[0] * conv.out[1] * conv.out[2]);
-              t.num_chunks = static_cast<double>(total);
+              // The y rows two tiles' windows share are computed twice.
+              const double flops = conv.flops() * static_cast<double>(d0.y_sum * d1.y_sum * d2.y_sum) /
+                                   static_cast<double>(conv.out[0] * conv.out[1] * conv.out[2]);
+              TrafficEstimate t = traffic_estimate(c.bytes_h2d, c.bytes_d2h, flops, static_cast<double>(total));
               t.reduction_depth = static_cast<double>(tc * kernel);
               t.output_channels = static_cast<double>(tk);
-              t.copy_run_bytes =
-                  es * static_cast<double>(std::min(
-                           contiguous_run({tn, tc, d0.x_max, d1.x_max, d2.x_max},
-                                          {conv.n, conv.c, conv.in[0], conv.in[1], conv.in[2]}),
-                           contiguous_run({tn, tk, d0.q_max, d1.q_max, d2.q_max},
-                                          {pool.n, pool.c, pool.out[0], pool.out[1], pool.out[2]})));
+              t.copy_run_bytes = shortest_run_bytes(es, {CopyRegion{{tn, tc, d0.x_max, d1.x_max, d2.x_max}, x_extent},
+                                                         CopyRegion{{tn, tk, d0.q_max, d1.q_max, d2.q_max}, q_extent}});
               t.first_load_bytes = static_cast<double>(c.x_slot + c.w_slot);
               t.last_store_bytes = static_cast<double>(c.scratch);
               for (int buffers : {3, 2, 1}) {
@@ -154,15 +148,19 @@ Plan plan_with_workspace(const ConvProblem& conv, const ConvProblem& pool, const
                 c.out_slots = buffers;
                 c.peak = c.x_slots * c.x_slot + c.w_slots * c.w_slot + c.out_slots * c.out_slot + c.scratch +
                          bias_bytes + config.workspace_bytes;
-                search.offer(c, t, buffers, config.machine);
+                search.offer(c, {c.peak, largest, static_cast<double>(total)}, [&] {
+                  TrafficEstimate at_depth = t;
+                  at_depth.buffers = buffers;
+                  return predict_seconds(at_depth, config.machine);
+                });
               }
             }
       }
-  if (!search.found) throw_out_of_budget(conv, budget, search.smallest_peak, config.workspace_bytes != 0);
-  const Candidate& best = search.best;
+}
 
+Plan plan_of(const ConvProblem& conv, const PlannerConfig& config, const Candidate& best, double seconds) {
   Plan plan = plan_with_totals(conv, config, config.workspace_bytes, best.peak, best.bytes_h2d, best.bytes_d2h,
-                               best.seconds);
+                               seconds);
   plan.fused = "conv_bias_activation_pooling_forward";
   plan.tiling = Tiling{best.tn, best.tk, best.tc, {best.dims[0]->tile, best.dims[1]->tile, best.dims[2]->tile}};
   plan.splits_n = best.tiles_n;
@@ -171,17 +169,23 @@ Plan plan_with_workspace(const ConvProblem& conv, const ConvProblem& pool, const
   for (int d = 0; d < kMaxSpatial; ++d) plan.splits_out[d] = best.dims[d]->tiles;
   plan.order = LoopOrder::ns_outer;
   plan.buffers = plan.y_buffers = best.out_slots;
-  plan.x_buffers = best.x_slots;
-  plan.x_slot_bytes = best.x_slot;
-  plan.w_buffers = best.w_slots;
-  plan.w_slot_bytes = best.w_slot;
-  plan.w_resident = best.w_loads == 1;
+  set_x_w_slots(plan, best.x_slots, best.x_slot, best.w_slots, best.w_slot, best.w_loads == 1);
   plan.y_slot_bytes = best.out_slot;
   plan.bias_buffers = conv.has_bias ? 1 : 0;
-  plan.bias_bytes = bias_bytes;
+  plan.bias_bytes = bias_slot(conv);
   plan.scratch_bytes = best.scratch;
   plan.chunks = expand_chunks(conv, best);
   return plan;
+}
+
+Plan plan_with_workspace(const ConvProblem& conv, const ConvProblem& pool, const PlannerConfig& config) {
+  std::array<std::vector<PoolDim>, kMaxSpatial> options;
+  for (int d = 0; d < kMaxSpatial; ++d)
+    for (int64_t t : candidate_tiles(pool.out[d])) options[d].push_back(pool_dim(conv, pool, d, t));
+  return search_plan<Candidate>(
+      config.memory_limit, [&](auto& search) { offer_candidates(conv, pool, config, options, search); },
+      [&](const Candidate& best, double seconds) { return plan_of(conv, config, best, seconds); },
+      [&](size_t need) { throw_out_of_budget(conv, config.memory_limit, need, config.workspace_bytes != 0); });
 }
 
 }  // namespace

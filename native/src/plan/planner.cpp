@@ -1,22 +1,17 @@
 #include "plan/planner.hpp"
 
 #include <algorithm>
-#include <limits>
-#include <sstream>
+#include <stdexcept>
 
-#include "ooc/errors.hpp"
+#include "plan/candidate_search.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/planner_parts.hpp"
-#include "plan/shape_format.hpp"
 
 namespace ooc {
 namespace {
 
-using planner_parts::candidate_tiles;
-using planner_parts::ceil_div;
-using planner_parts::contiguous_run;
-using planner_parts::slot_bytes;
+using namespace planner_parts;  // NOLINT: the shared planner pieces
 
 // What one spatial dimension contributes for a given output tile size.
 struct SpatialSplit {
@@ -52,7 +47,7 @@ struct Candidate {
   int buffers = 3, x_buffers = 3, w_buffers = 3;
   int64_t w_loads = 0;
   size_t x_slot = 0, w_slot = 0, y_slot = 0, peak = 0;
-  double bytes_h2d = 0, bytes_d2h = 0, seconds = 0;
+  double bytes_h2d = 0, bytes_d2h = 0;
 };
 
 // Loads of x and w over the whole loop nest: a chunk reuses the tensor region of the chunk before
@@ -134,65 +129,40 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const Candidate& c) {
   return chunks;
 }
 
-}  // namespace
-
-const char* loop_order_name(LoopOrder order) {
-  switch (order) {
-    case LoopOrder::k_outer: return "k_outer";
-    case LoopOrder::ns_outer: return "ns_outer";
-    case LoopOrder::c_outer: return "c_outer";
-  }
-  return "?";
-}
-
-namespace {
-Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config);
-}  // namespace
-
-Plan plan_conv_forward_for(const ConvProblem& p, const PlannerConfig& config) {
-  if (p.op != Operation::forward) throw std::logic_error("plan_conv_forward_for: not a forward problem");
-  return planner_parts::with_grown_workspace(
-      planner_parts::with_workspace_fallback(config, [&](const PlannerConfig& c) { return plan_with_workspace(p, c); }),
-      config);
-}
-
-namespace {
-Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
+// Every tiling of n, k, c and the output's spatial dims (each from whole down), in both loop
+// orders, at every pipeline depth; of equally fast ones the search keeps the first.
+void offer_candidates(const ConvProblem& p, const PlannerConfig& config, CandidateSearch<Candidate>& search) {
   const double es = static_cast<double>(dtype_size(p.dtype));
   const int64_t kernel_elems = p.kernel[0] * p.kernel[1] * p.kernel[2];
   const double w_total = static_cast<double>(p.w_elements()) * es;
   const double y_total = static_cast<double>(p.y_elements()) * es;
-  const size_t budget = config.memory_limit;
-  const size_t bias_bytes = p.has_bias ? slot_bytes(p.k, es) : 0;  // bias stays on the device whole
+  const size_t bias_bytes = bias_slot(p);
+  const std::array<int64_t, 5> x_extent{p.n, p.c, p.in[0], p.in[1], p.in[2]};
+  const std::array<int64_t, 5> y_extent{p.n, p.k, p.out[0], p.out[1], p.out[2]};
 
   std::array<std::vector<SpatialSplit>, kMaxSpatial> spatial;
   for (int d = 0; d < kMaxSpatial; ++d)
     for (int64_t t : candidate_tiles(p.out[d])) spatial[d].push_back(spatial_split(p, d, t));
 
-  Candidate best;
-  bool found = false;
-  size_t smallest_peak = std::numeric_limits<size_t>::max();
-  const size_t kMaxChunks = planner_parts::kMaxChunks;
-
   for (int64_t tk : candidate_tiles(p.k))
     for (int64_t tc : candidate_tiles(p.c)) {
       const int64_t w_elems = tk * tc * kernel_elems;
-      if (w_elems > kMaxChunkElements) continue;
       for (int64_t tn : candidate_tiles(p.n))
         for (const SpatialSplit& s0 : spatial[0])
           for (const SpatialSplit& s1 : spatial[1])
             for (const SpatialSplit& s2 : spatial[2]) {
               const int64_t x_elems = tn * tc * s0.max_in * s1.max_in * s2.max_in;
               const int64_t y_elems = tn * tk * s0.tile * s1.tile * s2.tile;
-              if (x_elems > kMaxChunkElements || y_elems > kMaxChunkElements) continue;
               Candidate c;
               c.tiling = Tiling{tn, tk, tc, {s0.tile, s1.tile, s2.tile}};
               c.tiles_n = ceil_div(p.n, tn);
               c.tiles_k = ceil_div(p.k, tk);
               c.tiles_c = ceil_div(p.c, tc);
               c.tiles_out = {s0.tiles, s1.tiles, s2.tiles};
-              const double chunks = static_cast<double>(c.tiles_n) * c.tiles_k * c.tiles_c * s0.tiles * s1.tiles * s2.tiles;
-              if (chunks > static_cast<double>(kMaxChunks)) continue;
+              const double chunks =
+                  static_cast<double>(c.tiles_n) * c.tiles_k * c.tiles_c * s0.tiles * s1.tiles * s2.tiles;
+              const int64_t largest = std::max({x_elems, w_elems, y_elems});
+              if (!search.within_limits(largest, chunks)) continue;
               c.x_slot = slot_bytes(x_elems, es);
               c.w_slot = slot_bytes(w_elems, es);
               c.y_slot = slot_bytes(y_elems, es);
@@ -206,34 +176,26 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
                   count_traffic(p, c, x_once, w_total, y_total);
                   c.peak = c.x_buffers * c.x_slot + c.w_buffers * c.w_slot + c.buffers * c.y_slot + bias_bytes +
                            config.workspace_bytes;
-                  smallest_peak = std::min(smallest_peak, c.peak);
-                  if (c.peak > budget) continue;
-                  TrafficEstimate t;
-                  t.bytes_h2d = c.bytes_h2d;
-                  t.bytes_d2h = c.bytes_d2h;
-                  t.flops = p.flops();
-                  t.num_chunks = chunks;
-                  t.reduction_depth = static_cast<double>(tc * kernel_elems);
-                  t.output_channels = static_cast<double>(tk);
-                  t.copy_run_bytes = es * static_cast<double>(std::min(
-                      contiguous_run({tn, tc, s0.max_in, s1.max_in, s2.max_in}, {p.n, p.c, p.in[0], p.in[1], p.in[2]}),
-                      contiguous_run({tn, tk, s0.tile, s1.tile, s2.tile}, {p.n, p.k, p.out[0], p.out[1], p.out[2]})));
-                  t.first_load_bytes = static_cast<double>(c.x_slot + c.w_slot);
-                  t.last_store_bytes = static_cast<double>(c.y_slot);
-                  t.buffers = buffers;
-                  c.seconds = predict_seconds(t, config.machine);
-                  if (!found || c.seconds < best.seconds * (1 - 1e-9)) {
-                    best = c;
-                    found = true;
-                  }
+                  search.offer(c, {c.peak, largest, chunks}, [&] {
+                    TrafficEstimate t = traffic_estimate(c.bytes_h2d, c.bytes_d2h, p.flops(), chunks);
+                    t.reduction_depth = static_cast<double>(tc * kernel_elems);
+                    t.output_channels = static_cast<double>(tk);
+                    t.copy_run_bytes =
+                        shortest_run_bytes(es, {CopyRegion{{tn, tc, s0.max_in, s1.max_in, s2.max_in}, x_extent},
+                                                CopyRegion{{tn, tk, s0.tile, s1.tile, s2.tile}, y_extent}});
+                    t.first_load_bytes = static_cast<double>(c.x_slot + c.w_slot);
+                    t.last_store_bytes = static_cast<double>(c.y_slot);
+                    t.buffers = buffers;
+                    return predict_seconds(t, config.machine);
+                  });
                 }
             }
     }
+}
 
-  if (!found) planner_parts::throw_out_of_budget(p, budget, smallest_peak, config.workspace_bytes != 0);
-
-  Plan plan = planner_parts::plan_with_totals(p, config, config.workspace_bytes, best.peak, best.bytes_h2d,
-                                              best.bytes_d2h, best.seconds);
+Plan plan_of(const ConvProblem& p, const PlannerConfig& config, const Candidate& best, double seconds) {
+  Plan plan = plan_with_totals(p, config, config.workspace_bytes, best.peak, best.bytes_h2d,
+                                              best.bytes_d2h, seconds);
   plan.tiling = best.tiling;
   plan.splits_n = best.tiles_n;
   plan.splits_k = best.tiles_k;
@@ -243,17 +205,39 @@ Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
   plan.buffers = best.buffers;
   plan.y_buffers = best.buffers;
   plan.bias_buffers = p.has_bias ? 1 : 0;
-  plan.w_buffers = best.w_buffers;
-  plan.w_resident = best.w_loads == 1;
-  plan.x_slot_bytes = best.x_slot;
-  plan.w_slot_bytes = best.w_slot;
-  plan.y_slot_bytes = best.y_slot;
-  plan.bias_bytes = bias_bytes;
-  plan.chunks = expand_chunks(p, best);
   // x's slot count follows from how often it loads; keep the plan's own count consistent with it.
-  plan.x_buffers = best.x_buffers;
+  set_x_w_slots(plan, best.x_buffers, best.x_slot, best.w_buffers, best.w_slot, best.w_loads == 1);
+  plan.y_slot_bytes = best.y_slot;
+  plan.bias_bytes = bias_slot(p);
+  plan.chunks = expand_chunks(p, best);
   return plan;
 }
+
+Plan plan_with_workspace(const ConvProblem& p, const PlannerConfig& config) {
+  return search_plan<Candidate>(
+      config.memory_limit, [&](auto& search) { offer_candidates(p, config, search); },
+      [&](const Candidate& best, double seconds) { return plan_of(p, config, best, seconds); },
+      [&](size_t need) {
+        throw_out_of_budget(p, config.memory_limit, need, config.workspace_bytes != 0);
+      });
+}
+
 }  // namespace
+
+const char* loop_order_name(LoopOrder order) {
+  switch (order) {
+    case LoopOrder::k_outer: return "k_outer";
+    case LoopOrder::ns_outer: return "ns_outer";
+    case LoopOrder::c_outer: return "c_outer";
+  }
+  return "?";
+}
+
+Plan plan_conv_forward_for(const ConvProblem& p, const PlannerConfig& config) {
+  if (p.op != Operation::forward) throw std::logic_error("plan_conv_forward_for: not a forward problem");
+  return with_grown_workspace(
+      with_workspace_fallback(config, [&](const PlannerConfig& c) { return plan_with_workspace(p, c); }),
+      config);
+}
 
 }  // namespace ooc

@@ -1,17 +1,17 @@
-// Pieces every planner shares (planner.cpp: forward; backward_planner.cpp: the gradients): tile
-// candidates, slot sizes, copy-run lengths, the out-of-budget report and the workspace fallback.
+// Pieces every planner shares: tile candidates, slot sizes, copy-run lengths, the out-of-budget
+// report, the plan's common fields and the workspace fallback (the search: candidate_search.hpp).
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
 #include <vector>
 
 #include "ooc/errors.hpp"
 #include "ooc/problem.hpp"
-#include "plan/cost_model.hpp"
 #include "plan/planner.hpp"
 #include "plan/shape_format.hpp"
 
@@ -23,6 +23,11 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline size_t slot_bytes(int64_t elements, double element_size) {
   const size_t bytes = static_cast<size_t>(elements * element_size);
   return (bytes + 255) / 256 * 256;
+}
+
+// The bias (forward, GEMM) stays on the device whole, in one slot.
+inline size_t bias_slot(const ConvProblem& p) {
+  return p.has_bias ? slot_bytes(p.k, static_cast<double>(dtype_size(p.dtype))) : 0;
 }
 
 // Tile sizes worth trying for an extent: E / 1, 2, 4, 8, ... rounded up, and 1 (distinct values).
@@ -45,17 +50,31 @@ inline int64_t contiguous_run(const std::array<int64_t, 5>& box_extent, const st
   return run;
 }
 
-// The most chunks a plan may have (the chunk list is materialized).
-constexpr size_t kMaxChunks = size_t{1} << 22;
+// A box a chunk copies and the extents of the tensor it is cut from.
+struct CopyRegion {
+  std::array<int64_t, 5> box, tensor;
+};
+
+// The shortest contiguous run, in bytes, of the regions a chunk copies: what the cost model
+// charges short copies by (TrafficEstimate::copy_run_bytes).
+inline double shortest_run_bytes(double element_size, std::initializer_list<CopyRegion> regions) {
+  int64_t shortest = std::numeric_limits<int64_t>::max();
+  for (const CopyRegion& r : regions) shortest = std::min(shortest, contiguous_run(r.box, r.tensor));
+  return element_size * static_cast<double>(shortest);
+}
 
 // Thrown when no candidate fits: says what the smallest plan needs (smallest_peak: the least
-// peak seen; max() when every candidate broke the 2^31-element limit).
+// peak seen; max() when every candidate broke the 2^31-element limit) and, for an operation that
+// never splits some dimensions (kept_whole: what must stay whole), why.
 [[noreturn]] inline void throw_out_of_budget(const ConvProblem& p, size_t budget, size_t smallest_peak,
-                                             bool with_workspace) {
+                                             bool with_workspace, const char* kept_whole = nullptr) {
+  const bool none = smallest_peak == std::numeric_limits<size_t>::max();
   std::ostringstream msg;
   msg << "memory_limit of " << format_bytes(static_cast<double>(budget)) << " is too small for " << p.describe()
-      << ": the smallest plan needs ";
-  if (smallest_peak == std::numeric_limits<size_t>::max())
+      << ": ";
+  if (kept_whole && !none) msg << kept_whole << " must fit on the device whole, and ";
+  msg << "the smallest plan needs ";
+  if (none)
     msg << "chunks of more than 2^31 elements";
   else
     msg << format_bytes(static_cast<double>(smallest_peak)) << " (" << smallest_peak << " bytes"
@@ -80,27 +99,15 @@ inline Plan plan_with_totals(const ConvProblem& p, const PlannerConfig& config, 
   return plan;
 }
 
-// A search's best candidate so far (C: a candidate with `peak` and `seconds`): offer() notes the
-// smallest peak seen and keeps a candidate that fits `budget` and is predicted faster (ties keep
-// the earlier one). Returns whether it was kept.
-template <typename C>
-struct BestCandidate {
-  size_t budget = 0;
-  C best{};
-  bool found = false;
-  size_t smallest_peak = std::numeric_limits<size_t>::max();
-
-  bool offer(C& c, TrafficEstimate t, int buffers, const MachineModel& machine) {
-    smallest_peak = std::min(smallest_peak, c.peak);
-    if (c.peak > budget) return false;
-    t.buffers = buffers;
-    c.seconds = predict_seconds(t, machine);
-    if (found && !(c.seconds < best.seconds * (1 - 1e-9))) return false;
-    best = c;
-    found = true;
-    return true;
-  }
-};
+// The slots of a plan that streams x- and w-shaped tensors (w_resident: w is loaded once and stays).
+inline void set_x_w_slots(Plan& plan, int x_slots, size_t x_slot_bytes, int w_slots, size_t w_slot_bytes,
+                          bool w_resident) {
+  plan.x_buffers = x_slots;
+  plan.x_slot_bytes = x_slot_bytes;
+  plan.w_buffers = w_slots;
+  plan.w_slot_bytes = w_slot_bytes;
+  plan.w_resident = w_resident;
+}
 
 // Algorithms may use workspace, but every one also has a zero-workspace fallback: when the
 // allowance leaves no room for any plan, plan again without it.

@@ -1,0 +1,88 @@
+// The one candidate search every planner runs. A planner enumerates its candidates (tile sizes,
+// loop orders, pipeline depths) and offers each with its footprint and a way to cost it; the
+// search applies the fit check, ranks what fits by the cost, keeps the best, remembers the least
+// memory a candidate over the budget needed (for the out_of_budget message) and has the winner
+// expanded into its plan. What a candidate costs is the planner's and the cost model's business
+// (cost_model.hpp): the search only compares the numbers, so that either can change alone (as
+// Halide's autoscheduler keeps its cost model apart from its search).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+
+#include "ooc/plan.hpp"
+#include "plan/planner.hpp"
+
+namespace ooc::planner_parts {
+
+// The most chunks a plan may have (the chunk list is materialized).
+constexpr size_t kMaxChunks = size_t{1} << 22;
+
+// What the fit check reads of a candidate.
+struct Footprint {
+  size_t peak = 0;                   // device bytes at peak, workspace included
+  int64_t largest_chunk_tensor = 0;  // elements of the largest region one chunk holds of a tensor
+  double chunks = 1;                 // chunks of the plan (a double: tile counts multiply without overflow)
+};
+
+template <typename Candidate>
+class CandidateSearch {
+ public:
+  explicit CandidateSearch(size_t budget) : budget_(budget) {}
+
+  // A candidate whose chunk regions break cuDNN's 2^31-element limit, or whose chunk list is too
+  // long, is no plan: it is dropped and its peak is no need. One over the budget only notes its
+  // peak as a need. One that fits is costed (cost() runs only then) and kept when it is predicted
+  // faster than the best by more than rounding: ties keep the earlier, so each planner enumerates
+  // its preferred candidates first.
+  template <typename Cost>
+  void offer(const Candidate& candidate, const Footprint& footprint, Cost cost) {
+    if (!within_limits(footprint.largest_chunk_tensor, footprint.chunks)) return;
+    if (footprint.peak > budget_) {
+      smallest_need_ = std::min(smallest_need_, footprint.peak);
+      return;
+    }
+    const double seconds = cost();
+    if (found_ && !(seconds < best_seconds_ * (1 - 1e-9))) return;
+    best_ = candidate;
+    best_seconds_ = seconds;
+    found_ = true;
+  }
+
+  // Whether a candidate with these chunk regions and chunk count can be a plan at all: an
+  // enumeration may skip building the candidates that offer() would drop anyway.
+  static bool within_limits(int64_t largest_chunk_tensor, double chunks) {
+    return largest_chunk_tensor <= kMaxChunkElements && chunks <= static_cast<double>(kMaxChunks);
+  }
+
+  bool found() const { return found_; }
+  const Candidate& best() const { return best_; }
+  double best_seconds() const { return best_seconds_; }
+  // The least peak of a candidate within the limits but over the budget; max() when there was none.
+  size_t smallest_need() const { return smallest_need_; }
+
+ private:
+  size_t budget_;
+  Candidate best_{};
+  double best_seconds_ = 0;
+  bool found_ = false;
+  size_t smallest_need_ = std::numeric_limits<size_t>::max();
+};
+
+// A planner's search: enumerate(search) offers every candidate; expand(best, its seconds) makes the
+// winner's plan; when nothing fits, no_fit(smallest need) throws out_of_budget.
+template <typename Candidate, typename Enumerate, typename Expand, typename NoFit>
+Plan search_plan(size_t budget, Enumerate enumerate, Expand expand, NoFit no_fit) {
+  CandidateSearch<Candidate> search(budget);
+  enumerate(search);
+  if (!search.found()) {
+    no_fit(search.smallest_need());
+    throw std::logic_error("candidate search: nothing fits and no out_of_budget was thrown");
+  }
+  return expand(search.best(), search.best_seconds());
+}
+
+}  // namespace ooc::planner_parts
