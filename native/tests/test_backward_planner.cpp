@@ -30,7 +30,7 @@ size_t needed_bytes(const ConvProblem& p, size_t workspace = 0) {
   return ooc_test::smallest_budget(ooc::plan_conv_backward_for, p, workspace);
 }
 
-// An H200-like machine (DESIGN.md section 4): links at tens of GB/s, compute far faster, so plans
+// An H200-like machine (docs/ARCHITECTURE.md, "Machine figures"): links at tens of GB/s, compute far faster, so plans
 // are ranked by the bytes they move.
 PlannerConfig link_bound(size_t memory_limit) {
   PlannerConfig c = config(memory_limit);

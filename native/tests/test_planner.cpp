@@ -260,7 +260,7 @@ TEST(Planner, FewerChunksAllElseEqual) {
   EXPECT_EQ(plan.num_chunks(), 1u) << plan.describe();
 }
 
-// An H200-like machine: links at tens of GB/s, compute far faster (DESIGN.md section 4), so plans
+// An H200-like machine: links at tens of GB/s, compute far faster (docs/ARCHITECTURE.md, "Machine figures"), so plans
 // are ranked by the bytes they move.
 ooc::MachineModel link_bound_machine() {
   ooc::MachineModel m;

@@ -1,4 +1,5 @@
-// A fixed pool of host worker threads for gathering and scattering chunk regions. parallel_for
+// A fixed pool of host worker threads: the pipeline gathers and scatters chunk regions on it, the
+// host backend runs its kernels on it (so it sits in util/, below both). parallel_for
 // splits [0, count) into contiguous blocks, runs them on the workers and the calling thread, and
 // returns when all are done (rethrowing the first exception).
 #pragma once
