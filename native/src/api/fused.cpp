@@ -8,6 +8,7 @@
 #include "api/run_operation.hpp"
 #include "exec/fused_pipeline.hpp"
 #include "util/thread_pool.hpp"
+#include "plan/checked_size.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/fused_planner.hpp"
 #include "plan/planner.hpp"
@@ -168,6 +169,8 @@ ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vecto
   if (x_shape[1] != w_shape[0])
     throw invalid_argument("x has " + std::to_string(x_shape[1]) + " channels, w" + format_shape(w_shape) +
                            " expects " + std::to_string(w_shape[0]) + " (w is [in_channels, out_channels, ...])");
+  checked::tensor_elements(x_shape, dtype_size(DType::float32), "x");
+  checked::tensor_elements(w_shape, dtype_size(DType::float32), "w");
   const size_t sd = w_shape.size() - 2;
   auto option = [&](const std::vector<int64_t>& v, const char* name, size_t d) {
     if (v.size() != 1 && v.size() != sd)
@@ -184,7 +187,11 @@ ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vecto
       throw invalid_argument("output_padding must be non-negative and smaller than stride, got output_padding=" +
                              std::to_string(op) + " and stride=" + std::to_string(s) + " (dimension " +
                              std::to_string(d) + ")");
-    const int64_t out = (x_shape[2 + d] - 1) * s - 2 * pad + dil * (w_shape[2 + d] - 1) + op + 1;
+    // (x - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1, checked.
+    int64_t out = checked::mul(x_shape[2 + d] - 1, s, "stride");
+    out = checked::add(out, checked::mul(dil, w_shape[2 + d] - 1, "dilation"), "the output");
+    out = checked::add(out, checked::add(op, 1, "output_padding"), "the output");
+    out = checked::add(out, -checked::mul(2, pad, "padding"), "the output");
     if (out <= 0)
       throw invalid_argument("the transposed convolution's output would be empty: " + std::to_string(out) +
                              " rows along dimension " + std::to_string(d) + " of x" + format_shape(x_shape));

@@ -9,6 +9,7 @@
 #include "exec/pool_activation_softmax_pipeline.hpp"
 #include "util/thread_pool.hpp"
 #include "plan/conv_geometry.hpp"
+#include "plan/checked_size.hpp"
 #include "plan/layer_planner.hpp"
 #include "plan/shape_format.hpp"
 
@@ -125,10 +126,11 @@ ConvProblem pool_problem(const std::vector<int64_t>& x_shape, const std::vector<
   p.stride = expand(stride, "stride", 1);
   p.padding = expand(padding, "padding", 0);
   for (int d = 0; d < sd; ++d) {
-    if (2 * p.padding[d] > p.kernel[d])
+    if (p.padding[d] > p.kernel[d] / 2)  // 2 * padding > kernel, without overflowing
       throw invalid_argument("padding: pad should be at most half of effective kernel size, but got pad=" +
                              std::to_string(p.padding[d]) + ", kernel_size=" + std::to_string(p.kernel[d]) +
                              " (dimension " + std::to_string(d) + ")");
+    checked::add(p.in[d], checked::mul(2, p.padding[d], "padding"), "the padded input");
     p.out[d] = conv_output_size(p.in[d], p.kernel[d], p.stride[d], p.padding[d], 1);
     if (p.out[d] <= 0)
       throw invalid_argument("kernel: kernel size " + std::to_string(p.kernel[d]) +
@@ -190,6 +192,7 @@ ConvProblem layer_problem(Operation op, const std::vector<int64_t>& shape) {
   for (int64_t d : shape)
     if (d <= 0) throw invalid_argument(std::string(operation_name(op)) + ": every dimension must be positive, got " +
                                        format_shape(shape));
+  checked::tensor_elements(shape, dtype_size(DType::float32), std::string(operation_name(op)) + ": the tensor");
   ConvProblem p;
   p.op = op;
   p.spatial_dims = static_cast<int>(shape.size()) - 2;

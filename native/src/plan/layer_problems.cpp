@@ -4,6 +4,7 @@
 
 #include "ooc/errors.hpp"
 #include "ooc/problem.hpp"
+#include "plan/checked_size.hpp"
 #include "plan/shape_format.hpp"
 
 namespace ooc {
@@ -24,6 +25,9 @@ ConvProblem matmul_problem(const std::vector<int64_t>& a_shape, const std::vecto
     throw invalid_argument("mat1 and mat2 shapes cannot be multiplied (" + by(a_shape) + " and " + by(b_shape) + ")");
   for (int64_t v : {a_shape[0], a_shape[1], b_shape[1]})
     if (v <= 0) throw invalid_argument("matmul: every dimension must be positive, got mat1 " + by(a_shape) + " and mat2 " + by(b_shape));
+  checked::tensor_elements(a_shape, dtype_size(DType::float32), "mat1");
+  checked::tensor_elements(b_shape, dtype_size(DType::float32), "mat2");
+  checked::tensor_elements({a_shape[0], b_shape[1]}, dtype_size(DType::float32), "the product of mat1 and mat2");
   ConvProblem p;
   p.op = Operation::matmul;
   p.spatial_dims = 1;
@@ -44,6 +48,7 @@ ConvProblem batchnorm_problem(Operation op, const std::vector<int64_t>& x_shape)
     throw invalid_argument("x must have 2 to 5 dimensions (N, C, spatial...), got " + std::to_string(x_shape.size()));
   for (int64_t v : x_shape)
     if (v <= 0) throw invalid_argument("x must have no empty dimension, got shape " + format_shape(x_shape));
+  checked::tensor_elements(x_shape, dtype_size(DType::float32), "x");
   ConvProblem p;
   p.op = op;
   p.spatial_dims = x_shape.size() == 2 ? 1 : static_cast<int>(x_shape.size()) - 2;

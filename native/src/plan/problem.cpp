@@ -5,6 +5,7 @@
 #include "ooc/errors.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/layer_problems.hpp"
+#include "plan/checked_size.hpp"
 #include "plan/shape_format.hpp"
 
 namespace ooc {
@@ -87,6 +88,8 @@ ConvProblem forward_geometry(const std::vector<int64_t>& x_shape, const std::vec
   for (size_t i = 0; i < w_shape.size(); ++i)
     if (w_shape[i] <= 0) throw invalid_argument("w has a zero or negative dimension: " + format_shape(w_shape));
   if (groups <= 0) throw invalid_argument("non-positive groups is not supported");
+  checked::tensor_elements(x_shape, dtype_size(dtype), x_name);
+  checked::tensor_elements(w_shape, dtype_size(dtype), "w");
 
   ConvProblem p;
   p.spatial_dims = spatial;
@@ -122,6 +125,9 @@ ConvProblem forward_geometry(const std::vector<int64_t>& x_shape, const std::vec
     throw invalid_argument(msg.str());
   }
   for (int d = 0; d < spatial; ++d) {
+    // conv_output_size's padded input and dilated kernel, checked before it computes them unchecked.
+    checked::add(p.in[d], checked::mul(2, p.padding[d], "padding"), "the padded input");
+    checked::add(checked::mul(p.dilation[d], p.kernel[d] - 1, "dilation"), 1, "the dilated kernel");
     p.out[d] = conv_output_size(p.in[d], p.kernel[d], p.stride[d], p.padding[d], p.dilation[d]);
     if (p.out[d] <= 0) {
       std::vector<int64_t> padded, span;
@@ -135,6 +141,7 @@ ConvProblem forward_geometry(const std::vector<int64_t>& x_shape, const std::vec
       throw invalid_argument(msg.str());
     }
   }
+  checked::tensor_elements(p.y_shape(), dtype_size(dtype), "the output");
   if (groups != 1)
     throw not_supported("groups > 1 is not supported yet (planned: split along groups); got groups=" +
                         std::to_string(groups));
@@ -194,6 +201,7 @@ ConvProblem ConvProblem::backward_bias(const std::vector<int64_t>& dy_shape, dou
   }
   for (int64_t v : dy_shape)
     if (v <= 0) throw invalid_argument("dy has a zero or negative dimension: " + format_shape(dy_shape));
+  checked::tensor_elements(dy_shape, dtype_size(dtype), "dy");
   // The geometry of a 1x1 convolution from one channel to k: x and y have the same spatial
   // extent, so every spatial range the planner derives is dy's own.
   std::vector<int64_t> x_shape = dy_shape, w_shape(dy_shape.size(), 1);
