@@ -12,6 +12,8 @@ from pyooc._loader import load_native
 
 _native = load_native()
 
+from pyooc._arrays import as_int  # noqa: E402
+from pyooc._call_args import as_device  # noqa: E402
 from pyooc._last_stats import last_stats  # noqa: E402
 from pyooc.conv import conv_forward, plan_conv_forward  # noqa: E402
 from pyooc.conv_backward import (  # noqa: E402
@@ -58,7 +60,7 @@ def device_count():
 def measure_link_bandwidth(device=0, nbytes=256 << 20):
     """Pinned host <-> device copy bandwidth in bytes/s, measured now: {"h2d", "d2h", "bidir"}
     (bidir: both directions at once, total). Raises CudaError without a GPU."""
-    return _native.measure_link_bandwidth(device, nbytes)
+    return _native.measure_link_bandwidth(as_device(device), as_int(nbytes, "nbytes", 1, 2**64 - 1))
 
 
 def roofline_seconds(bytes_in, bytes_out, bandwidth):

@@ -46,7 +46,8 @@ def spatial_tuple(value, spatial_dims, name):
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int or a tuple of ints, got bool")
     try:
-        return (operator.index(value),)
+        operator.index(value)
+        return (as_int(value, name),)
     except TypeError:
         pass
     try:
@@ -58,13 +59,28 @@ def spatial_tuple(value, spatial_dims, name):
     return tuple(as_int(v, name) for v in items)
 
 
-def as_int(value, name):
+INT64 = (-2**63, 2**63 - 1)
+
+
+def as_int(value, name, low=INT64[0], high=INT64[1]):
+    """An int in [low, high] (by default what libooc's int64 holds): TypeError for a non-int,
+    ValueError naming the argument outside the range, never an OverflowError from the binding."""
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got bool")
     try:
-        return operator.index(value)
+        value = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def as_str(value, name):
+    """value as a str (numpy.str_ and other str subclasses become plain str, as the bindings take)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    return str(value)
 
 
 def as_float(value, name):

@@ -27,8 +27,12 @@ def call_options(memory_limit, backend, device, pinned=False):
     None: the process default), backend, device; pinned (plan_* only): plan as if every array
     were pinned."""
     check_backend(backend)
-    return _native.CallOptions(parse_memory_limit(memory_limit) or 0, backend, as_int(device, "device"),
-                               bool(pinned))
+    return _native.CallOptions(parse_memory_limit(memory_limit) or 0, backend, as_device(device), bool(pinned))
+
+
+def as_device(device):
+    """A CUDA device ordinal as the binding's int takes it (libooc says which are present)."""
+    return as_int(device, "device", -2**31, 2**31 - 1)
 
 
 def conv_args(spatial, stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
@@ -62,15 +66,17 @@ def conv_inputs(x, w, bias):
     """x, w and bias (or None) as zero-copy views, bias checked against w's output channels."""
     x = as_input(x, "x")
     w = as_input(w, "w")
-    return x, w, bias_input(bias, w.shape[0], "output channel")
+    # A w without dimensions is refused by libooc, naming its rank; its bias is checked for rank alone.
+    return x, w, bias_input(bias, w.shape[0] if w.ndim else None, "output channel")
 
 
 def bias_input(bias, count, per):
-    """bias (or None) as a zero-copy view of `count` floats, one per `per` ("output channel", ...)."""
+    """bias (or None) as a zero-copy view of `count` floats (None: any), one per `per` ("output
+    channel", ...)."""
     if bias is None:
         return None
     bias = as_input(bias, "bias")
-    if bias.ndim != 1 or bias.shape[0] != count:
+    if bias.ndim != 1 or (count is not None and bias.shape[0] != count):
         raise ValueError(f"bias must have shape [{count}] (one per {per}), got {list(bias.shape)}")
     return bias
 

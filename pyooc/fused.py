@@ -8,20 +8,21 @@ validates the geometry."""
 import numpy as np
 
 from pyooc import _last_stats
-from pyooc._arrays import as_input, as_output, as_shape, spatial_tuple
+from pyooc._arrays import as_input, as_output, as_shape, as_str, spatial_tuple
 from pyooc._call_args import bias_input, check_dtype, conv_args, conv_inputs, spatial_dims
 from pyooc._loader import load_native
-from pyooc.layers import _coef, _str
+from pyooc.layers import _coef
 
 _native = load_native()
 _NEEDS_Z = "alpha2 != 0 needs z (y = act(alpha1 * conv(x, w) + alpha2 * z + bias))"
 
 
 def _activation_coef(activation, coef):
-    """activation's name and coef as libooc takes them: "identity" has none; the others as
+    """(activation, coef) as libooc takes them: "identity" has no coef; the others as
     activation_forward's modes, with its coef as activation_forward takes it."""
-    _native.fused_activation(_str(activation, "activation"), 0.0)  # ValueError listing the names
-    return 0.0 if activation == "identity" else _coef(activation, coef)
+    activation = as_str(activation, "activation")
+    _native.fused_activation(activation, 0.0)  # ValueError listing the names
+    return activation, 0.0 if activation == "identity" else _coef(activation, coef)
 
 
 def _z_input(z, y_shape, alpha2):
@@ -89,7 +90,7 @@ def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=Non
     alpha2 != 0 needs z; as in cuDNN, z is not read when alpha2 == 0. The result is a new array, or
     `out` (which may be z itself: in place)."""
     x, w, bias = conv_inputs(x, w, bias)
-    coef = _activation_coef(activation, coef)
+    activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
     z = _z_input(z, y_shape, o["alpha2"])
@@ -116,7 +117,7 @@ def plan_conv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, a
 
 def _pool_geometry(spatial, kernel, stride, padding, mode):
     """The pooling's kernel, stride (default: the kernel, as torch) and padding as tuples, mode checked."""
-    _native.pool_mode(_str(mode, "pool_mode"))
+    _native.pool_mode(as_str(mode, "pool_mode"))
     kernel = spatial_tuple(kernel, spatial, "pool_kernel")
     stride = kernel if stride is None else spatial_tuple(stride, spatial, "pool_stride")
     return kernel, stride, spatial_tuple(padding, spatial, "pool_padding")
@@ -138,9 +139,10 @@ def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_s
     the y rows its pooling windows need (so no window straddles two chunks: rows two tiles' windows
     share are computed twice, never moved). The result is a new array, or `out`."""
     x, w, bias = conv_inputs(x, w, bias)
-    coef = _activation_coef(activation, coef)
+    activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
+    pool_mode = as_str(pool_mode, "pool_mode")
     pool = _pool_geometry(spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
     out_shape = _native.pooled_shape(x.shape, w.shape, *geometry, *pool)
     y_shape = _native.conv_output_shape(x.shape, w.shape, *geometry)
@@ -190,7 +192,7 @@ def deconv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=N
     Its plan is the backward-data plan of that composition's first step (its chunks: dx is y's
     rows, dy is x's)."""
     x, w, bias = as_input(x, "x"), as_input(w, "w"), None if bias is None else as_input(bias, "bias")
-    coef = _activation_coef(activation, coef)
+    activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
     output_padding = spatial_tuple(output_padding, spatial_dims(w.shape), "output_padding")
     geometry = (o["stride"], o["padding"], output_padding, o["dilation"], o["groups"])
@@ -287,7 +289,7 @@ def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu",
     (pre=None then moves one tensor less). "identity": dz = dy (y unused). The
     results are new arrays, or out=(dx, dw, db)."""
     x, dy, w = as_input(x, "x"), as_input(dy, "dy"), as_input(w, "w")
-    coef = _activation_coef(activation, coef)
+    activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
     _native.check_conv_backward_data_filter_bias(x.shape, dy.shape, w.shape, *geometry)
@@ -315,7 +317,7 @@ def plan_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *
     activation's input), without running it: bytes_h2d counts dy, y (and pre) once each."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
     check_dtype(dtype)
-    coef = _activation_coef(activation, coef)
+    activation, coef = _activation_coef(activation, coef)
     o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device, pinned)
     return _native.plan_activation_conv_backward_data_filter_bias(
         *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], o["options"])
@@ -339,9 +341,10 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
     over those windows; dims the pooling pads are never split. The results are new arrays, or
     out=(dx, dw, db)."""
     x, dq, w = as_input(x, "x"), as_input(dq, "dq"), as_input(w, "w")
-    coef = _activation_coef(activation, coef)
+    activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
+    pool_mode = as_str(pool_mode, "pool_mode")
     pool = _pool_geometry(spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
     y_shape = tuple(_native.conv_output_shape(x.shape, w.shape, *geometry))
     pooled = tuple(_native.pooled_shape(x.shape, w.shape, *geometry, *pool))
@@ -372,7 +375,7 @@ def plan_pooling_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_
     y (and pre) over their windows."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
     check_dtype(dtype)
-    coef = _activation_coef(activation, coef)
+    activation, coef = _activation_coef(activation, coef)
     o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device, pinned)
     pool = _pool_geometry(spatial_dims(shapes[2]), pool_kernel, pool_stride, pool_padding, "max")
     return _native.plan_pooling_activation_conv_backward_data_filter_bias(

@@ -6,18 +6,12 @@ plans the split and runs it with the GIL released."""
 import numpy as np
 
 from pyooc import _last_stats
-from pyooc._arrays import as_float, as_input, as_output, as_shape
+from pyooc._arrays import as_float, as_input, as_output, as_shape, as_str
 from pyooc._call_args import call_options, check_dtype
 from pyooc._loader import load_native
 
 _native = load_native()
 
-
-
-def _str(value, name):
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    return value
 
 
 def _activation_shape(shape):
@@ -34,7 +28,7 @@ def _softmax_shape(shape, name):
 
 def _coef(mode, coef):
     # coef's meaning and default per mode come from libooc (ValueError listing the modes).
-    what, default, _ = _native.activation_traits(_str(mode, "mode"))
+    what, default, _ = _native.activation_traits(as_str(mode, "mode"))
     if not what:
         return 0.0 if coef is None else as_float(coef, "coef")
     if coef is None:
@@ -63,7 +57,7 @@ def activation_forward(x, mode, *, coef=None, out=None, memory_limit=None, backe
     ceiling, required), "elu" (coef: alpha, default 1), "swish" (coef: beta, default 1), "gelu"
     (exact, torch's default) and "leaky_relu" (coef: negative_slope, default 0.01). `out` may be
     x itself (in place)."""
-    x = as_input(x, "x")
+    x, mode = as_input(x, "x"), as_str(mode, "mode")
     c = _coef(mode, coef)
     options = call_options(memory_limit, backend, device)
     y = _out(out, x.shape, {"x": x}, in_place_ok=x)
@@ -76,6 +70,7 @@ def activation_backward(y, dy, x, mode, *, coef=None, out=None, memory_limit=Non
     """dx = f'(x) * dy for y = activation_forward(x, mode, coef=coef). `out` may be dy (in place)."""
     y, dy, x = as_input(y, "y"), as_input(dy, "dy"), as_input(x, "x")
     _same_shape("y", y, dy=dy, x=x)
+    mode = as_str(mode, "mode")
     c = _coef(mode, coef)
     options = call_options(memory_limit, backend, device)
     dx = _out(out, y.shape, {"y": y, "dy": dy, "x": x}, in_place_ok=dy)
@@ -102,7 +97,7 @@ def softmax_forward(x, *, mode="channel", log=False, out=None, memory_limit=None
     torch's dim=1) or over C and all positions for each sample ("instance"). The reduced axes are
     never split; MemoryError when they alone exceed memory_limit. `out` may be x (in place)."""
     x = as_input(x, "x")
-    mode = _str(mode, "mode")
+    mode = as_str(mode, "mode")
     _native.softmax_mode(mode)
     shape = _softmax_shape(x.shape, "x")
     options = call_options(memory_limit, backend, device)
@@ -115,7 +110,7 @@ def softmax_backward(y, dy, *, mode="channel", log=False, out=None, memory_limit
     """dx, the gradient of softmax_forward (with the same mode and log) at y for dy. `out` may be dy."""
     y, dy = as_input(y, "y"), as_input(dy, "dy")
     _same_shape("y", y, dy=dy)
-    mode = _str(mode, "mode")
+    mode = as_str(mode, "mode")
     _native.softmax_mode(mode)
     shape = _softmax_shape(y.shape, "y")
     options = call_options(memory_limit, backend, device)
@@ -127,7 +122,7 @@ def softmax_backward(y, dy, *, mode="channel", log=False, out=None, memory_limit
 
 def _plan_softmax(operation, shape, mode, dtype, memory_limit, backend, device):
     check_dtype(dtype)
-    mode = _str(mode, "mode")
+    mode = as_str(mode, "mode")
     return _native.plan_layer(operation, _softmax_shape(as_shape(shape, "shape"), "shape"), mode, (), False,
                               call_options(memory_limit, backend, device))
 

@@ -12,6 +12,7 @@ _UNITS = {
     "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
+MAX_BYTES = 2**64 - 1  # libooc's size_t
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -31,7 +32,10 @@ def parse_memory_limit(limit, name="memory_limit"):
         if match is None or unit not in _UNITS:
             raise ValueError(
                 f"{name}: could not parse {limit!r}; expected bytes or a size like '512MiB', '2GiB', '1.5GB'")
-        nbytes = int(float(match.group(1)) * _UNITS[unit])
+        value = float(match.group(1)) * _UNITS[unit]
+        if value == float("inf"):
+            raise ValueError(f"{name} must be finite, got {limit!r}")
+        nbytes = int(value)
     else:
         try:
             nbytes = operator.index(limit)
@@ -40,6 +44,8 @@ def parse_memory_limit(limit, name="memory_limit"):
                 f"{name} must be a number of bytes or a string like '512MiB', got {type(limit).__name__}") from None
     if nbytes <= 0:
         raise ValueError(f"{name} must be positive, got {limit!r}")
+    if nbytes > MAX_BYTES:
+        raise ValueError(f"{name} must be at most {MAX_BYTES} bytes (2^64 - 1), got {limit!r}")
     return nbytes
 
 

@@ -6,10 +6,9 @@ with the window halo (the backward keeps padded dims whole)."""
 import numpy as np
 
 from pyooc import _last_stats
-from pyooc._arrays import as_input, as_output, as_shape, spatial_tuple
+from pyooc._arrays import as_input, as_output, as_shape, as_str, spatial_tuple
 from pyooc._call_args import call_options, check_dtype, spatial_dims
 from pyooc._loader import load_native
-from pyooc.layers import _str
 
 _native = load_native()
 
@@ -27,7 +26,8 @@ def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, mem
     max_pool / avg_pool: stride defaults to the kernel; mode "max", "avg" (padding counted, torch's
     count_include_pad=True) or "avg_exclude_pad". The result is a new array, or `out`."""
     x = as_input(x, "x")
-    _native.pool_mode(_str(mode, "mode"))
+    mode = as_str(mode, "mode")
+    _native.pool_mode(mode)
     kernel, stride, padding = _geometry(x.shape, kernel, stride, padding)
     y_shape = _native.pool_output_shape(x.shape, kernel, stride, padding)
     options = call_options(memory_limit, backend, device)
@@ -56,7 +56,8 @@ def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=N
     pool_forward's result (max pooling routes each dy to its window's maximum). dx is tiled
     disjointly; overlapping windows (stride < kernel) are handled like conv_backward_data's."""
     y, dy, x = as_input(y, "y"), as_input(dy, "dy"), as_input(x, "x")
-    _native.pool_mode(_str(mode, "mode"))
+    mode = as_str(mode, "mode")
+    _native.pool_mode(mode)
     kernel, stride, padding = _geometry(x.shape, kernel, stride, padding)
     y_shape = _native.pool_output_shape(x.shape, kernel, stride, padding)
     for name, a in (("y", y), ("dy", dy)):
