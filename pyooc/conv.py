@@ -27,12 +27,12 @@ def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dila
                                      o["alpha"], o["beta"], bool(bias), o["options"])
 
 
-def conv_forward(x, w, *, bias=None, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
+def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
                  memory_limit=None, backend="auto", device=0):
     """y = alpha * conv(x, w) + beta * out + bias, computed out of core.
 
     Like torch.nn.functional.conv1d/2d/3d (cross-correlation; x [N, C, *spatial], w [K, C/groups,
-    *kernel], bias [K]), plus cuDNN's alpha/beta and a device-memory budget. x, w and bias go in
+    *kernel], bias [K], positional as torch's), plus cuDNN's alpha/beta and a device-memory budget. x, w and bias go in
     zero-copy (float32, C-contiguous, any buffer-protocol array: numpy, memory-mapped, pinned) and
     are never written. The result is a new array, or `out` (which beta then scales; beta != 0 needs
     out). memory_limit caps device bytes for this call (int or "512MiB"; default: set_memory_limit()).

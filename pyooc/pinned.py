@@ -5,6 +5,7 @@ import math
 import numpy as np
 
 from pyooc._arrays import as_int, as_shape
+from pyooc._exceptions import CudaError
 from pyooc._loader import load_native
 from pyooc.memory import MAX_BYTES
 
@@ -23,5 +24,11 @@ def pinned_empty(shape, dtype=np.float32):
     count = math.prod(shape)  # exact: numpy's int64 product would wrap
     if count * dtype.itemsize > MAX_BYTES:
         raise ValueError(f"shape {list(shape)} of {dtype} needs more than {MAX_BYTES} bytes")
-    allocation = _native.PinnedAllocation(count * dtype.itemsize)
+    try:
+        allocation = _native.PinnedAllocation(count * dtype.itemsize)
+    except CudaError as e:
+        if _native.device_count() > 0:
+            raise
+        # Without a GPU, CUDA reports its driver ("insufficient for CUDA runtime version"): say what it means.
+        raise CudaError(f"pinned_empty needs a CUDA GPU, and none is present ({e})", e.status) from None
     return np.frombuffer(allocation, dtype=dtype, count=count).reshape(shape)

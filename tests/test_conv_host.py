@@ -338,3 +338,11 @@ def test_host_backend_reports_no_queue_times(rng):
     pyooc.conv_forward(x, w, backend="host")
     stats = pyooc.last_stats()
     assert (stats["h2d_busy_seconds"], stats["compute_busy_seconds"], stats["d2h_busy_seconds"]) == (-1, -1, -1)
+
+
+def test_bias_is_positional_as_in_torch(rng):
+    # torch.nn.functional.conv2d(input, weight, bias): the third argument is the bias.
+    x, w, b = random_problem(rng, (2, 3, 9, 9), (4, 3, 3, 3), bias=True)
+    by_position = pyooc.conv_forward(x, w, b, padding=1, backend="host")
+    np.testing.assert_array_equal(by_position, pyooc.conv_forward(x, w, bias=b, padding=1, backend="host"))
+    assert rel_err(by_position, reference_conv(x, w, b, padding=1)) < TOL

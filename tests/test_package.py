@@ -73,8 +73,9 @@ def test_pinned_empty_without_gpu():
         a = pyooc.pinned_empty((3, 4), np.float32)
         assert a.shape == (3, 4) and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
     else:
-        with pytest.raises(pyooc.CudaError):
+        with pytest.raises(pyooc.CudaError, match="pinned_empty needs a CUDA GPU, and none is present") as e:
             pyooc.pinned_empty((3, 4), np.float32)
+        assert isinstance(e.value.status, int)
         with pytest.raises(pyooc.CudaError):
             pyooc.pinned_empty(16)
 
