@@ -18,17 +18,7 @@
 namespace ooc {
 namespace {
 
-using Planner = std::function<Plan(const PlannerConfig&)>;
-
-// A fused function's plan twin: `key` names the function and its problem(s).
-Plan plan_only(const Options& options, PlanKey key, Planner planner) {
-  return plan_operation({std::move(key), std::move(planner), {}, {}}, options);
-}
-
-void plan_and_run(const Options& options, PlanKey key, std::vector<const void*> tensors, Planner planner,
-                  std::function<RunStats(const Plan&, Backend&)> run, Plan* used, RunStats* stats) {
-  run_operation({std::move(key), std::move(planner), std::move(tensors), std::move(run)}, options, used, stats);
-}
+using Run = std::function<RunStats(const Plan&, Backend&)>;
 
 PlanKey& add_activation(PlanKey& key, const FusedActivation& a, bool with_pre) {
   return key.add(a.identity).add(a.mode).add(a.coef).add(with_pre);
@@ -96,10 +86,20 @@ FusedActivation fused_activation_from_name(const std::string& name, double coef)
   return a;
 }
 
+namespace {
+
+// Each fused function's call (run_operation.hpp): its key and planner written once, for the plan_*
+// twin (no tensors, no run) and the run alike.
+OperationCall bias_activation_call(const ConvProblem& p, std::vector<const void*> tensors = {}, Run run = {}) {
+  return {PlanKey("conv_bias_activation_forward").add(p),
+          [&p](const PlannerConfig& c) { return plan_bias_activation(p, c); }, std::move(tensors), std::move(run)};
+}
+
+}  // namespace
+
 Plan plan_conv_bias_activation_forward(const ConvProblem& problem, const Options& options) {
   require_forward(problem, "plan_conv_bias_activation_forward");
-  return plan_only(options, PlanKey("conv_bias_activation_forward").add(problem),
-                   [&](const PlannerConfig& c) { return plan_bias_activation(problem, c); });
+  return plan_operation(bias_activation_call(problem), options);
 }
 
 void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
@@ -109,14 +109,12 @@ void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivat
   if (!x || !w || !y || (problem.has_bias && !bias) || (problem.beta != 0.0 && !z))
     throw invalid_argument("conv_bias_activation_forward: null data pointer");
   const float* z_read = problem.beta != 0.0 ? z : nullptr;
-  plan_and_run(
-      options, PlanKey("conv_bias_activation_forward").add(problem),
-      {x, w, z_read, bias, y},
-      [&](const PlannerConfig& c) { return plan_bias_activation(problem, c); },
-      [&](const Plan& plan, Backend& backend) {
-        return run_conv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y, ThreadPool::shared());
-      },
-      used, stats);
+  run_operation(bias_activation_call(problem, {x, w, z_read, bias, y},
+                                     [&](const Plan& plan, Backend& backend) {
+                                       return run_conv_bias_activation_forward(plan, backend, activation, x, w, z,
+                                                                               bias, y, ThreadPool::shared());
+                                     }),
+                options, used, stats);
 }
 
 namespace {
@@ -130,13 +128,21 @@ void require_pooling_of(const ConvProblem& conv, const ConvProblem& pool, const 
     throw invalid_argument(std::string(function) + ": pool pools a tensor of another shape than the convolution's y");
 }
 
+OperationCall pooling_forward_call(const ConvProblem& conv, const ConvProblem& pool,
+                                   std::vector<const void*> tensors = {}, Run run = {}) {
+  return {PlanKey("conv_bias_activation_pooling_forward").add(conv).add(pool),
+          [&conv, &pool](const PlannerConfig& c) {
+            return plan_conv_bias_activation_pooling_forward_for(conv, pool, c);
+          },
+          std::move(tensors), std::move(run)};
+}
+
 }  // namespace
 
 Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const ConvProblem& pool,
                                                const Options& options) {
   require_pooling_of(conv, pool, "plan_conv_bias_activation_pooling_forward");
-  return plan_only(options, PlanKey("conv_bias_activation_pooling_forward").add(conv).add(pool),
-                   [&](const PlannerConfig& c) { return plan_conv_bias_activation_pooling_forward_for(conv, pool, c); });
+  return plan_operation(pooling_forward_call(conv, pool), options);
 }
 
 void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedActivation& activation,
@@ -147,15 +153,13 @@ void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedAc
   if (!x || !w || !out || (conv.has_bias && !bias) || (conv.beta != 0.0 && !z))
     throw invalid_argument("conv_bias_activation_pooling_forward: null data pointer");
   const float* z_read = conv.beta != 0.0 ? z : nullptr;
-  plan_and_run(
-      options, PlanKey("conv_bias_activation_pooling_forward").add(conv).add(pool),
-      {x, w, z_read, bias, out},
-      [&](const PlannerConfig& c) { return plan_conv_bias_activation_pooling_forward_for(conv, pool, c); },
-      [&](const Plan& plan, Backend& backend) {
-        return run_conv_bias_activation_pooling_forward(plan, backend, activation, pool, mode, x, w, z, bias, out,
-                                                        ThreadPool::shared());
-      },
-      used, stats);
+  run_operation(pooling_forward_call(conv, pool, {x, w, z_read, bias, out},
+                                     [&](const Plan& plan, Backend& backend) {
+                                       return run_conv_bias_activation_pooling_forward(
+                                           plan, backend, activation, pool, mode, x, w, z, bias, out,
+                                           ThreadPool::shared());
+                                     }),
+                options, used, stats);
 }
 
 ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
@@ -225,12 +229,30 @@ Plan plan_deconv(const ConvProblem& p, const PlannerConfig& config) {
   return plan;
 }
 
+OperationCall deconv_call(const ConvProblem& p, std::vector<const void*> tensors = {}, Run run = {}) {
+  return {PlanKey("deconv_bias_activation_forward").add(p), [&p](const PlannerConfig& c) { return plan_deconv(p, c); },
+          std::move(tensors), std::move(run)};
+}
+
+OperationCall backward_call(const ConvProblem& p, std::vector<const void*> tensors = {}, Run run = {}) {
+  return {PlanKey("conv_backward_data_filter_bias").add(p),
+          [&p](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(p, c); }, std::move(tensors),
+          std::move(run)};
+}
+
+OperationCall activation_backward_call(const ConvProblem& p, const FusedActivation& a, bool with_pre,
+                                       std::vector<const void*> tensors = {}, Run run = {}) {
+  PlanKey key("activation_conv_backward_data_filter_bias");
+  return {std::move(add_activation(key.add(p), a, with_pre)),
+          [&p, &a, with_pre](const PlannerConfig& c) { return plan_activation_backward(p, a, with_pre, c); },
+          std::move(tensors), std::move(run)};
+}
+
 }  // namespace
 
 Plan plan_deconv_bias_activation_forward(const ConvProblem& deconv, const Options& options) {
   require_deconv(deconv, "plan_deconv_bias_activation_forward");
-  return plan_only(options, PlanKey("deconv_bias_activation_forward").add(deconv),
-                   [&](const PlannerConfig& c) { return plan_deconv(deconv, c); });
+  return plan_operation(deconv_call(deconv), options);
 }
 
 void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const float* x,
@@ -240,20 +262,17 @@ void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActiva
   if (!x || !w || !y || (deconv.has_bias && !bias) || (deconv.beta != 0.0 && !z))
     throw invalid_argument("deconv_bias_activation_forward: null data pointer");
   const float* z_read = deconv.beta != 0.0 ? z : nullptr;
-  plan_and_run(
-      options, PlanKey("deconv_bias_activation_forward").add(deconv),
-      {x, w, z_read, bias, y},
-      [&](const PlannerConfig& c) { return plan_deconv(deconv, c); },
-      [&](const Plan& plan, Backend& backend) {
-        return run_deconv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y, ThreadPool::shared());
-      },
-      used, stats);
+  run_operation(deconv_call(deconv, {x, w, z_read, bias, y},
+                            [&](const Plan& plan, Backend& backend) {
+                              return run_deconv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y,
+                                                                        ThreadPool::shared());
+                            }),
+                options, used, stats);
 }
 
 Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem, const Options& options) {
   require_backward(problem, "plan_conv_backward_data_filter_bias");
-  return plan_only(options, PlanKey("conv_backward_data_filter_bias").add(problem),
-                   [&](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(problem, c); });
+  return plan_operation(backward_call(problem), options);
 }
 
 void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
@@ -261,22 +280,18 @@ void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, 
                                     RunStats* stats) {
   require_backward(problem, "conv_backward_data_filter_bias");
   if (!x || !dy || !w || !dx || !dw || !db) throw invalid_argument("conv_backward_data_filter_bias: null data pointer");
-  plan_and_run(
-      options, PlanKey("conv_backward_data_filter_bias").add(problem),
-      {x, dy, w, dx, dw, db},
-      [&](const PlannerConfig& c) { return plan_conv_backward_data_filter_bias_for(problem, c); },
-      [&](const Plan& plan, Backend& backend) {
-        return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db, ThreadPool::shared());
-      },
-      used, stats);
+  run_operation(backward_call(problem, {x, dy, w, dx, dw, db},
+                              [&](const Plan& plan, Backend& backend) {
+                                return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db,
+                                                                          ThreadPool::shared());
+                              }),
+                options, used, stats);
 }
 
 Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
                                                     bool with_pre, const Options& options) {
   require_backward(problem, "plan_activation_conv_backward_data_filter_bias");
-  PlanKey key("activation_conv_backward_data_filter_bias");
-  return plan_only(options, add_activation(key.add(problem), activation, with_pre),
-                   [&](const PlannerConfig& c) { return plan_activation_backward(problem, activation, with_pre, c); });
+  return plan_operation(activation_backward_call(problem, activation, with_pre), options);
 }
 
 void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
@@ -287,19 +302,17 @@ void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const
   if (!x || !dy || !w || !dx || !dw || !db || (!activation.identity && !y))
     throw invalid_argument("activation_conv_backward_data_filter_bias: null data pointer");
   const bool with_pre = pre && !activation.identity;
-  PlanKey key("activation_conv_backward_data_filter_bias");
-  plan_and_run(
-      options, add_activation(key.add(problem), activation, with_pre),
+  run_operation(activation_backward_call(
+      problem, activation, with_pre,
       {x, dy, w, activation.identity ? nullptr : y, with_pre ? pre : nullptr, dx, dw, db},
-      [&](const PlannerConfig& c) { return plan_activation_backward(problem, activation, with_pre, c); },
       [&](const Plan& plan, Backend& backend) {
         if (activation.identity)
           return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db, ThreadPool::shared());
         return run_activation_conv_backward_data_filter_bias(plan, backend, activation, x, dy, w, y,
                                                              with_pre ? pre : nullptr, dx, dw, db,
                                                              ThreadPool::shared());
-      },
-      used, stats);
+      }),
+      options, used, stats);
 }
 
 namespace {
@@ -321,6 +334,14 @@ void require_pooled_backward(const ConvProblem& p, const ConvProblem& pool, cons
     throw invalid_argument(std::string(function) + ": pool pools a tensor of another shape than the convolution's y");
 }
 
+OperationCall pooled_backward_call(const ConvProblem& p, const FusedActivation& a, const ConvProblem& pool,
+                                   bool with_pre, std::vector<const void*> tensors = {}, Run run = {}) {
+  PlanKey key("pooling_activation_conv_backward_data_filter_bias");
+  return {std::move(add_activation(key.add(p).add(pool), a, with_pre)),
+          [&p, &a, &pool, with_pre](const PlannerConfig& c) { return plan_pooling_backward(p, a, pool, with_pre, c); },
+          std::move(tensors), std::move(run)};
+}
+
 }  // namespace
 
 Plan plan_pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
@@ -329,9 +350,7 @@ Plan plan_pooling_activation_conv_backward_data_filter_bias(const ConvProblem& p
                                                             const Options& options) {
   require_pooled_backward(problem, pool, "plan_pooling_activation_conv_backward_data_filter_bias");
   const bool pre_used = with_pre && !activation.identity;
-  PlanKey key("pooling_activation_conv_backward_data_filter_bias");
-  return plan_only(options, add_activation(key.add(problem).add(pool), activation, pre_used),
-                   [&](const PlannerConfig& c) { return plan_pooling_backward(problem, activation, pool, pre_used, c); });
+  return plan_operation(pooled_backward_call(problem, activation, pool, pre_used), options);
 }
 
 void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
@@ -344,17 +363,14 @@ void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& proble
   if (!x || !dq || !w || !q || !y || !dx || !dw || !db)
     throw invalid_argument("pooling_activation_conv_backward_data_filter_bias: null data pointer");
   const bool with_pre = pre && !activation.identity;
-  PlanKey key("pooling_activation_conv_backward_data_filter_bias");
-  plan_and_run(
-      options, add_activation(key.add(problem).add(pool), activation, with_pre),
-      {x, dq, w, q, y, with_pre ? pre : nullptr, dx, dw, db},
-      [&](const PlannerConfig& c) { return plan_pooling_backward(problem, activation, pool, with_pre, c); },
-      [&](const Plan& plan, Backend& backend) {
-        return run_pooling_activation_conv_backward_data_filter_bias(plan, backend, activation, pool, mode, x, dq, w,
-                                                                     q, y, with_pre ? pre : nullptr, dx, dw, db,
-                                                                     ThreadPool::shared());
-      },
-      used, stats);
+  run_operation(pooled_backward_call(problem, activation, pool, with_pre,
+                                     {x, dq, w, q, y, with_pre ? pre : nullptr, dx, dw, db},
+                                     [&](const Plan& plan, Backend& backend) {
+                                       return run_pooling_activation_conv_backward_data_filter_bias(
+                                           plan, backend, activation, pool, mode, x, dq, w, q, y,
+                                           with_pre ? pre : nullptr, dx, dw, db, ThreadPool::shared());
+                                     }),
+                options, used, stats);
 }
 
 }  // namespace ooc

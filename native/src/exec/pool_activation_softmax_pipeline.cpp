@@ -1,5 +1,8 @@
 #include "exec/pool_activation_softmax_pipeline.hpp"
 
+#include <functional>
+#include <initializer_list>
+
 #include "exec/chunk_pipeline.hpp"
 
 namespace ooc {
@@ -108,44 +111,51 @@ RunStats run_pool_backward(const Plan& plan, Backend& backend, PoolMode mode, co
   return run_chunks(plan, backend, pool, spec);
 }
 
+namespace {
+
+// An element-wise layer: `inputs` streamed as dense boxes, `kernel` computing each chunk.
+using LayerKernel = std::function<void(const ChunkConv& chunk, const ChunkBuffers& buffers)>;
+RunStats run_elementwise(const Plan& plan, Backend& backend, ThreadPool& pool,
+                         std::initializer_list<const void*> inputs, float* out, const LayerKernel& kernel) {
+  OperationSpec spec = elementwise_spec(plan, inputs, out);
+  spec.compute = [&kernel, &p = plan.problem](const Chunk& ch, const ChunkBuffers& b) {
+    kernel(dense_chunk(ch, p), b);
+  };
+  return run_chunks(plan, backend, pool, spec);
+}
+
+}  // namespace
+
 RunStats run_activation_forward(const Plan& plan, Backend& backend, ActivationMode mode, double coef, const float* x,
                                 float* y, ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
-  OperationSpec spec = elementwise_spec(plan, {x}, y);
-  spec.compute = [&backend, &p, mode, coef](const Chunk& ch, const ChunkBuffers& b) {
-    backend.activation_forward(dense_chunk(ch, p), mode, coef, b.in[0], b.out, p.alpha, b.beta);
-  };
-  return run_chunks(plan, backend, pool, spec);
+  return run_elementwise(plan, backend, pool, {x}, y, [&](const ChunkConv& s, const ChunkBuffers& b) {
+    backend.activation_forward(s, mode, coef, b.in[0], b.out, p.alpha, b.beta);
+  });
 }
 
 RunStats run_activation_backward(const Plan& plan, Backend& backend, ActivationMode mode, double coef, const float* y,
                                  const float* dy, const float* x, float* dx, ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
-  OperationSpec spec = elementwise_spec(plan, {y, dy, x}, dx);
-  spec.compute = [&backend, &p, mode, coef](const Chunk& ch, const ChunkBuffers& b) {
-    backend.activation_backward(dense_chunk(ch, p), mode, coef, b.in[0], b.in[1], b.in[2], b.out, p.alpha, b.beta);
-  };
-  return run_chunks(plan, backend, pool, spec);
+  return run_elementwise(plan, backend, pool, {y, dy, x}, dx, [&](const ChunkConv& s, const ChunkBuffers& b) {
+    backend.activation_backward(s, mode, coef, b.in[0], b.in[1], b.in[2], b.out, p.alpha, b.beta);
+  });
 }
 
 RunStats run_softmax_forward(const Plan& plan, Backend& backend, SoftmaxMode mode, bool log, const float* x, float* y,
                              ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
-  OperationSpec spec = elementwise_spec(plan, {x}, y);
-  spec.compute = [&backend, &p, mode, log](const Chunk& ch, const ChunkBuffers& b) {
-    backend.softmax_forward(dense_chunk(ch, p), mode, log, b.in[0], b.out, p.alpha, b.beta);
-  };
-  return run_chunks(plan, backend, pool, spec);
+  return run_elementwise(plan, backend, pool, {x}, y, [&](const ChunkConv& s, const ChunkBuffers& b) {
+    backend.softmax_forward(s, mode, log, b.in[0], b.out, p.alpha, b.beta);
+  });
 }
 
 RunStats run_softmax_backward(const Plan& plan, Backend& backend, SoftmaxMode mode, bool log, const float* y,
                               const float* dy, float* dx, ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
-  OperationSpec spec = elementwise_spec(plan, {y, dy}, dx);
-  spec.compute = [&backend, &p, mode, log](const Chunk& ch, const ChunkBuffers& b) {
-    backend.softmax_backward(dense_chunk(ch, p), mode, log, b.in[0], b.in[1], b.out, p.alpha, b.beta);
-  };
-  return run_chunks(plan, backend, pool, spec);
+  return run_elementwise(plan, backend, pool, {y, dy}, dx, [&](const ChunkConv& s, const ChunkBuffers& b) {
+    backend.softmax_backward(s, mode, log, b.in[0], b.in[1], b.out, p.alpha, b.beta);
+  });
 }
 
 RunStats run_add_tensor(const Plan& plan, Backend& backend, const std::vector<int64_t>& a_shape,
