@@ -151,13 +151,10 @@ enum FusedBackwardInput { kDy = 0, kX = 1, kW = 2, kFirstExtra = 3 };
 
 // The spec of the fused backward: dx, dw and db from each dy tile (fused_planner.hpp).
 OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, const float* dy, const float* w,
-                            float* dx, float* dw, float* db,
-                            const ConvProblem* pool = nullptr) {
+                            float* dx, float* dw, float* db) {
   using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
   const ConvProblem& p = plan.problem;
-  const FusedBackwardLayout layout = fused_backward_layout(plan, pool);
-  if (layout.kept_bytes != plan.kept_bytes || layout.scratch_bytes != plan.scratch_bytes)
-    throw std::logic_error("fused backward: the plan's kept and carried memory disagree with its layout");
+  const FusedBackwardLayout layout = recorded_layout(plan);
   const size_t es = dtype_size(p.dtype);
   const TensorView dyv = view_of(p, Family::y, dy), xv = view_of(p, Family::x, x), wv = view_of(p, Family::w, w),
                    dxv = view_of(p, Family::x, dx);
@@ -273,8 +270,8 @@ RunStats run_pooling_activation_conv_backward_data_filter_bias(
   using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
   const ConvProblem& p = plan.problem;
   const size_t es = dtype_size(p.dtype);
-  const FusedBackwardLayout layout = fused_backward_layout(plan, &pool);
-  OperationSpec spec = backward_spec(plan, backend, x, nullptr, w, dx, dw, db, &pool);
+  const FusedBackwardLayout layout = recorded_layout(plan);
+  OperationSpec spec = backward_spec(plan, backend, x, nullptr, w, dx, dw, db);
   // Per dy tile: dq and q over the pooled rows reaching it, y (and pre) over their windows.
   const auto rows_of = [&plan, &pool](const Chunk& ch, bool pooled) {
     std::array<Range, kMaxSpatial> r;
