@@ -123,6 +123,16 @@ void record_direct_call(std::string text) {
   last.stats = RunStats{};
 }
 
+void record_streamed_call(std::string text, const RunStats& stats, size_t peak_device_bytes) {
+  LastCall& last = t_last_call;
+  last.valid = true;
+  last.out_of_core = true;
+  last.direct_text = std::move(text);
+  last.plan = Plan{};
+  last.plan.peak_device_bytes = peak_device_bytes;
+  last.stats = stats;
+}
+
 void record_plan_run(Plan&& plan, const RunStats& stats) {
   LastCall& last = t_last_call;
   last.valid = true;
@@ -152,7 +162,7 @@ extern "C" cudnnStatus_t oocGetLastPlanInfo(oocPlanInfo_t* info) {
   if (!last.valid) return CUDNN_STATUS_NOT_INITIALIZED;
   if (last.out_of_core) {
     info->outOfCore = 1;
-    info->chunks = static_cast<long long>(last.plan.num_chunks());
+    info->chunks = static_cast<long long>(last.direct_text.empty() ? last.plan.num_chunks() : last.stats.chunks);
     info->peakDeviceBytes = last.plan.peak_device_bytes;
     info->bytesH2D = last.stats.bytes_h2d;
     info->bytesD2H = last.stats.bytes_d2h;
@@ -166,7 +176,7 @@ extern "C" size_t oocGetLastPlanDescription(char* buf, size_t len) {
   try {
     const LastCall& last = t_last_call;
     if (!last.valid) return copy_text("", buf, len);
-    return copy_text(last.out_of_core ? last.plan.describe() : last.direct_text, buf, len);
+    return copy_text(last.out_of_core && last.direct_text.empty() ? last.plan.describe() : last.direct_text, buf, len);
   } catch (...) {  // describe() out of memory
     return copy_text("", buf, len);
   }
