@@ -170,3 +170,36 @@ TEST_F(CapiBlasVectors, GemvMatchesReference) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(CapiBlasVectors, TotalsAddUpEveryCallOfTheProcess) {
+  EXPECT_EQ(oocGetTotals(nullptr), CUDNN_STATUS_BAD_PARAM);
+  oocResetTotals();
+  oocTotals_t t{};
+  ASSERT_EQ(oocGetTotals(&t), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(t.calls, 0);
+  const int m = 67, n = 53;
+  const std::vector<float> A = random_vector(static_cast<size_t>(m) * n, rng), x = vec(n, 1);
+  std::vector<float> y(m, 0.0f);
+  const float zero = 0.0f;
+  oocSetMemoryLimit(4096);
+  ASSERT_EQ(ooc_cublasSgemv(kHandle, CUBLAS_OP_N, m, n, &alpha, A.data(), m, x.data(), 1, &zero, y.data(), 1),
+            CUBLAS_STATUS_SUCCESS);
+  oocPlanInfo_t gemv{};
+  ASSERT_EQ(oocGetLastPlanInfo(&gemv), CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(ooc_cublasSscal(kHandle, m, &alpha, y.data(), 1), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(ooc_cublasSscal(kHandle, m, &alpha, y.data(), 0), CUBLAS_STATUS_INVALID_VALUE);  // not counted
+  ASSERT_EQ(oocGetTotals(&t), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(t.calls, 2);
+  EXPECT_EQ(t.outOfCoreCalls, 2);
+  EXPECT_GE(t.chunks, gemv.chunks);
+  EXPECT_GE(t.bytesH2D, gemv.bytesH2D);
+  EXPECT_GT(t.bytesH2D, static_cast<size_t>(m) * n * sizeof(float) - 1);  // A crossed at least once
+  oocResetTotals();
+  ASSERT_EQ(oocGetTotals(&t), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(t.calls, 0);
+  EXPECT_EQ(t.bytesH2D, 0u);
+}
+
+}  // namespace

@@ -472,6 +472,24 @@ size_t oocGetLastPlanDescription(char *buf, size_t len);
 /* Why the calling thread's last failed ooc_* call failed ("" after a success); as above. */
 size_t oocGetLastErrorString(char *buf, size_t len);
 
+/* What every successful ooc_cudnn* and ooc_cublas* call of the process did since the last
+ * oocResetTotals (or the start): a program's training step, say, measured against its link. */
+typedef struct oocTotals {
+  long long calls;           /* successful calls */
+  long long outOfCoreCalls;  /* of which ran chunked */
+  long long chunks;
+  size_t bytesH2D, bytesD2H; /* bytes copied over each link direction by the chunked calls */
+  double seconds;            /* wall time of the chunked runs */
+} oocTotals_t;
+void oocResetTotals(void);
+/* CUDNN_STATUS_BAD_PARAM for a null totals. */
+cudnnStatus_t oocGetTotals(oocTotals_t *totals);
+
+/* Pinned host <-> current device copy bandwidth in bytes per second, measured now (about 0.1 s):
+ * each direction alone and both at once (total). Any pointer may be null. CUDNN_STATUS_EXECUTION_FAILED
+ * without a GPU. */
+cudnnStatus_t oocMeasureLinkBandwidth(double *h2d, double *d2h, double *bidirectional);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 
