@@ -186,14 +186,18 @@ class Relu(LayerOp):
 
 
 class SigmoidBackward(LayerOp):
-    """pyooc takes cuDNN's (y, dy, x) and moves all three; torch's sigmoid gradient reads y and dy,
-    so its chunk loops move a third less (the roofline counts pyooc's operands)."""
+    """pyooc takes cuDNN's (y, dy, x) but, as torch's sigmoid gradient, reads only y and dy (the
+    gradient follows from y): the roofline counts those two and dx."""
 
     rows = ("y", "dy")
     flatten = True
 
     def __init__(self, shape):
         self.inputs, self.outputs = {"y": shape, "dy": shape, "x": shape}, {"dx": shape}
+
+    @property
+    def bytes_in(self):
+        return self.nbytes({n: self.inputs[n] for n in self.rows})
 
     def draw(self, d):
         x = d.randn(self.inputs["x"])
@@ -203,7 +207,7 @@ class SigmoidBackward(LayerOp):
         pyooc.activation_backward(a["y"], a["dy"], a["x"], "sigmoid", out=o["dx"], **opts)
 
     def plan(self, pyooc, **opts):
-        return pyooc.plan_activation_backward(self.inputs["x"], **opts)
+        return pyooc.plan_activation_backward(self.inputs["x"], mode="sigmoid", **opts)
 
     def chunk_op(self, torch, y, dy):
         return torch.ops.aten.sigmoid_backward(dy, y)

@@ -8,16 +8,19 @@ def plan_layer(str operation, tuple shape, str mode, tuple a_shape, bint in_plac
     cdef vector[int64_t] s = list(shape)
     cdef vector[int64_t] a = list(a_shape)
     cdef ooc.SoftmaxMode smode = ooc.SoftmaxMode.channel
+    cdef ooc.ActivationMode amode = ooc.ActivationMode.relu
     cdef ooc.Plan plan
     cdef int which = ("activation_forward", "activation_backward", "softmax_forward", "softmax_backward",
                       "add_tensor").index(operation)
     if operation.startswith("softmax"):
         smode = ooc.softmax_mode_from_name(mode.encode())
+    elif operation == "activation_backward":
+        amode = ooc.activation_mode_from_name(mode.encode())
     with nogil:
         if which == 0:
             plan = ooc.plan_activation_forward(s, options.c_obj)
         elif which == 1:
-            plan = ooc.plan_activation_backward(s, options.c_obj)
+            plan = ooc.plan_activation_backward(s, amode, options.c_obj)
         elif which == 2:
             plan = ooc.plan_softmax_forward(s, smode, options.c_obj)
         elif which == 3:

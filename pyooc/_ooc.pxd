@@ -236,7 +236,8 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
     ActivationMode activation_mode_from_name(const string& name) except +translate_exception
     SoftmaxMode softmax_mode_from_name(const string& name) except +translate_exception
     Plan plan_activation_forward(const vector[int64_t]& shape, const Options& options) except +translate_exception
-    Plan plan_activation_backward(const vector[int64_t]& shape, const Options& options) except +translate_exception
+    Plan plan_activation_backward(const vector[int64_t]& shape, ActivationMode mode,
+                                  const Options& options) except +translate_exception
     Plan plan_softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode,
                               const Options& options) except +translate_exception
     Plan plan_softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode,

@@ -86,9 +86,13 @@ def plan_activation_forward(shape, *, dtype="float32", memory_limit=None, backen
                               call_options(memory_limit, backend, device))
 
 
-def plan_activation_backward(shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
+def plan_activation_backward(shape, *, mode=None, dtype="float32", memory_limit=None, backend="auto", device=0):
+    """The Plan activation_backward would run. relu, sigmoid and tanh stream y and dy only (their
+    gradient follows from y); the other modes stream x too, and so does mode=None (the most traffic
+    any mode moves)."""
     check_dtype(dtype)
-    return _native.plan_layer("activation_backward", _activation_shape(as_shape(shape, "shape")), "", (), False,
+    mode = "elu" if mode is None else as_str(mode, "mode")  # elu: a mode whose gradient reads x
+    return _native.plan_layer("activation_backward", _activation_shape(as_shape(shape, "shape")), mode, (), False,
                               call_options(memory_limit, backend, device))
 
 

@@ -21,6 +21,7 @@ CASES = [
     ("plan_pool_backward", ((4, 6, 20, 20), 3), {"stride": 2, "padding": 1}, {"x", "dx", "y", "dy"}),
     ("plan_activation_forward", ((4, 6, 20, 20),), {}, {"x", "y"}),
     ("plan_activation_backward", ((4, 6, 20, 20),), {}, {"y", "dy", "x", "dx"}),
+    ("plan_activation_backward", ((4, 6, 20, 20),), {"mode": "relu"}, {"y", "dy", "dx"}),
     ("plan_softmax_forward", ((4, 6, 20, 20),), {}, {"x", "y"}),
     ("plan_softmax_backward", ((4, 6, 20, 20),), {}, {"y", "dy", "dx"}),
     ("plan_add_tensor", ((1, 6, 1, 1), (4, 6, 20, 20)), {}, {"a", "c", "out"}),
@@ -100,3 +101,22 @@ def test_a_fused_backward_with_a_spatial_split_runs_from_its_recorded_layout():
     whole = pyooc.conv_backward_data_filter_bias(x, dy, w, padding=1, backend="host")
     for got, want in zip((dx, dw, db), whole):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["relu", "sigmoid", "tanh", "elu", "gelu"])
+def test_activation_backward_streams_x_only_where_its_gradient_reads_it(mode):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 5, 17, 13), dtype=np.float32)
+    y = pyooc.activation_forward(x, mode, backend="host")
+    dy = rng.standard_normal(x.shape, dtype=np.float32)
+    _, _, from_y = pyooc._native.activation_traits(mode)
+    plan = pyooc.plan_activation_backward(x.shape, mode=mode, memory_limit="16KiB", backend="host")
+    names = {s["name"] for s in plan.slots}
+    assert ("x" in names) == (not from_y)
+    assert plan.bytes_h2d == (2 if from_y else 3) * x.nbytes
+    whole = pyooc.activation_backward(y, dy, x, mode, backend="host")
+    # x poisoned: a mode whose gradient follows from y must not read it
+    x_read = x if not from_y else np.full_like(x, np.nan)
+    chunked = pyooc.activation_backward(y, dy, x_read, mode, memory_limit="16KiB", backend="host")
+    np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-6)
+    assert pyooc.last_stats()["bytes_h2d"] == plan.bytes_h2d

@@ -312,7 +312,7 @@ TEST_F(CapiLayerHost, ActivationForwardAndBackwardMatchReferences) {
           grad[i] = activation_grad_ref(ac.mode, ac.coef, x[i], dy[i]);
         }
         oocSetMemoryLimit(
-            split_budget([&](const ooc::Options& o) { return ooc::plan_activation_backward(flat(shape), o); }));
+            split_budget([&](const ooc::Options& o) { return ooc::plan_activation_backward(flat(shape), ooc::ActivationMode::elu, o); }));
         expect_blend(
             [&](float* y) {
               return ooc_cudnnActivationForward(kHandle, act.get(), &s.alpha, d.get(), x.data(), &s.beta, d.get(), y);

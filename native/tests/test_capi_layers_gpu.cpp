@@ -70,7 +70,7 @@ TEST_P(CapiLayersGpu, ActivationBackward) {
   // y, dy, x, dx
   compare_with_library(
       {random_of(kShape, rng, 0.5), random_of(kShape, rng), random_of(kShape, rng), random_of(kShape, rng)}, {3},
-      cuda_split([&](const ooc::Options& o) { return ooc::plan_activation_backward(flat(kShape), o); }),
+      cuda_split([&](const ooc::Options& o) { return ooc::plan_activation_backward(flat(kShape), ooc::ActivationMode::elu, o); }),
       [&](bool use_ooc, const std::vector<void*>& t) {
         auto fn = use_ooc ? ooc_cudnnActivationBackward : cudnnActivationBackward;
         return fn(handle_, act.get(), &alpha, d.get(), t[0], d.get(), t[1], d.get(), t[2], &beta, d.get(), t[3]);

@@ -46,7 +46,7 @@ TEST(LayerPlanner, ActivationSplitsOuterDimsFirstAndTilesOnce) {
   EXPECT_GT(split.num_chunks(), 3u);
   EXPECT_EQ(split.tiling.n, 1);
   expect_tiles_once(split, shape);
-  expect_tiles_once(ooc::plan_activation_backward(shape, host_options(4096)), shape);
+  expect_tiles_once(ooc::plan_activation_backward(shape, ooc::ActivationMode::elu, host_options(4096)), shape);
 }
 
 TEST(LayerPlanner, SoftmaxNeverSplitsTheReducedAxes) {

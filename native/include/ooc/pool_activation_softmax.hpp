@@ -47,7 +47,9 @@ SoftmaxMode softmax_mode_from_name(const std::string& name);
 ConvProblem layer_problem(Operation op, const std::vector<int64_t>& shape);
 
 Plan plan_activation_forward(const std::vector<int64_t>& shape, const Options& options);
-Plan plan_activation_backward(const std::vector<int64_t>& shape, const Options& options);
+// mode: the activation's; modes whose gradient follows from y alone (ActivationTraits::gradient_from_y:
+// relu, sigmoid, tanh) do not stream x.
+Plan plan_activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, const Options& options);
 Plan plan_softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options);
 Plan plan_softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options);
 // a broadcasts over c: each dim of a is 1 or equals c's. in_place: out is c (c is then read as out).

@@ -208,16 +208,18 @@ Plan plan_activation_forward(const std::vector<int64_t>& shape, const Options& o
 }
 
 namespace {
-LayerPlanSpec activation_backward_spec() {
+// y and dy, and x only where the gradient needs it (a quarter less traffic for relu, sigmoid, tanh).
+bool backward_reads_x(ActivationMode mode) { return !activation_traits(mode).gradient_from_y; }
+LayerPlanSpec activation_backward_spec(ActivationMode mode) {
   LayerPlanSpec ls;
-  ls.full_inputs = 3;
+  ls.full_inputs = backward_reads_x(mode) ? 3 : 2;
   return ls;
 }
 }  // namespace
 
-Plan plan_activation_backward(const std::vector<int64_t>& shape, const Options& options) {
+Plan plan_activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, const Options& options) {
   return plan_operation(
-      layer_call(layer_problem(Operation::activation_backward, shape), activation_backward_spec(), {}, {}), options);
+      layer_call(layer_problem(Operation::activation_backward, shape), activation_backward_spec(mode), {}, {}), options);
 }
 
 Plan plan_softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options) {
@@ -252,9 +254,10 @@ void activation_backward(const std::vector<int64_t>& shape, ActivationMode mode,
                          RunStats* stats, double alpha, double beta) {
   require_data({y, dy, x, dx}, "activation_backward");
   const ConvProblem p = blended_problem(Operation::activation_backward, shape, alpha, beta);
-  run_operation(layer_call(p, blended_spec(activation_backward_spec(), beta), {y, dy, x, dx},
+  const void* read_x = backward_reads_x(mode) ? x : nullptr;  // never touched otherwise
+  run_operation(layer_call(p, blended_spec(activation_backward_spec(mode), beta), {y, dy, read_x, dx},
                            [&](const Plan& plan, Backend& backend) {
-                             return run_activation_backward(plan, backend, mode, coef, y, dy, x, dx,
+                             return run_activation_backward(plan, backend, mode, coef, y, dy, read_x, dx,
                                                             ThreadPool::shared());
                            }),
                 options, used, stats);

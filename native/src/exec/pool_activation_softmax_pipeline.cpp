@@ -138,8 +138,10 @@ RunStats run_activation_forward(const Plan& plan, Backend& backend, ActivationMo
 RunStats run_activation_backward(const Plan& plan, Backend& backend, ActivationMode mode, double coef, const void* y,
                                  const void* dy, const void* x, void* dx, ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
+  // x null: the gradient follows from y (relu's mask is the same on y as on x), which stands in.
   return run_elementwise(plan, backend, pool, {y, dy, x}, dx, [&](const ChunkConv& s, const ChunkBuffers& b) {
-    backend.activation_backward(s, mode, coef, b.in[0], b.in[1], b.in[2], b.out, p.alpha, b.beta);
+    backend.activation_backward(s, mode, coef, b.in[0], b.in[1], b.inputs > 2 ? b.in[2] : b.in[0], b.out, p.alpha,
+                                b.beta);
   });
 }
 

@@ -54,7 +54,9 @@ void finish_slot_table(Plan& plan) {
   const Operation op = plan.problem.op;
   // A fused backward streams x in and dx out beside each other (out_buffers).
   const bool fused_backward = plan.out_buffers > 0 && op == Operation::backward_data;
-  const SlotNames names = fused_backward ? SlotNames{"x", "w", "dy", "", "dx"} : slot_names(op);
+  SlotNames names = fused_backward ? SlotNames{"x", "w", "dy", "", "dx"} : slot_names(op);
+  // An activation whose gradient follows from y streams no x (ActivationTraits::gradient_from_y).
+  if (op == Operation::activation_backward && plan.x_buffers == 2 * plan.buffers) names.x = "y, dy";
   std::vector<SlotPlan> streamed;
   add_family(streamed, names.x, plan.x_buffers, plan.x_slot_bytes);
   add_family(streamed, names.w, plan.w_buffers, plan.w_slot_bytes);
