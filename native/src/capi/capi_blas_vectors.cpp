@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "api/cuda_status.hpp"
+#include "api/memory_kind.hpp"
 #include "capi/capi_cublas.hpp"
 #include "ooc/errors.hpp"
 #include "ooc/ooc_cublas.h"
@@ -61,7 +62,13 @@ class PointerModeScope {
   cublasPointerMode_t saved_ = CUBLAS_POINTER_MODE_HOST;
 };
 
-using Slots = std::vector<float*>;  // a chunk's device copies, one per vector of the call
+// A chunk of one vector as cuBLAS reads it: a device copy (inc 1) of a vector in host memory, or
+// the device-resident vector itself, in place, with its own increment.
+struct Slot {
+  float* data;
+  int inc;
+};
+using Slots = std::vector<Slot>;  // one per vector of the call
 
 struct DeviceFree {
   void operator()(void* p) const noexcept { cudaFree(p); }
@@ -78,6 +85,13 @@ struct Streamed {
   size_t device_bytes = 0;
 };
 
+// Elements [begin, begin + count) of an n-vector in place, as a count-vector with the same
+// increment (cuBLAS reads a negative one from the end, so the chunk's base is its last element's).
+float* in_place(const Vector& x, int64_t begin, int64_t count, int64_t n) {
+  const int64_t first = x.inc > 0 ? begin * x.inc : (n - begin - count) * int64_t{-x.inc};
+  return const_cast<float*>(x.data) + first;
+}
+
 template <typename Kernel>
 Streamed stream_vectors(cublasHandle_t handle, int64_t n, std::vector<Vector> vectors, Kernel kernel) {
   const auto start = std::chrono::steady_clock::now();
@@ -86,41 +100,55 @@ Streamed stream_vectors(cublasHandle_t handle, int64_t n, std::vector<Vector> ve
   const size_t budget = options.memory_limit ? options.memory_limit
                         : default_memory_limit() ? default_memory_limit()
                                                  : kDefaultVectorBudget;
+  std::vector<bool> on_device;
+  size_t staged = 0;  // vectors in host memory: they stream through device buffers
+  for (const Vector& x : vectors) {
+    on_device.push_back(api::is_device_memory(x.data));
+    if (!on_device.back()) ++staged;
+  }
+  // Chunks of the budget's size for every vector alike (device-resident ones are read in place).
   const int64_t chunk = std::max<int64_t>(
       1, std::min<int64_t>(n, static_cast<int64_t>(budget / (vectors.size() * sizeof(float)))));
   cudaStream_t stream = nullptr;
   check_cublas(cublasGetStream(handle, &stream), "cublasGetStream");
   void* raw = nullptr;
-  done.device_bytes = static_cast<size_t>(chunk) * vectors.size() * sizeof(float);
-  OOC_API_CUDA_CHECK(cudaMalloc(&raw, done.device_bytes));
+  done.device_bytes = static_cast<size_t>(chunk) * staged * sizeof(float);
+  if (staged) OOC_API_CUDA_CHECK(cudaMalloc(&raw, done.device_bytes));
   const std::unique_ptr<void, DeviceFree> device(raw);
-  Slots slots;
-  for (size_t v = 0; v < vectors.size(); ++v) slots.push_back(static_cast<float*>(raw) + v * chunk);
+  std::vector<float*> buffers(vectors.size(), nullptr);
+  for (size_t v = 0, b = 0; v < vectors.size(); ++v)
+    if (!on_device[v]) buffers[v] = static_cast<float*>(raw) + chunk * static_cast<int64_t>(b++);
   std::vector<std::vector<float>> staging(vectors.size());
+  Slots slots(vectors.size());
   for (int64_t begin = 0; begin < n; begin += chunk) {
     const int64_t count = std::min(chunk, n - begin);
     const size_t bytes = static_cast<size_t>(count) * sizeof(float);
     for (size_t v = 0; v < vectors.size(); ++v) {
       const Vector& x = vectors[v];
+      if (on_device[v]) {
+        slots[v] = {in_place(x, begin, count, n), x.inc};
+        continue;
+      }
       const float* src = x.data + begin;
-      if (x.inc != 1) {
+      if (x.inc != 1) {  // host memory: gathered here
         staging[v].resize(static_cast<size_t>(count));
         for (int64_t i = 0; i < count; ++i) staging[v][i] = x.data[index_of(begin + i, n, x.inc)];
         src = staging[v].data();
       }
-      OOC_API_CUDA_CHECK(cudaMemcpyAsync(slots[v], src, bytes, cudaMemcpyDefault, stream));
+      OOC_API_CUDA_CHECK(cudaMemcpyAsync(buffers[v], src, bytes, cudaMemcpyDefault, stream));
       done.stats.bytes_h2d += bytes;
+      slots[v] = {buffers[v], 1};
     }
     kernel(static_cast<int>(count), slots);
     for (size_t v = 0; v < vectors.size(); ++v) {
-      if (!vectors[v].written) continue;
+      if (!vectors[v].written || on_device[v]) continue;
       float* dst = vectors[v].inc == 1 ? const_cast<float*>(vectors[v].data) + begin : staging[v].data();
-      OOC_API_CUDA_CHECK(cudaMemcpyAsync(dst, slots[v], bytes, cudaMemcpyDefault, stream));
+      OOC_API_CUDA_CHECK(cudaMemcpyAsync(dst, buffers[v], bytes, cudaMemcpyDefault, stream));
       done.stats.bytes_d2h += bytes;
     }
-    OOC_API_CUDA_CHECK(cudaStreamSynchronize(stream));
+    OOC_API_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the staging is read or reused
     for (size_t v = 0; v < vectors.size(); ++v)
-      if (vectors[v].written && vectors[v].inc != 1)
+      if (vectors[v].written && !on_device[v] && vectors[v].inc != 1)
         for (int64_t i = 0; i < count; ++i)
           const_cast<float*>(vectors[v].data)[index_of(begin + i, n, vectors[v].inc)] = staging[v][i];
     ++done.stats.chunks;
@@ -175,7 +203,7 @@ extern "C" cublasStatus_t ooc_cublasSaxpy(cublasHandle_t handle, int n, const fl
       const PointerModeScope host(handle, CUBLAS_POINTER_MODE_HOST);
       streamed = stream_vectors(handle, n, {{x, incx, "x"}, {y, incy, "y", true}},
                                 [&](int count, const Slots& d) {
-        check_cublas(cublasSaxpy(handle, count, &a, d[0], 1, d[1], 1), "cublasSaxpy");
+        check_cublas(cublasSaxpy(handle, count, &a, d[0].data, d[0].inc, d[1].data, d[1].inc), "cublasSaxpy");
       });
     }
     record_vector_call("cublasSaxpy", n, streamed);
@@ -203,7 +231,7 @@ extern "C" cublasStatus_t ooc_cublasSscal(cublasHandle_t handle, int n, const fl
     } else {
       const PointerModeScope host(handle, CUBLAS_POINTER_MODE_HOST);
       streamed = stream_vectors(handle, n, {{x, incx, "x", true}}, [&](int count, const Slots& d) {
-        check_cublas(cublasSscal(handle, count, &a, d[0], 1), "cublasSscal");
+        check_cublas(cublasSscal(handle, count, &a, d[0].data, d[0].inc), "cublasSscal");
       });
     }
     record_vector_call("cublasSscal", n, streamed);
@@ -229,7 +257,7 @@ extern "C" cublasStatus_t ooc_cublasScopy(cublasHandle_t handle, int n, const fl
     } else {
       streamed = stream_vectors(handle, n, {{x, incx, "x"}, {y, incy, "y", true}},
                                 [&](int count, const Slots& d) {
-        check_cublas(cublasScopy(handle, count, d[0], 1, d[1], 1), "cublasScopy");
+        check_cublas(cublasScopy(handle, count, d[0].data, d[0].inc, d[1].data, d[1].inc), "cublasScopy");
       });
     }
     record_vector_call("cublasScopy", n, streamed);
@@ -252,7 +280,8 @@ extern "C" cublasStatus_t ooc_cublasSdot(cublasHandle_t handle, int n, const flo
     const auto direct = in_core("cublasSdot", {{x, span(n, incx)}, {y, span(n, incy)}});
     if (n <= 0 || direct) {  // n <= 0: cuBLAS writes the 0 wherever result is
       const cublasStatus_t status = cublasSdot(handle, n, x, incx, y, incy, result);
-      if (status == CUBLAS_STATUS_SUCCESS) record_direct_call(direct ? *direct : "cublasSdot: n <= 0, the result is 0");
+      if (status == CUBLAS_STATUS_SUCCESS)
+        record_direct_call(direct ? *direct : "cublasSdot: n <= 0, the result is 0");
       return status;
     }
     double sum = 0.0;
@@ -265,7 +294,7 @@ extern "C" cublasStatus_t ooc_cublasSdot(cublasHandle_t handle, int n, const flo
       const PointerModeScope host(handle, CUBLAS_POINTER_MODE_HOST);
       streamed = stream_vectors(handle, n, {{x, incx, "x"}, {y, incy, "y"}}, [&](int count, const Slots& d) {
         float part = 0.0f;
-        check_cublas(cublasSdot(handle, count, d[0], 1, d[1], 1, &part), "cublasSdot");
+        check_cublas(cublasSdot(handle, count, d[0].data, d[0].inc, d[1].data, d[1].inc, &part), "cublasSdot");
         sum += part;
       });
     }
@@ -288,7 +317,8 @@ extern "C" cublasStatus_t ooc_cublasSnrm2(cublasHandle_t handle, int n, const fl
     const auto direct = in_core("cublasSnrm2", {{x, span(n, incx)}});
     if (n <= 0 || direct) {
       const cublasStatus_t status = cublasSnrm2(handle, n, x, incx, result);
-      if (status == CUBLAS_STATUS_SUCCESS) record_direct_call(direct ? *direct : "cublasSnrm2: n <= 0, the result is 0");
+      if (status == CUBLAS_STATUS_SUCCESS)
+        record_direct_call(direct ? *direct : "cublasSnrm2: n <= 0, the result is 0");
       return status;
     }
     // Chunk norms r_i combine as sqrt(sum r_i^2), in double: no overflow where cuBLAS has none.
@@ -303,7 +333,7 @@ extern "C" cublasStatus_t ooc_cublasSnrm2(cublasHandle_t handle, int n, const fl
       const PointerModeScope host(handle, CUBLAS_POINTER_MODE_HOST);
       streamed = stream_vectors(handle, n, {{x, incx, "x"}}, [&](int count, const Slots& d) {
         float part = 0.0f;
-        check_cublas(cublasSnrm2(handle, count, d[0], 1, &part), "cublasSnrm2");
+        check_cublas(cublasSnrm2(handle, count, d[0].data, d[0].inc, &part), "cublasSnrm2");
         squares += static_cast<double>(part) * part;
       });
     }
