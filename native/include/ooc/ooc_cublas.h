@@ -53,7 +53,8 @@ cublasStatus_t ooc_cublasSgemm(cublasHandle_t handle,
  * place. dot and nrm2 combine the chunks' results in double (nrm2 as the root of the chunks' squared
  * norms), so they may differ from cuBLAS' in the last bits. gemv runs as the one-row GEMM
  * y^T = x^T op(A)^T through ooc_cublasSgemm (A tiled like any GEMM operand), so a matrix larger than
- * the GPU works. Increments follow cuBLAS (negative: the vector read from its end); 0 is refused
+ * the GPU works. Increments follow cuBLAS (negative: the vector read from its end; scal then scales
+ * nothing and nrm2 gives 0, as BLAS defines them); 0 is refused
  * (CUBLAS_STATUS_INVALID_VALUE), and gemv serves negative increments only when A, x and y are on
  * the device (CUBLAS_STATUS_NOT_SUPPORTED otherwise). Statuses as ooc_cublasSgemm's. */
 cublasStatus_t ooc_cublasSaxpy(cublasHandle_t handle, int n, const float *alpha, const float *x, int incx, float *y,

@@ -216,7 +216,7 @@ extern "C" cublasStatus_t ooc_cublasSscal(cublasHandle_t handle, int n, const fl
   return guarded_cublas("ooc_cublasSscal", [&]() -> cublasStatus_t {
     check_inc(incx, "incx");
     require_pointer(alpha, "alpha");
-    if (n <= 0) return CUBLAS_STATUS_SUCCESS;
+    if (n <= 0 || incx < 0) return CUBLAS_STATUS_SUCCESS;  // BLAS (and cuBLAS): a negative incx scales nothing
     require_pointer(x, "x");
     if (auto direct = in_core("cublasSscal", {{x, span(n, incx)}})) {
       const cublasStatus_t status = cublasSscal(handle, n, alpha, x, incx);
@@ -310,8 +310,10 @@ extern "C" cublasStatus_t ooc_cublasSnrm2(cublasHandle_t handle, int n, const fl
     check_inc(incx, "incx");
     require_pointer(result, "result");
     if (n > 0) require_pointer(x, "x");
-    if (n <= 0 && host_backend_for_tests()) {
-      *result = 0.0f;
+    if (incx < 0 || (n <= 0 && host_backend_for_tests())) {  // BLAS (and cuBLAS): a negative incx's norm is 0
+      if (!host_backend_for_tests()) cublas_out_of_core_options(handle);  // result may be in use on the stream
+      write_scalar(handle, result, 0.0f);
+      record_direct_call("cublasSnrm2: n <= 0 or incx < 0, the result is 0");
       return CUBLAS_STATUS_SUCCESS;
     }
     const auto direct = in_core("cublasSnrm2", {{x, span(n, incx)}});
