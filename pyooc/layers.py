@@ -3,6 +3,8 @@ Backward, SoftmaxForward / Backward, AddTensor; native/include/ooc/layers.hpp). 
 (pyooc/_arrays.py, pyooc/_call_args.py) and reshaped to [n, c, spatial...] without copying; libooc
 plans the split and runs it with the GIL released."""
 
+import math
+
 import numpy as np
 
 from pyooc import _last_stats
@@ -14,16 +16,30 @@ _native = load_native()
 
 
 
-def _activation_shape(shape):
+def _flat_extent(shape, dims, name):
+    # The product of `dims` of `shape`, exactly (np.prod wraps around int64): a tensor past libooc's
+    # 2^60-byte limit is refused here, in its wording, before a flattened dim could wrap.
+    if any(d <= 0 for d in shape):
+        raise ValueError(f"{name} has a zero or negative dimension: {list(shape)}")
+    extent = math.prod(dims)
+    if math.prod(shape) * 4 > _MAX_TENSOR_BYTES:
+        raise ValueError(f"{name} of size {list(shape)} is too large: pyooc indexes tensors of up to 2^60 bytes")
+    return extent
+
+
+_MAX_TENSOR_BYTES = 1 << 60  # native/src/plan/checked_size.hpp's kMaxTensorBytes
+
+
+def _activation_shape(shape, name="shape"):
     # Element-wise: any shape; one flat run, so chunks are contiguous ranges of it.
-    return (1, 1, int(np.prod(shape)))
+    return (1, 1, _flat_extent(shape, shape, name))
 
 
 def _softmax_shape(shape, name):
     # [n, c] and [n, c, spatial...] up to 3 spatial dims; space flattens into one dim.
     if len(shape) < 2:
         raise ValueError(f"{name} must have at least 2 dimensions [N, C, ...], got shape {list(shape)}")
-    return (shape[0], shape[1], int(np.prod(shape[2:])))
+    return (shape[0], shape[1], _flat_extent(shape, shape[2:], name))
 
 
 def _coef(mode, coef):

@@ -1,0 +1,64 @@
+"""A fuzz campaign: hypothesis draws cases of each family (fuzz_cases.py) and a Runner executes
+them in child processes. Every case runs, failures included, so that the summary counts all
+outcomes (hypothesis would stop at the first failure); the caller fails on any.
+
+Size: OOC_FUZZ_EXAMPLES cases per family (default 150: the CI run, about a minute on the CPU);
+OOC_FUZZ_SEED fixes hypothesis' seed (default: derandomized, the same cases every run)."""
+
+import os
+import time
+
+import hypothesis
+from hypothesis import HealthCheck, given, settings
+
+import fuzz_cases
+from fuzz_runner import Runner
+
+FAMILIES = {"valid": fuzz_cases.valid_cases, "bad": fuzz_cases.bad_cases, "plans": fuzz_cases.plan_cases}
+
+
+def examples():
+    return int(os.environ.get("OOC_FUZZ_EXAMPLES", "150"))
+
+
+def run_family(runner, family, backend, count, seconds=None):
+    """Runs `count` cases of one family (fewer when `seconds` runs out)."""
+    strategy = FAMILIES[family](backend)
+    deadline = time.monotonic() + seconds if seconds else None
+    seed = os.environ.get("OOC_FUZZ_SEED")
+
+    @settings(max_examples=count, deadline=None, database=None, derandomize=seed is None,
+              suppress_health_check=list(HealthCheck), phases=[hypothesis.Phase.generate])
+    @given(strategy)
+    def drive(case):
+        if deadline is None or time.monotonic() < deadline:
+            runner.run(case)
+
+    if seed is not None:
+        drive = hypothesis.seed(int(seed))(drive)
+    drive()
+
+
+def campaign(backend="host", count=None, seconds=None, families=tuple(FAMILIES)):
+    runner = Runner()
+    try:
+        for family in families:
+            run_family(runner, family, backend, count or examples(),
+                       seconds / len(families) if seconds else None)
+    finally:
+        runner.close()
+    return runner
+
+
+if __name__ == "__main__":  # python tests/fuzz/fuzz_campaign.py [backend] [seconds] [summary file]
+    import sys
+
+    backend = sys.argv[1] if len(sys.argv) > 1 else "host"
+    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else None
+    r = campaign(backend, seconds=seconds)
+    text = r.summary()
+    print(text)
+    if len(sys.argv) > 3:
+        with open(sys.argv[3], "w") as f:
+            f.write(text + "\n")
+    sys.exit(1 if r.failures else 0)
