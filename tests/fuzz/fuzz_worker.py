@@ -3,7 +3,7 @@ stdin and answers each with one JSON line {"outcome": ..., "detail": ...} on std
 (fuzz_runner.py) limits its memory (RLIMIT_AS) and the time of each case, and treats a child that
 dies or stops answering as that case's crash or hang.
 
-Outcomes: "ok" (a result that passed its check, or an expected exception), "wrong_kind" (an
+Outcomes: "result" (a result that passed its check), "expected" (an expected exception), "wrong_kind" (an
 exception of another kind, or an expected kind with a library-internal message), "wrong_result",
 "modified" (an input was written), "blowup" (a MemoryError that is no budget refusal)."""
 
@@ -34,9 +34,11 @@ def build(v, kwargs):
         if "np_float" in v:
             return np.float64(v["np_float"])
         if "pool_of" in v:
+            # y = pool(x) for pool_backward, with the case's mode unless that is the bad argument.
             x = build(v["pool_of"], kwargs)
-            return pyooc.pool_forward(x, v["kernel"], stride=v["stride"], mode=kwargs.get("mode", "max"),
-                                      backend="host")
+            mode = kwargs.get("mode")
+            mode = mode if mode in ("max", "avg", "avg_exclude_pad") else "max"
+            return pyooc.pool_forward(x, v["kernel"], stride=v["stride"], mode=mode, backend="host")
         if "pool_dy" in v:
             return None  # filled in by run_call: dy has y's shape
         return {k: build(x, kwargs) for k, x in v.items()}
@@ -137,8 +139,15 @@ def plan_sane(plan, kwargs):
     return problems
 
 
+# Cases that test the runner itself (test_fuzz_runner.py): it must see a crash, a hang and a blow-up.
+SELF_TESTS = {"__crash__": lambda: __import__("os").abort(), "__hang__": lambda: __import__("time").sleep(3600),
+              "__blowup__": lambda: bytearray(8 << 30)}
+
+
 def run_case(c):
     """One case's outcome, as the dict the parent reads."""
+    if c["fn"] in SELF_TESTS:
+        SELF_TESTS[c["fn"]]()
     try:
         args, kwargs = materialize(c)
     except Exception as e:  # a description the test itself cannot build: its bug, not the library's
@@ -154,11 +163,11 @@ def run_case(c):
             return {"outcome": "blowup", "detail": f"{type(e).__name__}: {msg}"}
         if not msg or any(m in msg for m in INTERNAL):
             return {"outcome": "wrong_kind", "detail": f"{type(e).__name__}: {msg}"}
-        outcome = "ok"
+        outcome, detail = "expected", f"{type(e).__name__}: {msg}"
     except Exception as e:  # noqa: BLE001 - every other kind is the failure this suite looks for
         return {"outcome": "wrong_kind", "detail": f"{type(e).__name__}: {e}"}
     else:
-        outcome = "ok"
+        outcome, detail = "result", ""
         if c["check"] == "plan":
             problems = plan_sane(r, kwargs)
             if problems:
@@ -180,7 +189,7 @@ def run_case(c):
     for x, b in zip(inputs, before):
         if not np.array_equal(x, b, equal_nan=True):
             return {"outcome": "modified", "detail": "an input array was written"}
-    return {"outcome": outcome, "detail": ""}
+    return {"outcome": outcome, "detail": detail}
 
 
 def main():
@@ -188,6 +197,8 @@ def main():
         c = json.loads(line)
         try:
             r = run_case(c)
+        except MemoryError as e:  # the address-space limit reached outside a refused budget
+            r = {"outcome": "blowup", "detail": f"MemoryError: {e}"}
         except Exception as e:  # noqa: BLE001 - the reference or the one-chunk run raised
             r = {"outcome": "wrong_kind", "detail": f"{type(e).__name__} in the check: {e}"}
         sys.stdout.write(json.dumps(r) + "\n")
