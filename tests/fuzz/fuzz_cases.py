@@ -127,8 +127,8 @@ def valid_cases(draw, backend="host"):
         if kind == "batchnorm_forward_inference":
             return case(kind, [arr(shape, s), arr([c], s + 1), arr([c], s + 2), arr([c], s + 3),
                                {"abs": arr([c], s + 4)}], opts)
-        return case(kind, [arr(shape, s), arr(shape, s + 1), arr([c], s + 2), arr([c], s + 3), {"abs": arr([c], s + 4)}],
-                    opts)
+        return case(kind, [arr(shape, s), arr(shape, s + 1), arr([c], s + 2), arr([c], s + 3),
+                           {"abs": arr([c], s + 4)}], opts)
     if kind.startswith("pool"):
         kernel = draw(st.sampled_from([1, 2, 3]))
         stride = draw(st.sampled_from([None, 1, 2]))
