@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <functional>
+#include <random>
 #include <cstdint>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "ooc/layers.hpp"
 #include "ooc/problem.hpp"
 #include "plan/candidate_search.hpp"
+#include "plan/conv_geometry.hpp"
 #include "plan/layer_planners.hpp"
 #include "plan/planner.hpp"
 
@@ -59,6 +61,35 @@ TEST(BoundedPlanning, ABudgetThatNeedsTooManyChunksSaysSo) {
               std::string::npos)
         << what;
   }
+}
+
+// Backward data's dy rows for a dx range without visiting every tap (kernels past 4096 taps):
+// the same ranges as tap by tap, over every small geometry.
+TEST(BoundedPlanning, OutputRowsReadingAnInputRangeMatchTapByTap) {
+  std::mt19937 rng(13);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int trial = 0; trial < 200000; ++trial) {
+    const int64_t kernel = pick(1, 12), stride = pick(1, 9), dilation = pick(1, 9), padding = pick(0, 12);
+    const int64_t out = pick(1, 20), begin = pick(-15, 40);
+    const ooc::Range in{begin, begin + pick(0, 12)};
+    const ooc::Range taps =
+        ooc::geometry_detail::output_range_reading_by_taps(in, out, kernel, stride, padding, dilation);
+    const ooc::Range bounds =
+        ooc::geometry_detail::output_range_reading_by_bounds(in, out, kernel, stride, padding, dilation);
+    ASSERT_TRUE(taps.begin == bounds.begin && taps.end == bounds.end)
+        << "in [" << in.begin << ", " << in.end << ") out " << out << " kernel " << kernel << " stride " << stride
+        << " padding " << padding << " dilation " << dilation << ": taps [" << taps.begin << ", " << taps.end
+        << "), bounds [" << bounds.begin << ", " << bounds.end << ")";
+  }
+}
+
+TEST(BoundedPlanning, AKernelOfAMillionTapsPlansInSeconds) {
+  const int64_t taps = int64_t{1} << 20;
+  const ooc::ConvProblem bd =
+      ooc::ConvProblem::backward_data({1, 1, 1}, {1, 1, taps}, {1, 1, taps}, {1}, {0}, {1}, 1, 1.0, 0.0);
+  ooc::Plan plan;
+  EXPECT_LT(seconds_of([&] { plan = ooc::plan_for(bd, budget(size_t{1} << 20)); }), 10.0);
+  EXPECT_LE(plan.chunks.size(), kMaxChunks);
 }
 
 }  // namespace
