@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "capi/capi_internal.hpp"
-#include "plan/checked_size.hpp"
+#include "ooc/problem.hpp"
 
 namespace ooc::capi {
 namespace {
@@ -40,7 +40,7 @@ std::string format_shape(const Shape& shape) {
   return o.str();
 }
 
-int64_t elements(const Shape& shape) { return checked::tensor_elements(shape, sizeof(float), "a tensor"); }
+int64_t elements(const Shape& shape) { return checked_tensor_elements(shape, sizeof(float), "a tensor"); }
 
 Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank, int max_rank) {
   if (!desc) throw invalid_argument(std::string(name) + " is null");
@@ -52,7 +52,7 @@ Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank,
   Shape shape(dims, dims + rank);
   for (int64_t d : shape)
     if (d <= 0) throw invalid_argument(std::string(name) + " has a non-positive dimension: " + format_shape(shape));
-  checked::tensor_elements(shape, sizeof(float), name);  // CUDNN_STATUS_BAD_PARAM, before the strides multiply
+  checked_tensor_elements(shape, sizeof(float), name);  // CUDNN_STATUS_BAD_PARAM, before the strides multiply
   // Packed NCHW: each stride is the product of the dims after it. A dim of size 1 is never
   // stepped over, so its stride does not matter (torch and cuDNN itself leave odd ones there).
   int64_t packed = 1;
@@ -81,7 +81,7 @@ Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name) {
   Shape shape(dims, dims + rank);
   for (int64_t d : shape)
     if (d <= 0) throw invalid_argument(std::string(name) + " has a non-positive dimension: " + format_shape(shape));
-  checked::tensor_elements(shape, sizeof(float), name);
+  checked_tensor_elements(shape, sizeof(float), name);
   return shape;
 }
 
