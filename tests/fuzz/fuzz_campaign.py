@@ -49,7 +49,11 @@ def run_family(runner, family, backend, count, seconds=None):
 
 
 def campaign(backend="host", count=None, seconds=None, families=tuple(FAMILIES)):
-    runner = Runner(memory_bytes=4 << 30 if backend == "host" else None)
+    if backend == "host":
+        runner = Runner(memory_bytes=4 << 30)
+    else:  # the child limits its address space itself, once its CUDA context exists (fuzz_worker.py)
+        runner = Runner(memory_bytes=None, rss_bytes=6 << 30,
+                        env=dict(os.environ, OOC_FUZZ_AS_HEADROOM=str(8 << 30), OOC_FUZZ_BACKEND=backend))
     try:
         for family in families:
             run_family(runner, family, backend, count or examples(),

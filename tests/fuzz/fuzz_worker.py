@@ -8,6 +8,8 @@ exception of another kind, or an expected kind with a library-internal message),
 "modified" (an input was written), "blowup" (a MemoryError that is no budget refusal)."""
 
 import json
+import os
+import resource
 import sys
 
 import numpy as np
@@ -159,7 +161,9 @@ def run_case(c):
         r = fn(*args, **kwargs)
     except EXPECTED as e:
         msg = str(e)
-        if isinstance(e, MemoryError) and "memory_limit" not in msg and "budget" not in msg:
+        # A refused budget, or an output the call asks for that host memory cannot hold (numpy's
+        # "Unable to allocate", within the address-space limit): anything else is a blow-up.
+        if isinstance(e, MemoryError) and not any(m in msg for m in ("memory_limit", "budget", "Unable to allocate")):
             return {"outcome": "blowup", "detail": f"{type(e).__name__}: {msg}"}
         if not msg or any(m in msg for m in INTERNAL):
             return {"outcome": "wrong_kind", "detail": f"{type(e).__name__}: {msg}"}
@@ -192,7 +196,28 @@ def run_case(c):
     return {"outcome": outcome, "detail": detail}
 
 
+def limit_address_space_after_init():
+    """On the GPU the parent sets no RLIMIT_AS (a CUDA context reserves far more address space than
+    it uses): the child creates its context and pipeline first, then limits what it may add to
+    OOC_FUZZ_AS_HEADROOM bytes, so that an output too large for host memory fails at once here too."""
+    headroom = os.environ.get("OOC_FUZZ_AS_HEADROOM")
+    if not headroom:
+        return
+    backend = os.environ.get("OOC_FUZZ_BACKEND", "auto")
+    x = np.ones((2, 3, 64), np.float32)
+    for limit in (None, 1024):
+        try:
+            pyooc.activation_forward(x, "relu", memory_limit=limit, backend=backend)
+        except Exception:  # noqa: BLE001 - no GPU: nothing to warm up
+            pass
+    with open("/proc/self/statm") as f:
+        size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = size + int(headroom)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def main():
+    limit_address_space_after_init()
     for line in sys.stdin:
         c = json.loads(line)
         try:
