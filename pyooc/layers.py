@@ -3,6 +3,8 @@ Backward, SoftmaxForward / Backward, AddTensor; native/include/ooc/layers.hpp). 
 (pyooc/_arrays.py, pyooc/_call_args.py) and reshaped to [n, c, spatial...] without copying; libooc
 plans the split and runs it with the GIL released."""
 
+import math
+
 import numpy as np
 
 from pyooc import _last_stats
@@ -14,16 +16,31 @@ _native = load_native()
 
 
 
-def _activation_shape(shape):
+def _flat_extent(shape, dims, operation):
+    # The product of `dims` of `shape`, exactly (np.prod wraps around int64): a shape libooc would
+    # refuse is refused here, in its wording (layer_problem, checked_size.hpp), before a flattened
+    # dim could wrap or pass int64.
+    if any(d <= 0 for d in shape):
+        raise ValueError(f"{operation}: every dimension must be positive, got {list(shape)}")
+    if math.prod(shape) * 4 > _MAX_TENSOR_BYTES:
+        raise ValueError(f"{operation}: the tensor of size {list(shape)} is too large: pyooc indexes tensors of up "
+                         "to 2^60 bytes")
+    return math.prod(dims)
+
+
+_MAX_TENSOR_BYTES = 1 << 60  # native/src/plan/checked_size.hpp's kMaxTensorBytes
+
+
+def _activation_shape(shape, operation):
     # Element-wise: any shape; one flat run, so chunks are contiguous ranges of it.
-    return (1, 1, int(np.prod(shape)))
+    return (1, 1, _flat_extent(shape, shape, operation))
 
 
-def _softmax_shape(shape, name):
+def _softmax_shape(shape, name, operation):
     # [n, c] and [n, c, spatial...] up to 3 spatial dims; space flattens into one dim.
     if len(shape) < 2:
         raise ValueError(f"{name} must have at least 2 dimensions [N, C, ...], got shape {list(shape)}")
-    return (shape[0], shape[1], int(np.prod(shape[2:])))
+    return (shape[0], shape[1], _flat_extent(shape, shape[2:], operation))
 
 
 def _coef(mode, coef):
@@ -61,8 +78,8 @@ def activation_forward(x, mode, *, coef=None, out=None, memory_limit=None, backe
     c = _coef(mode, coef)
     options = call_options(memory_limit, backend, device)
     y = _out(out, x.shape, {"x": x}, in_place_ok=x)
-    _last_stats.record(_native.activation_forward(_activation_shape(x.shape), mode, c, x.reshape(-1), y.reshape(-1),
-                                                  options))
+    flat = _activation_shape(x.shape, "activation_forward")
+    _last_stats.record(_native.activation_forward(flat, mode, c, x.reshape(-1), y.reshape(-1), options))
     return y
 
 
@@ -74,16 +91,17 @@ def activation_backward(y, dy, x, mode, *, coef=None, out=None, memory_limit=Non
     c = _coef(mode, coef)
     options = call_options(memory_limit, backend, device)
     dx = _out(out, y.shape, {"y": y, "dy": dy, "x": x}, in_place_ok=dy)
-    _last_stats.record(_native.activation_backward(_activation_shape(y.shape), mode, c, y.reshape(-1), dy.reshape(-1),
-                                                   x.reshape(-1), dx.reshape(-1), options))
+    flat = _activation_shape(y.shape, "activation_backward")
+    _last_stats.record(_native.activation_backward(flat, mode, c, y.reshape(-1), dy.reshape(-1), x.reshape(-1),
+                                                   dx.reshape(-1), options))
     return dx
 
 
 def plan_activation_forward(shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
     """The Plan activation_forward would run for this shape (splits over the flattened tensor: "w")."""
     check_dtype(dtype)
-    return _native.plan_layer("activation_forward", _activation_shape(as_shape(shape, "shape")), "", (), False,
-                              call_options(memory_limit, backend, device))
+    flat = _activation_shape(as_shape(shape, "shape"), "activation_forward")
+    return _native.plan_layer("activation_forward", flat, "", (), False, call_options(memory_limit, backend, device))
 
 
 def plan_activation_backward(shape, *, mode=None, dtype="float32", memory_limit=None, backend="auto", device=0):
@@ -92,8 +110,8 @@ def plan_activation_backward(shape, *, mode=None, dtype="float32", memory_limit=
     any mode moves)."""
     check_dtype(dtype)
     mode = "elu" if mode is None else as_str(mode, "mode")  # elu: a mode whose gradient reads x
-    return _native.plan_layer("activation_backward", _activation_shape(as_shape(shape, "shape")), mode, (), False,
-                              call_options(memory_limit, backend, device))
+    flat = _activation_shape(as_shape(shape, "shape"), "activation_backward")
+    return _native.plan_layer("activation_backward", flat, mode, (), False, call_options(memory_limit, backend, device))
 
 
 def softmax_forward(x, *, mode="channel", log=False, out=None, memory_limit=None, backend="auto", device=0):
@@ -103,7 +121,7 @@ def softmax_forward(x, *, mode="channel", log=False, out=None, memory_limit=None
     x = as_input(x, "x")
     mode = as_str(mode, "mode")
     _native.softmax_mode(mode)
-    shape = _softmax_shape(x.shape, "x")
+    shape = _softmax_shape(x.shape, "x", "softmax_forward")
     options = call_options(memory_limit, backend, device)
     y = _out(out, x.shape, {"x": x}, in_place_ok=x)
     _last_stats.record(_native.softmax_forward(shape, mode, bool(log), x.reshape(-1), y.reshape(-1), options))
@@ -116,7 +134,7 @@ def softmax_backward(y, dy, *, mode="channel", log=False, out=None, memory_limit
     _same_shape("y", y, dy=dy)
     mode = as_str(mode, "mode")
     _native.softmax_mode(mode)
-    shape = _softmax_shape(y.shape, "y")
+    shape = _softmax_shape(y.shape, "y", "softmax_backward")
     options = call_options(memory_limit, backend, device)
     dx = _out(out, y.shape, {"y": y, "dy": dy}, in_place_ok=dy)
     _last_stats.record(_native.softmax_backward(shape, mode, bool(log), y.reshape(-1), dy.reshape(-1), dx.reshape(-1),
@@ -127,7 +145,7 @@ def softmax_backward(y, dy, *, mode="channel", log=False, out=None, memory_limit
 def _plan_softmax(operation, shape, mode, dtype, memory_limit, backend, device):
     check_dtype(dtype)
     mode = as_str(mode, "mode")
-    return _native.plan_layer(operation, _softmax_shape(as_shape(shape, "shape"), "shape"), mode, (), False,
+    return _native.plan_layer(operation, _softmax_shape(as_shape(shape, "shape"), "shape", operation), mode, (), False,
                               call_options(memory_limit, backend, device))
 
 

@@ -21,6 +21,11 @@ enum class DType { float32, float16, bfloat16 };
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 
+// The element count of a tensor of `shape` (positive dims), refused with invalid_argument naming
+// `name` when its bytes pass 2^60 (plan/checked_size.hpp): for callers above the planner, such as
+// the C API's descriptors.
+int64_t checked_tensor_elements(const std::vector<int64_t>& shape, size_t element_size, const std::string& name);
+
 // The convolution and its three gradients (cuDNN's ConvolutionForward, BackwardData,
 // BackwardFilter and BackwardBias):
 //   forward          y  = alpha * conv(x, w) + beta * y (+ bias)

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "capi/capi_internal.hpp"
+#include "ooc/problem.hpp"
 
 namespace ooc::capi {
 namespace {
@@ -39,11 +40,7 @@ std::string format_shape(const Shape& shape) {
   return o.str();
 }
 
-int64_t elements(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t elements(const Shape& shape) { return checked_tensor_elements(shape, sizeof(float), "a tensor"); }
 
 Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank, int max_rank) {
   if (!desc) throw invalid_argument(std::string(name) + " is null");
@@ -53,6 +50,9 @@ Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank,
   check_rank(rank, name, min_rank, max_rank);
   check_float(type, name);
   Shape shape(dims, dims + rank);
+  for (int64_t d : shape)
+    if (d <= 0) throw invalid_argument(std::string(name) + " has a non-positive dimension: " + format_shape(shape));
+  checked_tensor_elements(shape, sizeof(float), name);  // CUDNN_STATUS_BAD_PARAM, before the strides multiply
   // Packed NCHW: each stride is the product of the dims after it. A dim of size 1 is never
   // stepped over, so its stride does not matter (torch and cuDNN itself leave odd ones there).
   int64_t packed = 1;
@@ -81,6 +81,7 @@ Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name) {
   Shape shape(dims, dims + rank);
   for (int64_t d : shape)
     if (d <= 0) throw invalid_argument(std::string(name) + " has a non-positive dimension: " + format_shape(shape));
+  checked_tensor_elements(shape, sizeof(float), name);
   return shape;
 }
 

@@ -127,6 +127,7 @@ template <typename RegionSizes>
 std::vector<DimTiling> spatial_tilings(int64_t extent, DimTiling whole, RegionSizes region) {
   std::vector<DimTiling> v;
   for (int64_t t : candidate_tiles(extent)) {
+    if (!tiles_within_limit(ceil_div(extent, t))) continue;  // no plan's: walking its tiles would not end
     DimTiling s = whole;
     s.tile = t;
     s.tiles = ceil_div(extent, t);

@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <string>
+
+#include "ooc/errors.hpp"
 
 #include "ooc/plan.hpp"
 #include "plan/planner.hpp"
@@ -19,8 +22,23 @@
 
 namespace ooc::planner_parts {
 
-// The most chunks a plan may have (the chunk list is materialized).
-constexpr size_t kMaxChunks = size_t{1} << 22;
+// The most chunks a plan may have. The chunk list is materialized (a few hundred bytes a chunk),
+// and the per-dimension tilings a planner builds walk every tile of a dimension: bounding the
+// chunk count bounds both, so that planning takes milliseconds and tens of MiB at most. A tiling
+// of one dimension into more tiles than this can be no plan's (a plan's chunks are the product of
+// its dimensions' tile counts): planners skip building it (tiles_within_limit).
+constexpr size_t kMaxChunks = size_t{1} << 18;
+
+inline bool tiles_within_limit(int64_t tiles) { return tiles <= static_cast<int64_t>(kMaxChunks); }
+
+// The error when every candidate within the element limit makes too many chunks: the budget only
+// admits tiles so small that the chunk list would pass kMaxChunks. `prefix` says which budget and
+// problem ("memory_limit of 1.00 MiB is too small for ...").
+[[noreturn]] inline void throw_too_many_chunks(const std::string& prefix, double chunks) {
+  throw out_of_budget(prefix + ": the plan would need " + std::to_string(static_cast<long long>(std::min(chunks, 9e18))) +
+                          " chunks, more than the limit of " + std::to_string(kMaxChunks) + "; raise memory_limit",
+                      std::numeric_limits<size_t>::max());
+}
 
 // What the fit check reads of a candidate.
 struct Footprint {
@@ -54,9 +72,13 @@ class CandidateSearch {
   }
 
   // Whether a candidate with these chunk regions and chunk count can be a plan at all: an
-  // enumeration may skip building the candidates that offer() would drop anyway.
-  static bool within_limits(int64_t largest_chunk_tensor, double chunks) {
-    return largest_chunk_tensor <= kMaxChunkElements && chunks <= static_cast<double>(kMaxChunks);
+  // enumeration may skip building the candidates that offer() would drop anyway. Notes the
+  // chunks of one dropped only for its chunk count (for the too-many-chunks message).
+  bool within_limits(int64_t largest_chunk_tensor, double chunks) {
+    const bool small_enough = largest_chunk_tensor <= kMaxChunkElements;
+    if (small_enough && chunks > static_cast<double>(kMaxChunks))
+      fewest_chunks_dropped_ = std::min(fewest_chunks_dropped_, chunks);
+    return small_enough && chunks <= static_cast<double>(kMaxChunks);
   }
 
   bool found() const { return found_; }
@@ -64,6 +86,9 @@ class CandidateSearch {
   double best_seconds() const { return best_seconds_; }
   // The least peak of a candidate within the limits but over the budget; max() when there was none.
   size_t smallest_need() const { return smallest_need_; }
+  // The fewest chunks of a candidate dropped for making too many (within the element limit);
+  // infinity when there was none.
+  double fewest_chunks_dropped() const { return fewest_chunks_dropped_; }
 
  private:
   size_t budget_;
@@ -71,17 +96,29 @@ class CandidateSearch {
   double best_seconds_ = 0;
   bool found_ = false;
   size_t smallest_need_ = std::numeric_limits<size_t>::max();
+  double fewest_chunks_dropped_ = std::numeric_limits<double>::infinity();
 };
 
 // A planner's search: enumerate(search) offers every candidate; expand(best, its seconds) makes the
 // winner's plan (finished with its slot table); when nothing fits, no_fit(smallest need) throws
-// out_of_budget.
+// out_of_budget. A no_fit that finds no need at all (every candidate broke a limit) where some
+// candidate only made too many chunks is answered with the chunk limit instead: memory_limit is
+// what the caller must raise.
 template <typename Candidate, typename Enumerate, typename Expand, typename NoFit>
 Plan search_plan(size_t budget, Enumerate enumerate, Expand expand, NoFit no_fit) {
   CandidateSearch<Candidate> search(budget);
   enumerate(search);
   if (!search.found()) {
-    no_fit(search.smallest_need());
+    try {
+      no_fit(search.smallest_need());
+    } catch (const out_of_budget& e) {
+      if (e.needed_bytes() != std::numeric_limits<size_t>::max() ||
+          search.fewest_chunks_dropped() == std::numeric_limits<double>::infinity())
+        throw;
+      // throw_out_of_budget's message up to what it says the smallest plan needs.
+      const std::string what = e.what();
+      throw_too_many_chunks(what.substr(0, what.rfind(": the smallest plan")), search.fewest_chunks_dropped());
+    }
     throw std::logic_error("candidate search: nothing fits and no out_of_budget was thrown");
   }
   Plan plan = expand(search.best(), search.best_seconds());

@@ -37,20 +37,72 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
 // kernel): exactly the dy rows that contribute to dx rows `in` (backward data). With dilation >
 // stride some rows inside it may still reach no row of `in` (their taps jump over it). Empty
 // (begin == end) when no row contributes, e.g. where the stride exceeds the dilated kernel span.
-inline Range conv_output_range_reading(Range in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
-                                       int64_t dilation) {
-  using geometry_detail::ceil_div;
-  using geometry_detail::floor_div;
-  int64_t first = out, last = 0;
+namespace geometry_detail {
+// Whether tap j reaches an output row of [0, out) from input rows `in`, and that tap's rows.
+inline bool tap_rows(Range in, int64_t out, int64_t j, int64_t stride, int64_t padding, int64_t dilation,
+                     int64_t* lo, int64_t* hi) {
+  *lo = std::max<int64_t>(0, ceil_div(in.begin + padding - j * dilation, stride));
+  *hi = std::min<int64_t>(out, floor_div(in.end - 1 + padding - j * dilation, stride) + 1);
+  return *lo < *hi;
+}
+
+// Every tap, one by one: what conv_output_range_reading computes for kernels up to kTapLoop.
+inline Range output_range_reading_by_taps(Range in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                                          int64_t dilation) {
+  int64_t first = out, last = 0, lo = 0, hi = 0;
   for (int64_t j = 0; j < kernel; ++j) {  // the rows whose tap j lands in `in`
-    const int64_t lo = std::max<int64_t>(0, ceil_div(in.begin + padding - j * dilation, stride));
-    const int64_t hi = std::min<int64_t>(out, floor_div(in.end - 1 + padding - j * dilation, stride) + 1);
-    if (lo >= hi) continue;
+    if (!tap_rows(in, out, j, stride, padding, dilation, &lo, &hi)) continue;
     first = std::min(first, lo);
     last = std::max(last, hi);
   }
   if (first >= last) return Range{0, 0};
   return Range{first, last};
+}
+
+// The same without visiting every tap. A tap's rows only move down as j grows, so `first` is the
+// largest reaching tap's lo and `last` the smallest reaching tap's hi. The taps that can reach
+// [0, out) at all are [j_min, j_max]; inside, tap j reaches a row when its input window (of
+// in.size() rows, clipped to the output's span) holds a multiple of the stride: always when the
+// window is at least a stride long or clipped, otherwise periodically in j (period at most the
+// stride): a search of one period from either end finds the reaching tap or shows there is none
+// short of the clipped ones.
+inline Range output_range_reading_by_bounds(Range in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                                            int64_t dilation) {
+  const int64_t top = (out - 1) * stride;  // the last output row's offset
+  const int64_t j_min = std::max<int64_t>(0, ceil_div(in.begin + padding - top, dilation));
+  const int64_t j_max = std::min<int64_t>(kernel - 1, floor_div(in.end - 1 + padding, dilation));
+  if (out <= 0 || in.size() <= 0 || j_min > j_max) return Range{0, 0};
+  int64_t lo = 0, hi = 0;
+  const auto reaches = [&](int64_t j) { return tap_rows(in, out, j, stride, padding, dilation, &lo, &hi); };
+  const int64_t period = std::min(j_max - j_min + 1, stride);
+  int64_t smallest = -1, largest = -1;
+  for (int64_t i = 0; i < period && smallest < 0; ++i)
+    if (reaches(j_min + i)) smallest = j_min + i;
+  for (int64_t i = 0; i < period && largest < 0; ++i)
+    if (reaches(j_max - i)) largest = j_max - i;
+  if (smallest < 0 || largest < 0) {
+    // No tap reaches unclipped; clipped windows hold row 0 or row `out - 1`: the taps whose window
+    // starts at or below offset 0, or ends at or past `top`.
+    const int64_t low_clip = std::max(j_min, ceil_div(in.begin + padding, dilation));
+    const int64_t high_clip = std::min(j_max, floor_div(in.end - 1 + padding - top, dilation));
+    if (smallest < 0) smallest = high_clip >= j_min ? j_min : (low_clip <= j_max ? low_clip : -1);
+    if (largest < 0) largest = low_clip <= j_max ? j_max : (high_clip >= j_min ? high_clip : -1);
+    if (smallest < 0 || largest < 0 || !reaches(smallest) || !reaches(largest)) return Range{0, 0};
+  }
+  reaches(largest);
+  const int64_t first = lo;
+  reaches(smallest);
+  return Range{first, hi};
+}
+
+constexpr int64_t kTapLoop = 4096;
+}  // namespace geometry_detail
+
+inline Range conv_output_range_reading(Range in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                                       int64_t dilation) {
+  if (kernel <= geometry_detail::kTapLoop)
+    return geometry_detail::output_range_reading_by_taps(in, out, kernel, stride, padding, dilation);
+  return geometry_detail::output_range_reading_by_bounds(in, out, kernel, stride, padding, dilation);
 }
 
 // How one chunk of backward data covers dx rows `target` along one split dimension. cuDNN

@@ -162,7 +162,7 @@ SpatialOptions spatial_options(const ConvProblem& p, const ConvProblem* pool) {
     add_pooled_rows(o.whole[d], pool, d);
     if (pool && pool->padding[d] != 0) continue;  // cuDNN pads the pooling's border only in a whole dim
     for (int64_t t : candidate_tiles(p.out[d]))
-      if (ceil_div(p.out[d], t) > 1) {
+      if (ceil_div(p.out[d], t) > 1 && tiles_within_limit(ceil_div(p.out[d], t))) {
         o.splits[d].push_back(split_dim(p, d, t));
         add_pooled_rows(o.splits[d].back(), pool, d);
       }

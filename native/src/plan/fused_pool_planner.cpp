@@ -182,7 +182,8 @@ Plan plan_of(const ConvProblem& conv, const PlannerConfig& config, const Candida
 Plan plan_with_workspace(const ConvProblem& conv, const ConvProblem& pool, const PlannerConfig& config) {
   std::array<std::vector<PoolDim>, kMaxSpatial> options;
   for (int d = 0; d < kMaxSpatial; ++d)
-    for (int64_t t : candidate_tiles(pool.out[d])) options[d].push_back(pool_dim(conv, pool, d, t));
+    for (int64_t t : candidate_tiles(pool.out[d]))
+      if (tiles_within_limit(ceil_div(pool.out[d], t))) options[d].push_back(pool_dim(conv, pool, d, t));
   return search_plan<Candidate>(
       config.memory_limit, [&](auto& search) { offer_candidates(conv, pool, config, options, search); },
       [&](const Candidate& best, double seconds) { return plan_of(conv, config, best, seconds); },

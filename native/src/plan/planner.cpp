@@ -142,7 +142,8 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, Candida
 
   std::array<std::vector<SpatialSplit>, kMaxSpatial> spatial;
   for (int d = 0; d < kMaxSpatial; ++d)
-    for (int64_t t : candidate_tiles(p.out[d])) spatial[d].push_back(spatial_split(p, d, t));
+    for (int64_t t : candidate_tiles(p.out[d]))
+      if (tiles_within_limit(ceil_div(p.out[d], t))) spatial[d].push_back(spatial_split(p, d, t));
 
   for (int64_t tk : candidate_tiles(p.k))
     for (int64_t tc : candidate_tiles(p.c)) {

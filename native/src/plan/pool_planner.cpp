@@ -44,10 +44,20 @@ Plan plan_windowed(const ConvProblem& p, const PlannerConfig& config, const Wind
     for (int d = 0; d < 3; ++d) {
       const bool whole = t[2 + d] == extent[2 + d];
       int64_t xm = 0, ym = 0;
-      for (int64_t b = 0; b < extent[2 + d]; b += t[2 + d]) {
+      const auto visit = [&](int64_t i) {
+        const int64_t b = i * t[2 + d];
         const WindowRows r = rows(Range{b, std::min(extent[2 + d], b + t[2 + d])}, d, whole);
         xm = std::max(xm, r.x.size());
         ym = std::max(ym, r.y.size());
+      };
+      const int64_t tiles = ceil_div(extent[2 + d], t[2 + d]);
+      if (tiles_within_limit(tiles)) {
+        for (int64_t i = 0; i < tiles; ++i) visit(i);
+      } else {
+        // No plan's tiling (too many chunks), asked only for the out-of-budget message: the tiles
+        // differ only where the padding clips them, at either end, so those and one inside do.
+        for (int64_t i = 0; i < 64; ++i) visit(i), visit(tiles - 1 - i);
+        visit(tiles / 2);
       }
       xs[2 + d] = xm;
       ys[2 + d] = ym;

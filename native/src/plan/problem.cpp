@@ -18,6 +18,10 @@ size_t dtype_size(DType dtype) {
   return 0;
 }
 
+int64_t checked_tensor_elements(const std::vector<int64_t>& shape, size_t element_size, const std::string& name) {
+  return checked::tensor_elements(shape, element_size, name);
+}
+
 const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::float32: return "float32";
