@@ -144,6 +144,22 @@ TEST(Cancel, ConvForward) {
       p.y_elements(), 12 * 1024, 3);
 }
 
+// Caller memory treated as pinned: every copy by DMA, no staging (the path a GPU call with pinned
+// arrays takes, and the one the pacer bounds).
+TEST(Cancel, ConvForwardDirectAccess) {
+  const ooc_test::HostDirectAccess direct(true);
+  const ooc::ConvProblem p = ooc::ConvProblem::forward({4, 3, 32, 32}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, 1.0,
+                                                       0.0, false);
+  const std::vector<float> x = random_floats(p.x_elements(), 15), w = random_floats(p.w_elements(), 16);
+  check_cancel_and_progress(
+      [&](std::vector<float>& y, const ooc::Options& o) {
+        ooc::Plan plan;
+        ooc::conv_forward(p, x.data(), w.data(), nullptr, y.data(), o, &plan);
+        return plan;
+      },
+      p.y_elements(), 12 * 1024, 5);
+}
+
 TEST(Cancel, ActivationLayer) {
   const std::vector<int64_t> shape{8, 16, 512};
   const std::vector<float> x = random_floats(8 * 16 * 512, 4);
