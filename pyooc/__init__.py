@@ -7,7 +7,7 @@ the host backend where no GPU is present. See README.md and native/include/ooc/o
 import os
 from collections import namedtuple
 
-from pyooc._exceptions import CudaError, CudnnError
+from pyooc._exceptions import CancelledError, CudaError, CudnnError
 from pyooc._loader import load_native
 
 _native = load_native()
@@ -35,6 +35,7 @@ from pyooc.fused import (  # noqa: E402
     pooling_activation_conv_backward_data_filter_bias)
 from pyooc.memory import get_memory_limit, parse_memory_limit, set_memory_limit  # noqa: E402
 from pyooc.pinned import pinned_empty  # noqa: E402
+from pyooc.progress import CancelToken, get_progress, set_progress  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -120,5 +121,5 @@ __all__ = [
     "plan_batchnorm_forward_training", "plan_batchnorm_forward_inference", "plan_batchnorm_backward",
     "get_memory_limit", "parse_memory_limit", "pinned_empty", "cudnn_version", "device_count", "info",
     "measure_link_bandwidth", "roofline_seconds", "get_include", "get_library_dir", "get_cmake_dir",
-    "__version__",
+    "CancelToken", "CancelledError", "set_progress", "get_progress", "__version__",
 ]

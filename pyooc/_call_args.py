@@ -12,6 +12,7 @@ import numpy as np
 from pyooc._arrays import as_float, as_input, as_int, as_output, spatial_tuple
 from pyooc._loader import load_native
 from pyooc.memory import parse_memory_limit
+from pyooc.progress import call_observer
 
 _native = load_native()
 BACKENDS = ("auto", "cuda", "host")
@@ -25,9 +26,11 @@ def check_backend(backend):
 def call_options(memory_limit, backend, device, pinned=False):
     """The CallOptions of one call from its public arguments: memory_limit (bytes or "512MiB";
     None: the process default), backend, device; pinned (plan_* only): plan as if every array
-    were pinned."""
+    were pinned. Its observer (Ctrl-C, the call's progress= and cancel=: pyooc/progress.py) comes
+    from the call's context, so that no function passes them."""
     check_backend(backend)
-    return _native.CallOptions(parse_memory_limit(memory_limit) or 0, backend, as_device(device), bool(pinned))
+    return _native.CallOptions(parse_memory_limit(memory_limit) or 0, backend, as_device(device), bool(pinned),
+                               call_observer())
 
 
 def as_device(device):

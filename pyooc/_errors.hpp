@@ -22,6 +22,16 @@ inline PyObject*& cudnn_error_type() {
   return type;
 }
 
+inline PyObject*& cancelled_error_type() {
+  static PyObject* type = PyExc_RuntimeError;
+  return type;
+}
+
+inline void register_cancelled_type(PyObject* cancelled_error) {
+  Py_INCREF(cancelled_error);
+  cancelled_error_type() = cancelled_error;
+}
+
 inline void register_error_types(PyObject* cuda_error, PyObject* cudnn_error) {
   Py_INCREF(cuda_error);
   Py_INCREF(cudnn_error);
@@ -40,8 +50,12 @@ inline void set_error_with_status(PyObject* type, const char* message, int statu
 // Called by Cython inside a catch block with the GIL held: rethrows and maps the exception.
 inline void translate_exception() {
   try {
-    if (PyErr_Occurred()) return;  // a Python error is already set (e.g. from a callback)
+    // A Python error is already set: a callback's, or KeyboardInterrupt from the signal check of
+    // a cancelled call's observer (pyooc/_observe.pxi).
+    if (PyErr_Occurred()) return;
     throw;
+  } catch (const ooc::cancelled& e) {  // by a CancelToken
+    PyErr_SetString(cancelled_error_type(), e.what());
   } catch (const ooc::out_of_budget& e) {
     PyErr_SetString(PyExc_MemoryError, e.what());
   } catch (const ooc::cuda_error& e) {

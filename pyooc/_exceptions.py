@@ -22,3 +22,9 @@ class CudaError(_StatusError):
 class CudnnError(_StatusError):
     """A cuDNN call failed; the message names the call and cuDNN's status, .status is the
     cudnnStatus_t value."""
+
+
+class CancelledError(RuntimeError):
+    """The call was cancelled through its CancelToken (pyooc.CancelToken) and stopped between two
+    chunks, after draining what was in flight and freeing what it held; its out= array is partially
+    written. (Ctrl-C raises KeyboardInterrupt the same way.)"""

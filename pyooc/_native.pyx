@@ -22,9 +22,10 @@ from libcpp.vector cimport vector
 
 from pyooc cimport _ooc as ooc
 
-from pyooc._exceptions import CudaError, CudnnError
+from pyooc._exceptions import CancelledError, CudaError, CudnnError
 
 ooc.register_error_types(CudaError, CudnnError)
+ooc.register_cancelled_type(CancelledError)
 
 _SPATIAL_NAMES = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}
 _BACKENDS = {"auto": ooc.BackendKind.automatic, "host": ooc.BackendKind.host, "cuda": ooc.BackendKind.cuda}
@@ -239,18 +240,26 @@ cdef class Plan:
                 f"chunks={self.num_chunks} peak_device_bytes={self.peak_device_bytes}>")
 
 
+include "_observe.pxi"
+
+
 cdef class CallOptions:
     """The ooc::Options one call runs with (native/include/ooc/ooc.hpp says what each field means),
     built once per call by pyooc/_call_args.py and passed as the last argument of every binding.
     memory_limit: bytes, 0 for the process default; backend: "auto", "cuda" or "host" (the names
-    _call_args checked); assume_pinned: read by the plan_* bindings only."""
+    _call_args checked); assume_pinned: read by the plan_* bindings only; observer: the call's
+    CallObserver (Ctrl-C, CancelToken, progress; _observe.pxi), kept alive here for the call."""
     cdef ooc.Options c_obj
+    cdef readonly CallObserver observer
 
-    def __cinit__(self, size_t memory_limit, str backend, int device, bint assume_pinned=False):
+    def __cinit__(self, size_t memory_limit, str backend, int device, bint assume_pinned=False,
+                  CallObserver observer=None):
         self.c_obj.memory_limit = memory_limit
         self.c_obj.backend = _BACKENDS[backend]
         self.c_obj.device = device
         self.c_obj.assume_pinned = assume_pinned
+        self.observer = observer
+        self.c_obj.observer = observer.native() if observer is not None else NULL
 
     @property
     def memory_limit(self):

@@ -8,6 +8,7 @@ from libcpp.vector cimport vector
 cdef extern from "_errors.hpp" namespace "pyooc":
     cdef void translate_exception()
     cdef void register_error_types(object cuda_error, object cudnn_error)
+    cdef void register_cancelled_type(object cancelled_error)
 
 
 cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
@@ -145,17 +146,33 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         string describe()
 
 
+cdef extern from "<atomic>" namespace "std" nogil:
+    cdef cppclass atomic_bool "std::atomic<bool>":
+        void store(bool value)
+        bool load()
+
+
 cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
     cdef enum class BackendKind(int):
         automatic
         host
         cuda
 
+    cdef cppclass ChunkProgress:
+        int64_t done, total
+        double predicted_seconds
+
+    cdef cppclass CallObserver:
+        const atomic_bool* cancel
+        bool (*on_chunk)(void* context, const ChunkProgress* progress) noexcept nogil
+        void* context
+
     cdef cppclass Options:
         size_t memory_limit
         BackendKind backend
         int device
         bool assume_pinned
+        const CallObserver* observer
 
     cdef cppclass RunStats:
         size_t bytes_h2d, bytes_d2h, device_bytes_reserved

@@ -8,6 +8,7 @@ from pyooc import _last_stats
 from pyooc._arrays import as_float, as_input, as_output, as_shape
 from pyooc._call_args import call_options, check_dtype
 from pyooc._loader import load_native
+from pyooc.progress import observed
 
 _native = load_native()
 
@@ -72,6 +73,7 @@ def _plan(operation, x_shape, dtype, memory_limit, backend, device):
     return _native.plan_batchnorm(operation, as_shape(x_shape, "x_shape"), options)
 
 
+@observed
 def batchnorm_forward_training(x, scale, bias, *, eps=1e-5, momentum=0.1, running_mean=None, running_var=None,
                                out=None, memory_limit=None, backend="auto", device=0):
     """y = (x - mean) / sqrt(var + eps) * scale + bias with the batch's per-channel statistics over N
@@ -100,6 +102,7 @@ def batchnorm_forward_training(x, scale, bias, *, eps=1e-5, momentum=0.1, runnin
     return out, saved_mean, saved_invstd
 
 
+@observed
 def batchnorm_forward_inference(x, scale, bias, mean, var, *, eps=1e-5, out=None, memory_limit=None, backend="auto",
                                 device=0):
     """y = (x - mean) / sqrt(var + eps) * scale + bias with given per-channel statistics, out of
@@ -115,6 +118,7 @@ def batchnorm_forward_inference(x, scale, bias, mean, var, *, eps=1e-5, out=None
     return out
 
 
+@observed
 def batchnorm_backward(x, dy, scale, saved_mean, saved_invstd, *, eps=1e-5, out=None, memory_limit=None,
                        backend="auto", device=0):
     """Gradients of batchnorm_forward_training: (dx, dscale, dbias), out of core in two passes

@@ -6,6 +6,7 @@ from pyooc import _last_stats
 from pyooc._arrays import as_shape
 from pyooc._call_args import check_dtype, conv_args, conv_inputs, output_array, spatial_dims
 from pyooc._loader import load_native
+from pyooc.progress import observed
 
 _native = load_native()
 
@@ -27,6 +28,7 @@ def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dila
                                      o["alpha"], o["beta"], bool(bias), o["options"])
 
 
+@observed
 def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
                  memory_limit=None, backend="auto", device=0):
     """y = alpha * conv(x, w) + beta * out + bias, computed out of core.

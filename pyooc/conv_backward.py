@@ -7,6 +7,7 @@ from pyooc import _last_stats
 from pyooc._arrays import as_input, as_shape
 from pyooc._call_args import check_dtype, conv_args, output_array, spatial_dims
 from pyooc._loader import load_native
+from pyooc.progress import observed
 
 _native = load_native()
 
@@ -64,6 +65,7 @@ def plan_conv_backward_bias(dy_shape, *, alpha=1.0, beta=0.0, dtype="float32", m
                  device, pinned)
 
 
+@observed
 def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
                        memory_limit=None, backend="auto", device=0):
     """dx = alpha * conv_transpose(dy, w) + beta * out: the gradient of conv_forward with respect to
@@ -78,6 +80,7 @@ def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, group
                 "dx = alpha * conv_transpose(dy, w) + beta * out", out, o)
 
 
+@observed
 def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
                          memory_limit=None, backend="auto", device=0):
     """dw = alpha * (gradient of conv_forward with respect to w, for dy) + beta * out (cuDNN's
@@ -91,6 +94,7 @@ def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, gro
                 out, o)
 
 
+@observed
 def conv_backward_bias(dy, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, backend="auto", device=0):
     """db = alpha * dy summed over samples and positions + beta * out (cuDNN's
     ConvolutionBackwardBias), computed out of core; dy is [N, K, *spatial], db has K elements."""

@@ -11,6 +11,7 @@ from pyooc import _last_stats
 from pyooc._arrays import as_input, as_output, as_shape, as_str, spatial_tuple
 from pyooc._call_args import bias_input, check_dtype, conv_args, conv_inputs, spatial_dims
 from pyooc._loader import load_native
+from pyooc.progress import observed
 from pyooc.layers import _coef
 
 _native = load_native()
@@ -71,6 +72,7 @@ def _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory
     return o
 
 
+@observed
 def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=None, z=None, alpha1=1.0, alpha2=0.0,
                                  stride=1, padding=0, dilation=1, groups=1, out=None, memory_limit=None,
                                  backend="auto", device=0):
@@ -123,6 +125,7 @@ def _pool_geometry(spatial, kernel, stride, padding, mode):
     return kernel, stride, spatial_tuple(padding, spatial, "pool_padding")
 
 
+@observed
 def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_stride=None, pool_padding=0,
                                          pool_mode="max", activation="relu", coef=None, z=None, alpha1=1.0,
                                          alpha2=0.0, stride=1, padding=0, dilation=1, groups=1, out=None,
@@ -173,6 +176,7 @@ def plan_conv_bias_activation_pooling_forward(x_shape, w_shape, *, pool_kernel, 
         o["alpha2"] if z else 0.0, bool(bias), *pool, o["options"])
 
 
+@observed
 def deconv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=None, z=None, alpha1=1.0,
                                    alpha2=0.0, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
                                    out=None, memory_limit=None, backend="auto", device=0):
@@ -236,6 +240,7 @@ def _backward_outputs(out, x, dy, w, more_inputs=None):
     return tuple(checked)
 
 
+@observed
 def conv_backward_data_filter_bias(x, dy, w, *, stride=1, padding=0, dilation=1, groups=1, out=None,
                                    memory_limit=None, backend="auto", device=0):
     """(dx, dw, db), the three gradients of conv_forward(x, w, bias) for dy, from one out-of-core
@@ -273,6 +278,7 @@ def plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, stride=1,
                                                        o["groups"], o["options"])
 
 
+@observed
 def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu", coef=None, pre=None, stride=1,
                                               padding=0, dilation=1, groups=1, out=None, memory_limit=None,
                                               backend="auto", device=0):
@@ -323,6 +329,7 @@ def plan_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *
         *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], o["options"])
 
 
+@observed
 def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_kernel, pool_stride=None,
                                                       pool_padding=0, pool_mode="max", activation="relu", coef=None,
                                                       pre=None, stride=1, padding=0, dilation=1, groups=1, out=None,

@@ -11,6 +11,7 @@ from pyooc import _last_stats
 from pyooc._arrays import as_float, as_input, as_output, as_shape, as_str
 from pyooc._call_args import call_options, check_dtype
 from pyooc._loader import load_native
+from pyooc.progress import observed
 
 _native = load_native()
 
@@ -69,6 +70,7 @@ def _same_shape(ref_name, ref, **arrays):
             raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(ref.shape)} (the shape of {ref_name})")
 
 
+@observed
 def activation_forward(x, mode, *, coef=None, out=None, memory_limit=None, backend="auto", device=0):
     """y = f(x) element-wise, f one of "relu", "sigmoid", "tanh", "clipped_relu" (coef: the
     ceiling, required), "elu" (coef: alpha, default 1), "swish" (coef: beta, default 1), "gelu"
@@ -83,6 +85,7 @@ def activation_forward(x, mode, *, coef=None, out=None, memory_limit=None, backe
     return y
 
 
+@observed
 def activation_backward(y, dy, x, mode, *, coef=None, out=None, memory_limit=None, backend="auto", device=0):
     """dx = f'(x) * dy for y = activation_forward(x, mode, coef=coef). `out` may be dy (in place)."""
     y, dy, x = as_input(y, "y"), as_input(dy, "dy"), as_input(x, "x")
@@ -114,6 +117,7 @@ def plan_activation_backward(shape, *, mode=None, dtype="float32", memory_limit=
     return _native.plan_layer("activation_backward", flat, mode, (), False, call_options(memory_limit, backend, device))
 
 
+@observed
 def softmax_forward(x, *, mode="channel", log=False, out=None, memory_limit=None, backend="auto", device=0):
     """y = softmax(x) (log: log-softmax) over C for each sample and position (mode "channel",
     torch's dim=1) or over C and all positions for each sample ("instance"). The reduced axes are
@@ -128,6 +132,7 @@ def softmax_forward(x, *, mode="channel", log=False, out=None, memory_limit=None
     return y
 
 
+@observed
 def softmax_backward(y, dy, *, mode="channel", log=False, out=None, memory_limit=None, backend="auto", device=0):
     """dx, the gradient of softmax_forward (with the same mode and log) at y for dy. `out` may be dy."""
     y, dy = as_input(y, "y"), as_input(dy, "dy")
@@ -172,6 +177,7 @@ def _add_shapes(a_shape, c_shape):
     return tuple(a_shape) + pad, tuple(c_shape) + pad
 
 
+@observed
 def add_tensor(a, c, *, alpha=1.0, beta=1.0, out=None, memory_limit=None, backend="auto", device=0):
     """alpha * a + beta * c, a broadcast over c (cuDNN AddTensor: each dim of a is 1 or c's). The
     result is a new array, or `out`; out=c adds in place."""

@@ -9,6 +9,7 @@ from pyooc import _last_stats
 from pyooc._arrays import as_input, as_shape
 from pyooc._call_args import bias_input, check_dtype, conv_args, output_array
 from pyooc._loader import load_native
+from pyooc.progress import observed
 
 _native = load_native()
 
@@ -53,6 +54,7 @@ def plan_matmul(a_shape, b_shape, *, bias=False, alpha=1.0, beta=0.0, dtype="flo
     return _native.plan_matmul(a_shape, b_shape, o["alpha"], o["beta"], bool(bias), o["options"])
 
 
+@observed
 def matmul(a, b, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, backend="auto", device=0):
     """alpha * a @ b + beta * out for float32 matrices a [M, K], b [K, N], out of core (cuBLAS SGEMM
     in full FP32 on the GPU; no TF32). Inputs go in zero-copy and are never written; the result is
@@ -70,6 +72,7 @@ def plan_linear_forward(x_shape, w_shape, *, bias=False, memory_limit=None, back
                        device=device)
 
 
+@observed
 def linear_forward(x, w, bias=None, *, out=None, memory_limit=None, backend="auto", device=0):
     """y = x @ w.T + bias (torch.nn.functional.linear) for x [M, K], w [N, K], bias [N], out of
     core; w is read in place (no transposed copy)."""
@@ -79,6 +82,7 @@ def linear_forward(x, w, bias=None, *, out=None, memory_limit=None, backend="aut
     return _gemm(x, x.shape, False, w, (w.shape[1], w.shape[0]), True, bias, out, o, {"x": x, "w": w, "bias": bias})
 
 
+@observed
 def linear_backward(x, w, dy, *, bias=True, memory_limit=None, backend="auto", device=0):
     """Gradients of y = x @ w.T + bias: (dx = dy @ w [M, K], dw = dy.T @ x [N, K], db = dy summed
     over rows [N], or None when bias=False), each out of core; dy [M, N]. db is the GEMM

@@ -9,6 +9,7 @@ from pyooc import _last_stats
 from pyooc._arrays import as_input, as_output, as_shape, as_str, spatial_tuple
 from pyooc._call_args import call_options, check_dtype, spatial_dims
 from pyooc._loader import load_native
+from pyooc.progress import observed
 
 _native = load_native()
 
@@ -20,6 +21,7 @@ def _geometry(x_shape, kernel, stride, padding):
     return kernel, stride, spatial_tuple(padding, spatial, "padding")
 
 
+@observed
 def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, memory_limit=None, backend="auto",
                  device=0):
     """y = pooling of x ([N, C, *spatial], 1 to 3 spatial dims) over windows of `kernel`, as torch's
@@ -50,6 +52,7 @@ def _plan(native_plan, x_shape, kernel, stride, padding, dtype, memory_limit, ba
     return native_plan(x_shape, kernel, stride, padding, call_options(memory_limit, backend, device))
 
 
+@observed
 def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=None, memory_limit=None,
                   backend="auto", device=0):
     """dx, the gradient of pool_forward (same kernel, stride, padding, mode) at x for dy; y is

@@ -33,6 +33,14 @@ class out_of_budget : public std::bad_alloc {
   size_t needed_bytes_;
 };
 
+// The call was cancelled (CallObserver, types.hpp) and has drained and freed what it held; its
+// output is partially written. Python: KeyboardInterrupt after Ctrl-C, else pyooc.CancelledError.
+// C API: OOC_STATUS_CANCELLED.
+class cancelled : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // A failed call of a library that reports status codes: the message and that library's status.
 // The base of cuda_error and cudnn_error, which differ only in whose status it is; catch those.
 class status_error : public std::runtime_error {

@@ -28,9 +28,10 @@ extern "C" {
  * Status: CUBLAS_STATUS_NOT_INITIALIZED for a null handle; CUBLAS_STATUS_INVALID_VALUE for m, n
  * or k < 0, another op, a leading dimension below its matrix's rows, or a null pointer that would be
  * read; CUBLAS_STATUS_ALLOC_FAILED when no split fits the budget or memory runs out;
- * CUBLAS_STATUS_EXECUTION_FAILED when a CUDA call fails; cuBLAS' own status when the direct call
- * fails; CUBLAS_STATUS_INTERNAL_ERROR otherwise. oocGetLastErrorString says why; oocGetLastPlanInfo
- * and oocGetLastPlanDescription what ran. m == 0 or n == 0 does nothing; k == 0 scales C by beta. */
+ * CUBLAS_STATUS_EXECUTION_FAILED when a CUDA call fails or oocCublasCancel stopped it; cuBLAS'
+ * own status when the direct call fails; CUBLAS_STATUS_INTERNAL_ERROR otherwise.
+ * oocGetLastErrorString says why; oocGetLastPlanInfo and oocGetLastPlanDescription what ran.
+ * m == 0 or n == 0 does nothing; k == 0 scales C by beta. */
 cublasStatus_t ooc_cublasSgemm(cublasHandle_t handle,
                                cublasOperation_t transa,
                                cublasOperation_t transb,
@@ -67,6 +68,12 @@ cublasStatus_t ooc_cublasSnrm2(cublasHandle_t handle, int n, const float *x, int
 cublasStatus_t ooc_cublasSgemv(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float *alpha,
                                const float *A, int lda, const float *x, int incx, const float *beta, float *y,
                                int incy);
+
+/* oocCancel (ooc_cudnn.h) for the ooc_cublasSgemm running on `handle`: it returns
+ * CUBLAS_STATUS_EXECUTION_FAILED (cuBLAS has no cancelled status; oocGetLastErrorString says
+ * "cublasSgemm: the call was cancelled"). CUBLAS_STATUS_SUCCESS whether or not a call was running;
+ * CUBLAS_STATUS_NOT_INITIALIZED for a null handle. */
+cublasStatus_t oocCublasCancel(cublasHandle_t handle);
 
 #ifdef __cplusplus
 }  /* extern "C" */

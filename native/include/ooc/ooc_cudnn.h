@@ -22,8 +22,8 @@
  * Status codes: CUDNN_STATUS_BAD_PARAM for a null handle, descriptor or pointer, an unset
  * descriptor or mismatched shapes; CUDNN_STATUS_NOT_SUPPORTED as above; CUDNN_STATUS_ALLOC_FAILED
  * when no split fits the budget or memory runs out; cuDNN's own status when a cuDNN call fails;
- * CUDNN_STATUS_EXECUTION_FAILED when a CUDA call fails; CUDNN_STATUS_INTERNAL_ERROR otherwise.
- * Arguments are checked before the handle is used. oocGetLastErrorString says why a call of the
+ * CUDNN_STATUS_EXECUTION_FAILED when a CUDA call fails; OOC_STATUS_CANCELLED when oocCancel
+ * stopped it; CUDNN_STATUS_INTERNAL_ERROR otherwise. Arguments are checked before the handle is used. oocGetLastErrorString says why a call of the
  * calling thread failed. Calls from several threads with distinct handles are safe.
  */
 #ifndef OOC_CUDNN_H
@@ -450,6 +450,19 @@ size_t oocGetMemoryLimit(void);
 /* The most bytes ooc_cudaMalloc places on the device in total (default: no cap); beyond it,
  * allocations are pinned host memory. Lets a large GPU act as a small one. */
 void oocSetDeviceAllocationLimit(size_t bytes);
+
+/* The status of an out-of-core call that oocCancel stopped: one of cuDNN 9's execution failures
+ * (its category, status / 1000 * 1000, is CUDNN_STATUS_EXECUTION_FAILED), pyooc's own code. */
+#define OOC_STATUS_CANCELLED ((cudnnStatus_t)5900)
+
+/* Asks the out-of-core call running on `handle` (from another thread, a signal handler excepted) to
+ * stop: it issues no more chunks, waits for the copies and kernels already queued, frees what it
+ * holds and returns OOC_STATUS_CANCELLED (oocGetLastErrorString: "...: the call was cancelled"),
+ * its output partially written. Only calls running now are stopped, within about one chunk; a
+ * call that goes straight to cuDNN (everything on the device within the budget) runs to its end.
+ * CUDNN_STATUS_SUCCESS whether or not a call was running (nothing to cancel is no error);
+ * CUDNN_STATUS_BAD_PARAM for a null handle. oocCublasCancel (ooc_cublas.h) is the same for SGEMM. */
+cudnnStatus_t oocCancel(cudnnHandle_t handle);
 
 /* What the calling thread's last successful ooc_cudnn* (or ooc_cublas*) call did. */
 typedef struct oocPlanInfo {

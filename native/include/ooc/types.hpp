@@ -4,12 +4,35 @@
 // (plan/, backend/, exec/) include this header, never an operation header.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 namespace ooc {
 
 enum class BackendKind { automatic, host, cuda };  // automatic: cuda when a GPU is present
+
+// Where a call stands, as its observer sees it: chunks completed of all the call's chunks (every
+// pass: batch norm's two count twice), and what the plan predicted for the whole call.
+struct ChunkProgress {
+  int64_t done = 0, total = 0;
+  double predicted_seconds = 0;
+};
+
+// Watches one call between its chunks, for cancellation and progress (docs/interruptible_calls.md).
+// Plain data, nothing virtual: per chunk the pipeline pays one relaxed atomic load and, when
+// on_chunk is set, one indirect call. A cancelled call stops issuing chunks, drains the queues
+// (no host buffer is freed or reused while a copy into or out of it is in flight), frees its device
+// and staging memory and throws ooc::cancelled; the output is then partially written.
+struct CallObserver {
+  // Set from any thread to cancel; not owned, may be null.
+  const std::atomic<bool>* cancel = nullptr;
+  // Called on the calling thread before the first chunk (done 0), as chunks complete, while the
+  // call waits for the device, and once at the end (done == total). Returning false cancels, even
+  // from the last report. Null: none.
+  bool (*on_chunk)(void* context, const ChunkProgress* progress) = nullptr;
+  void* context = nullptr;
+};
 
 struct Options {
   size_t memory_limit = 0;  // bytes of device memory the call may use; 0: the process default
@@ -18,6 +41,8 @@ struct Options {
   // plan_* only (runs see the pointers): plan as if every tensor were pinned, i.e. moved by DMA
   // with no host gather/scatter.
   bool assume_pinned = false;
+  // Cancellation and progress of a run (plan_* ignore it); not owned, null: none.
+  const CallObserver* observer = nullptr;
 };
 
 // What one run did, measured (the plan says what it predicted).

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "exec/observed_call.hpp"
 #include "plan/staging_cost.hpp"
 
 namespace ooc {
@@ -74,7 +75,11 @@ void run_operation(const OperationCall& call, const Options& options, Plan* used
   const PlannerConfig config = with_host_staging(planner_config(backend, options), call.tensors,
                                                  [&](const void* t) { return backend.host_is_device_accessible(t); });
   const std::shared_ptr<const Plan> plan = cached(call, config);
+  // Cancellation and progress for every pass of the run (run_chunks reports to it).
+  ObservedCall observed(options.observer, static_cast<int64_t>(plan->num_chunks()) * plan->passes,
+                        plan->predicted_seconds);
   RunStats s = call.run(*plan, backend);
+  observed.finish();
   if (stats) *stats = s;
   if (used) *used = *plan;
 }

@@ -4,10 +4,12 @@
 
 #include "api/cuda_status.hpp"
 #include "ooc/errors.hpp"
+#include "ooc/ooc_cudnn.h"
 
 namespace ooc::capi {
 
 cublasStatus_t cublas_status(cudnnStatus_t status) {
+  if (status == OOC_STATUS_CANCELLED) return CUBLAS_STATUS_EXECUTION_FAILED;  // cuBLAS has no such status
   switch (status) {
     case CUDNN_STATUS_SUCCESS: return CUBLAS_STATUS_SUCCESS;
     case CUDNN_STATUS_BAD_PARAM: return CUBLAS_STATUS_INVALID_VALUE;

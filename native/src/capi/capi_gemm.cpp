@@ -63,7 +63,7 @@ extern "C" cublasStatus_t ooc_cublasSgemm(cublasHandle_t handle, cublasOperation
     require_pointers({{A, "A"}, {B, "B"}});
     const int64_t a_span = int64_t{lda} * (ta ? m : k), b_span = int64_t{ldb} * (tb ? k : n);
     return dispatch_call(
-        CUBLAS_STATUS_SUCCESS, "cublasSgemm", {{A, a_span}, {B, b_span}, {C, c_span}},
+        CUBLAS_STATUS_SUCCESS, "cublasSgemm", handle, {{A, a_span}, {B, b_span}, {C, c_span}},
         [handle] { return cublas_out_of_core_options(handle); }, direct,
         [&](const Options& options, Plan* plan, RunStats* stats) {
           const ConvProblem p = matmul_problem({n, k}, {k, m}, read_scalar(handle, alpha), read_scalar(handle, beta),

@@ -163,11 +163,32 @@ inline float scalar(const void* p) { return *static_cast<const float*>(p); }
 inline const float* floats(const void* p) { return static_cast<const float*>(p); }
 inline float* floats(void* p) { return static_cast<float*>(p); }
 
+// --- capi_cancel.cpp: oocCancel ---
+
+// The out-of-core call running on `handle` (a cuDNN or cuBLAS handle), registered for its duration
+// so that oocCancel(handle) from another thread can stop it (ooc::cancelled, then
+// OOC_STATUS_CANCELLED). Cancelling reaches only the calls running when it is asked.
+class CancellableCall {
+ public:
+  explicit CancellableCall(const void* handle);
+  ~CancellableCall();
+  CancellableCall(const CancellableCall&) = delete;
+  CancellableCall& operator=(const CancellableCall&) = delete;
+  const CallObserver* observer() const { return &observer_; }
+
+ private:
+  const void* handle_;
+  CallObserver observer_;
+};
+// Sets the cancel flag of the calls running on `handle`; false when none is.
+bool cancel_calls_on(const void* handle);
+
 // Runs `direct()` (the library's own call, returning its status) when in_core says so, else
-// `chunked(options, plan, stats)` with options from `options()`; records what ran as the thread's
-// last call.
+// `chunked(options, plan, stats)` with options from `options()`, cancellable through `handle`;
+// records what ran as the thread's last call. (A direct call is cuDNN's own, which cannot be
+// stopped.)
 template <typename Status, typename Direct, typename Chunked>
-Status dispatch_call(Status success, const char* call, std::initializer_list<TensorRef> tensors,
+Status dispatch_call(Status success, const char* call, const void* handle, std::initializer_list<TensorRef> tensors,
                      const std::function<Options()>& options, Direct direct, Chunked chunked) {
   if (auto text = in_core(call, tensors)) {
     const Status status = direct();
@@ -176,7 +197,10 @@ Status dispatch_call(Status success, const char* call, std::initializer_list<Ten
   }
   Plan plan;
   RunStats stats;
-  chunked(options(), &plan, &stats);
+  const CancellableCall cancellable(handle);
+  Options o = options();
+  o.observer = cancellable.observer();
+  chunked(o, &plan, &stats);
   record_plan_run(std::move(plan), stats);
   return success;
 }
@@ -184,7 +208,7 @@ Status dispatch_call(Status success, const char* call, std::initializer_list<Ten
 template <typename Direct, typename Chunked>
 cudnnStatus_t dispatch(const char* cudnn_call, std::initializer_list<TensorRef> tensors, cudnnHandle_t handle,
                        Direct direct, Chunked chunked) {
-  return dispatch_call(CUDNN_STATUS_SUCCESS, cudnn_call, tensors, [handle] { return out_of_core_options(handle); },
+  return dispatch_call(CUDNN_STATUS_SUCCESS, cudnn_call, handle, tensors, [handle] { return out_of_core_options(handle); },
                        direct, chunked);
 }
 

@@ -58,7 +58,7 @@ void set_last_error(std::string message) noexcept {
 namespace {
 
 // What the exception being handled is, in the terms both status mappings below need.
-enum class Failure { out_of_budget, not_supported, invalid_argument, cudnn, cuda, bad_alloc, other };
+enum class Failure { out_of_budget, not_supported, invalid_argument, cudnn, cuda, bad_alloc, cancelled, other };
 
 struct CaughtFailure {
   Failure kind;
@@ -87,6 +87,8 @@ CaughtFailure catch_current(const char* call) noexcept {
     return noted(call, e, Failure::cuda, e.status());
   } catch (const std::bad_alloc& e) {
     return noted(call, e, Failure::bad_alloc);
+  } catch (const cancelled& e) {
+    return noted(call, e, Failure::cancelled);
   } catch (const std::exception& e) {
     return noted(call, e, Failure::other);
   } catch (...) {
@@ -104,6 +106,7 @@ cudnnStatus_t cudnn_status_of_current_exception(const char* call) noexcept {
     case Failure::bad_alloc: return CUDNN_STATUS_ALLOC_FAILED;
     case Failure::not_supported: return CUDNN_STATUS_NOT_SUPPORTED;
     case Failure::invalid_argument: return CUDNN_STATUS_BAD_PARAM;
+    case Failure::cancelled: return OOC_STATUS_CANCELLED;
     case Failure::cudnn: return static_cast<cudnnStatus_t>(f.status);
     case Failure::cuda:
       return f.status == cudaErrorMemoryAllocation ? CUDNN_STATUS_ALLOC_FAILED : CUDNN_STATUS_EXECUTION_FAILED;

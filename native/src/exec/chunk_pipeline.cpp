@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "exec/chunk_pacer.hpp"
 #include "exec/device_arena.hpp"
 #include "exec/scatter_worker.hpp"
 
@@ -240,7 +241,11 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   buffers.kept = kept_dev;
   buffers.scratch = scratch;
   buffers.workspace = workspace;
+  // Paces the loop and asks the call's observer between chunks: a cancel throws from here, and the
+  // destructors above drain the queues before anything is freed.
+  ChunkPacer pacer(backend, res.events(ChunkPacer::kLead), ObservedCall::current());
   for (const Chunk& ch : plan.chunks) {
+    pacer.before_chunk(stats.chunks);
     for (size_t i = 0; i < spec.inputs.size(); ++i) {
       const StreamedInput& in = spec.inputs[i];
       if (in.loads && !in.loads(ch)) continue;
@@ -268,6 +273,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     buffers.beta = ch.first_c ? spec.beta : 1.0;
     spec.compute(ch, buffers);
     for (const SlotRing& r : in_rings) backend.record(r.free[r.current], Queue::compute);
+    pacer.computed(stats.chunks);
     ++stats.chunks;
     if (ch.last_c) {
       backend.record(out_computed[os], Queue::compute);
@@ -280,6 +286,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   stats.scatter_seconds = scatter.scatter_seconds();
   stats.host_wait_seconds += scatter.host_wait_seconds();
   backend.synchronize();
+  pacer.finished(stats.chunks);
   stats.seconds = seconds_since(start);
   const std::array<double, 3> busy = backend.queue_busy_seconds();
   stats.h2d_busy_seconds = busy[0];
