@@ -11,6 +11,7 @@ import numpy as np
 
 from pyooc._arrays import as_float, as_input, as_int, as_output, spatial_tuple
 from pyooc._loader import load_native
+from pyooc.machine import planning_machine
 from pyooc.memory import parse_memory_limit
 
 _native = load_native()
@@ -27,7 +28,9 @@ def call_options(memory_limit, backend, device, pinned=False):
     None: the process default), backend, device; pinned (plan_* only): plan as if every array
     were pinned."""
     check_backend(backend)
-    return _native.CallOptions(parse_memory_limit(memory_limit) or 0, backend, as_device(device), bool(pinned))
+    # machine: the model a plan_* call was given (pyooc/machine.py's accepts_machine), else None.
+    return _native.CallOptions(parse_memory_limit(memory_limit) or 0, backend, as_device(device), bool(pinned),
+                               planning_machine())
 
 
 def as_device(device):

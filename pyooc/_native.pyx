@@ -218,6 +218,29 @@ cdef class Plan:
                            for f in range(fields.size())})
         return result
 
+    @property
+    def candidates(self):
+        """The fastest candidates the planner's search found within the budget, fastest first (the
+        first is this plan's own): dicts of predicted_seconds, peak_device_bytes and chunks."""
+        cdef ooc.Plan* p = self.c_obj.get()
+        return [{"predicted_seconds": p.candidates[i].predicted_seconds,
+                 "peak_device_bytes": p.candidates[i].peak_device_bytes,
+                 "chunks": int(p.candidates[i].chunks)} for i in range(p.candidates.size())]
+
+    @property
+    def candidates_fitting(self):
+        """How many candidates fitted the budget (and were costed) in the planner's search."""
+        return self.c_obj.get().candidates_fitting
+
+    @property
+    def machine(self):
+        """The machine model the plan was costed with (pyooc.machine's dict form)."""
+        cdef ooc.MachineModel* m = &self.c_obj.get().machine
+        return {"h2d_bytes_per_s": m.h2d_bytes_per_s, "d2h_bytes_per_s": m.d2h_bytes_per_s,
+                "bidir_bytes_per_s": m.bidir_bytes_per_s, "host_copy_bytes_per_s": m.host_copy_bytes_per_s,
+                "flops_per_s": m.flops_per_s, "chunk_half_flops": m.chunk_half_flops,
+                "chunk_overhead_s": m.chunk_overhead_s, "copies_share_compute": m.copies_share_compute}
+
     def __str__(self):
         return self.c_obj.get().describe().decode()
 
@@ -232,12 +255,24 @@ cdef class CallOptions:
     memory_limit: bytes, 0 for the process default; backend: "auto", "cuda" or "host" (the names
     _call_args checked); assume_pinned: read by the plan_* bindings only."""
     cdef ooc.Options c_obj
+    cdef ooc.MachineModel machine_model  # what c_obj.machine points to when a model was given
 
-    def __cinit__(self, size_t memory_limit, str backend, int device, bint assume_pinned=False):
+    def __cinit__(self, size_t memory_limit, str backend, int device, bint assume_pinned=False, machine=None):
         self.c_obj.memory_limit = memory_limit
         self.c_obj.backend = _BACKENDS[backend]
         self.c_obj.device = device
         self.c_obj.assume_pinned = assume_pinned
+        self.c_obj.machine = NULL
+        if machine is not None:  # a dict of every MachineModel field, checked by pyooc/machine.py
+            self.machine_model.h2d_bytes_per_s = machine["h2d_bytes_per_s"]
+            self.machine_model.d2h_bytes_per_s = machine["d2h_bytes_per_s"]
+            self.machine_model.bidir_bytes_per_s = machine["bidir_bytes_per_s"]
+            self.machine_model.host_copy_bytes_per_s = machine["host_copy_bytes_per_s"]
+            self.machine_model.flops_per_s = machine["flops_per_s"]
+            self.machine_model.chunk_half_flops = machine["chunk_half_flops"]
+            self.machine_model.chunk_overhead_s = machine["chunk_overhead_s"]
+            self.machine_model.copies_share_compute = machine["copies_share_compute"]
+            self.c_obj.machine = &self.machine_model
 
     @property
     def memory_limit(self):

@@ -107,6 +107,13 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
 
     cdef cppclass MachineModel:
         double h2d_bytes_per_s, d2h_bytes_per_s, bidir_bytes_per_s, flops_per_s, chunk_overhead_s
+        double host_copy_bytes_per_s, chunk_half_flops
+        bool copies_share_compute
+
+    cdef cppclass CandidateSummary:
+        double predicted_seconds
+        size_t peak_device_bytes
+        double chunks
 
     cdef cppclass Plan:
         ConvProblem problem
@@ -126,6 +133,8 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         string fused
         int y_inputs, pooled_inputs, out_buffers
         size_t pooled_slot_bytes, out_slot_bytes, kept_bytes, scratch_bytes
+        vector[CandidateSummary] candidates
+        int64_t candidates_fitting
         size_t num_chunks()
         vector[ChunkField] chunk_fields()
         string describe()
@@ -142,6 +151,7 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
         BackendKind backend
         int device
         bool assume_pinned
+        const MachineModel* machine
 
     cdef cppclass RunStats:
         size_t bytes_h2d, bytes_d2h, device_bytes_reserved

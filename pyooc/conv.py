@@ -6,10 +6,12 @@ from pyooc import _last_stats
 from pyooc._arrays import as_shape
 from pyooc._call_args import check_dtype, conv_args, conv_inputs, output_array, spatial_dims
 from pyooc._loader import load_native
+from pyooc.machine import accepts_machine
 
 _native = load_native()
 
 
+@accepts_machine
 def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                       beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0, pinned=False):
     """The Plan conv_forward would run for these shapes and options, without running it.

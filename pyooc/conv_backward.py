@@ -7,6 +7,7 @@ from pyooc import _last_stats
 from pyooc._arrays import as_input, as_shape
 from pyooc._call_args import check_dtype, conv_args, output_array, spatial_dims
 from pyooc._loader import load_native
+from pyooc.machine import accepts_machine
 
 _native = load_native()
 
@@ -36,6 +37,7 @@ def _plan(operation, shapes, w_shape, dtype, stride, padding, dilation, groups, 
                                       o["alpha"], o["beta"], o["options"])
 
 
+@accepts_machine
 def plan_conv_backward_data(dy_shape, w_shape, x_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                             beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0,
                             pinned=False):
@@ -47,6 +49,7 @@ def plan_conv_backward_data(dy_shape, w_shape, x_shape, *, stride=1, padding=0, 
                  memory_limit, backend, device, pinned)
 
 
+@accepts_machine
 def plan_conv_backward_filter(x_shape, dy_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                               beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0,
                               pinned=False):
@@ -56,6 +59,7 @@ def plan_conv_backward_filter(x_shape, dy_shape, w_shape, *, stride=1, padding=0
                  memory_limit, backend, device, pinned)
 
 
+@accepts_machine
 def plan_conv_backward_bias(dy_shape, *, alpha=1.0, beta=0.0, dtype="float32", memory_limit=None, backend="auto",
                             device=0, pinned=False):
     """The Plan conv_backward_bias would run for this shape and options, without running it."""

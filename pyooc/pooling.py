@@ -9,6 +9,7 @@ from pyooc import _last_stats
 from pyooc._arrays import as_input, as_output, as_shape, as_str, spatial_tuple
 from pyooc._call_args import call_options, check_dtype, spatial_dims
 from pyooc._loader import load_native
+from pyooc.machine import accepts_machine
 
 _native = load_native()
 
@@ -37,6 +38,7 @@ def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, mem
     return y
 
 
+@accepts_machine
 def plan_pool_forward(x_shape, kernel, *, stride=None, padding=0, dtype="float32", memory_limit=None,
                       backend="auto", device=0):
     """The Plan pool_forward would run for this shape and geometry, without running it."""
@@ -71,6 +73,7 @@ def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=N
     return dx
 
 
+@accepts_machine
 def plan_pool_backward(x_shape, kernel, *, stride=None, padding=0, dtype="float32", memory_limit=None,
                        backend="auto", device=0):
     """The Plan pool_backward would run, without running it."""

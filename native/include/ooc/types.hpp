@@ -10,6 +10,7 @@
 namespace ooc {
 
 enum class BackendKind { automatic, host, cuda };  // automatic: cuda when a GPU is present
+struct MachineModel;  // plan.hpp
 
 struct Options {
   size_t memory_limit = 0;  // bytes of device memory the call may use; 0: the process default
@@ -18,6 +19,10 @@ struct Options {
   // plan_* only (runs see the pointers): plan as if every tensor were pinned, i.e. moved by DMA
   // with no host gather/scatter.
   bool assume_pinned = false;
+  // plan_* only: plan with these figures instead of the backend's own. With backend cuda or
+  // automatic the GPU need not be present (the cuda backend's workspace rules are applied without
+  // it); the caller keeps the model alive for the call.
+  const MachineModel* machine = nullptr;
 };
 
 // What one run did, measured (the plan says what it predicted).

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 #include "ooc/plan.hpp"
 #include "plan/planner.hpp"
@@ -46,6 +47,7 @@ class CandidateSearch {
       return;
     }
     const double seconds = cost();
+    note_candidate(seconds, footprint);
     if (found_ && !(seconds < best_seconds_ * (1 - 1e-9))) return;
     best_ = candidate;
     best_seconds_ = seconds;
@@ -63,8 +65,25 @@ class CandidateSearch {
   double best_seconds() const { return best_seconds_; }
   // The least peak of a candidate within the limits but over the budget; max() when there was none.
   size_t smallest_need() const { return smallest_need_; }
+  // The kTopCandidates fastest candidates that fitted, fastest first, and how many fitted in all.
+  const std::vector<CandidateSummary>& top() const { return top_; }
+  int64_t fitting() const { return fitting_; }
 
  private:
+  static constexpr size_t kTopCandidates = 5;
+
+  void note_candidate(double seconds, const Footprint& footprint) {
+    ++fitting_;
+    const CandidateSummary summary{seconds, footprint.peak, footprint.chunks};
+    const auto at = std::upper_bound(top_.begin(), top_.end(), seconds,
+                                     [](double s, const CandidateSummary& c) { return s < c.predicted_seconds; });
+    if (static_cast<size_t>(at - top_.begin()) >= kTopCandidates) return;
+    top_.insert(at, summary);
+    if (top_.size() > kTopCandidates) top_.pop_back();
+  }
+
+  std::vector<CandidateSummary> top_;
+  int64_t fitting_ = 0;
   size_t budget_;
   Candidate best_{};
   double best_seconds_ = 0;
@@ -82,7 +101,10 @@ Plan search_plan(size_t budget, Enumerate enumerate, Expand expand, NoFit no_fit
     no_fit(search.smallest_need());
     throw std::logic_error("candidate search: nothing fits and no out_of_budget was thrown");
   }
-  return expand(search.best(), search.best_seconds());
+  Plan plan = expand(search.best(), search.best_seconds());
+  plan.candidates = search.top();
+  plan.candidates_fitting = search.fitting();
+  return plan;
 }
 
 }  // namespace ooc::planner_parts
