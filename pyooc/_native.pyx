@@ -16,6 +16,7 @@ What lives where:
   libooc's headers: _ooc.pxd."""
 
 from libc.stdint cimport int64_t, uintptr_t
+from libcpp cimport bool
 from libcpp.memory cimport unique_ptr, make_unique
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -498,6 +499,31 @@ def measure_link_bandwidth(int device, size_t nbytes):
     with nogil:
         bw = ooc.measure_link_bandwidth(device, nbytes)
     return {"h2d": bw.h2d, "d2h": bw.d2h, "bidir": bw.bidir}
+
+
+# The Python object libooc's plan observer reports to (pyooc/_plan_log.py): wants(predicted
+# seconds, automatic_chose_host) says cheaply whether it needs the Plan, observe(Plan,
+# automatic_chose_host) gets it. Called on the calling thread before every run.
+_plan_observer = None
+
+
+cdef void _observe_plan(const ooc.Plan& plan, bool automatic_chose_host) noexcept with gil:
+    observer = _plan_observer
+    if observer is None:
+        return
+    # noexcept: an exception here (a logging handler's) is reported as unraisable, never unwinds through libooc.
+    if observer.wants(plan.predicted_seconds, automatic_chose_host):
+        observer.observe(Plan.wrap(plan), automatic_chose_host)
+
+
+def set_plan_observer(observer):
+    """Reports every run's plan to observer (see _plan_observer), or to nothing for None."""
+    global _plan_observer
+    _plan_observer = observer
+    if observer is None:
+        ooc.set_plan_observer(NULL)
+    else:
+        ooc.set_plan_observer(_observe_plan)
 
 
 def set_default_memory_limit(size_t nbytes):

@@ -159,6 +159,8 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
         double seconds, gather_seconds, scatter_seconds, host_wait_seconds
         double h2d_busy_seconds, compute_busy_seconds, d2h_busy_seconds
 
+    ctypedef void (*PlanObserver)(const Plan& plan, bool automatic_chose_host)
+    void set_plan_observer(PlanObserver observer)
     void set_default_memory_limit(size_t bytes)
     size_t default_memory_limit()
     int device_count()

@@ -13,6 +13,7 @@ import json
 import os
 
 from pyooc._arrays import as_float
+from pyooc._plan_log import log_plan
 
 # Every field of ooc::MachineModel, in its order, and which are rates that must be positive.
 FIELDS = ("h2d_bytes_per_s", "d2h_bytes_per_s", "bidir_bytes_per_s", "host_copy_bytes_per_s", "flops_per_s",
@@ -84,21 +85,14 @@ def planning_machine():
 def accepts_machine(plan_function):
     """Gives a plan_* function the `machine=` argument: plan with that model (for a GPU that need
     not be present; backend "auto" then means that GPU) and, when the call names no memory_limit,
-    the model's own budget."""
+    the model's own budget. Every plan_* goes through here, so its plan is logged here too (DEBUG)."""
     signature = inspect.signature(plan_function)
 
     @functools.wraps(plan_function)
     def plan_with_machine(*args, machine=None, **kwargs):
-        if machine is None:
-            return plan_function(*args, **kwargs)
-        model = as_machine_model(machine)
-        if kwargs.get("memory_limit") is None and model.get("memory_limit"):
-            kwargs["memory_limit"] = model["memory_limit"]
-        token = _planning_machine.set(model)
-        try:
-            return plan_function(*args, **kwargs)
-        finally:
-            _planning_machine.reset(token)
+        plan = _plan_for(plan_function, machine, args, kwargs)
+        log_plan(plan)
+        return plan
 
     plan_with_machine.__signature__ = signature.replace(parameters=[
         *signature.parameters.values(), inspect.Parameter("machine", inspect.Parameter.KEYWORD_ONLY, default=None)])
@@ -106,3 +100,16 @@ def accepts_machine(plan_function):
         "\n\n    machine: plan for this machine model instead of this machine's (pyooc.machine: a dict, a file"
         "\n    saved by `pyooc info --save-model`, or a built-in GPU's name such as \"h200\").")
     return plan_with_machine
+
+
+def _plan_for(plan_function, machine, args, kwargs):
+    if machine is None:
+        return plan_function(*args, **kwargs)
+    model = as_machine_model(machine)
+    if kwargs.get("memory_limit") is None and model.get("memory_limit"):
+        kwargs["memory_limit"] = model["memory_limit"]
+    token = _planning_machine.set(model)
+    try:
+        return plan_function(*args, **kwargs)
+    finally:
+        _planning_machine.reset(token)

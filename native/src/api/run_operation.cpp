@@ -1,5 +1,6 @@
 #include "api/run_operation.hpp"
 
+#include <atomic>
 #include <limits>
 #include <map>
 #include <memory>
@@ -57,6 +58,8 @@ std::shared_ptr<const Plan> cached(const OperationCall& call, const PlannerConfi
   return cached_plan(key.add(config), [&] { return call.plan(config); });
 }
 
+std::atomic<PlanObserver> g_plan_observer{nullptr};
+
 // plan_* for a GPU described by the caller's machine model, which need not be present: the cuda
 // backend's workspace rules without the backend; the budget the caller's or the process default
 // (a present GPU's free memory is no guide to an absent one's), else 1 GiB.
@@ -96,10 +99,14 @@ void run_operation(const OperationCall& call, const Options& options, Plan* used
   const PlannerConfig config = with_host_staging(planner_config(backend, options), call.tensors,
                                                  [&](const void* t) { return backend.host_is_device_accessible(t); });
   const std::shared_ptr<const Plan> plan = cached(call, config);
+  if (const PlanObserver observe = g_plan_observer.load())
+    observe(*plan, options.backend == BackendKind::automatic && backend.name() == "host");
   RunStats s = call.run(*plan, backend);
   if (stats) *stats = s;
   if (used) *used = *plan;
 }
+
+void set_plan_observer(PlanObserver observer) noexcept { g_plan_observer.store(observer); }
 
 void require_data(std::initializer_list<const void*> pointers, const char* function) {
   for (const void* p : pointers)

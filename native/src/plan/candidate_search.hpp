@@ -75,6 +75,11 @@ class CandidateSearch {
   void note_candidate(double seconds, const Footprint& footprint) {
     ++fitting_;
     const CandidateSummary summary{seconds, footprint.peak, footprint.chunks};
+    // Candidates that differ only where the summary cannot show it (pipeline depths of equal
+    // cost) would fill the list with copies: one of each is kept.
+    for (const CandidateSummary& c : top_)
+      if (c.predicted_seconds == seconds && c.peak_device_bytes == footprint.peak && c.chunks == footprint.chunks)
+        return;
     const auto at = std::upper_bound(top_.begin(), top_.end(), seconds,
                                      [](double s, const CandidateSummary& c) { return s < c.predicted_seconds; });
     if (static_cast<size_t>(at - top_.begin()) >= kTopCandidates) return;
