@@ -11,6 +11,7 @@ take longer than FALLBACK_WARNING_SECONDS warns, once per process, before it sta
 
 import logging
 import os
+import sys
 import warnings
 
 from pyooc._loader import load_native
@@ -53,6 +54,17 @@ def describe_candidates(plan):
     return "\n".join(lines)
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _caller_stacklevel():
+    """warnings.warn's stacklevel of the first frame outside pyooc: the user's line that called it."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class _PlanObserver:
     """libooc's plan observer (pyooc/_native.pyx: set_plan_observer)."""
 
@@ -68,12 +80,11 @@ class _PlanObserver:
     def observe(self, plan, automatic_chose_host):
         if self._warns(plan.predicted_seconds, automatic_chose_host):
             self.fallback_warned = True
-            # stacklevel 2: the pyooc function the user called, whose frame called the binding.
             warnings.warn(
                 f"no CUDA GPU is present, so backend='auto' runs {plan.operation} on the host backend (CPU "
                 f"reference kernels), predicted to take {plan.predicted_seconds:.0f} s; pass backend='host' "
                 f"to silence this, or run on a GPU machine (pyooc warns once per process)",
-                HostFallbackWarning, stacklevel=2)
+                HostFallbackWarning, stacklevel=_caller_stacklevel())
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("running %s on %s: predicted %.4g s\n%s\n%s", plan.operation, plan.backend,
                          plan.predicted_seconds, plan, describe_candidates(plan))
