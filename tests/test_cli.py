@@ -92,9 +92,10 @@ def test_info_shows_readable_versions_and_the_effective_budget():
     lines = dict(line.split(": ", 1) for line in r.stdout.strip().splitlines())
     major, minor = lines["cuda_runtime"].split(".")  # "13.0", not 13000
     assert int(major) >= 12 and int(minor) >= 0
-    assert int(lines["memory_limit"]) == pyooc.plan_activation_forward((1, 1, 1, 1)).memory_limit > 0
-    if pyooc.device_count() == 0:
-        assert lines["memory_limit"] == str(1 << 30) and "host backend" in lines["memory_limit_source"]
+    assert int(lines["memory_limit"]) > 0  # a number of bytes, not None
+    if pyooc.device_count() == 0:  # (on a GPU it is 80% of the free memory at the time: no fixed value)
+        assert int(lines["memory_limit"]) == pyooc.plan_activation_forward((1, 1, 1, 1)).memory_limit == 1 << 30
+        assert "host backend" in lines["memory_limit_source"]
 
 
 @pytest.mark.gpu
