@@ -34,6 +34,11 @@ struct TrainResult {
   float final_loss = 0;     // mean over the last average_over steps
   float final_accuracy = 0;
   oocPlanInfo_t first_conv_forward{};  // what the first step's convolution ran
+  // The steps after the first (which plans every call): their mean wall time and what their ooc_
+  // calls did in all (oocGetTotals).
+  double seconds_per_step = 0;
+  int timed_steps = 0;
+  oocTotals_t timed_totals{};
 };
 
 // Thrown by CHECK: the failing call and why (libooc's reason for an ooc_ call).

@@ -3,6 +3,7 @@
 // first step's convolution plan, what each call of the first step ran, and the loss as it falls.
 // Exits 0 when the loss over the last steps is below half the first one (and the convolution was
 // really split), 1 otherwise or when any call fails.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -25,6 +26,34 @@ struct CudnnDestroyer {
 struct CublasDestroyer {
   void operator()(cublasHandle_t h) const { (void)cublasDestroy(h); }
 };
+
+// The step time against the two references a user compares with: the link roofline of the bytes
+// the step's chunked calls moved (each direction at its measured pinned bandwidth, and both at
+// once at the bidirectional one: the slowest of the three bounds), and the same training with every
+// tensor on the device and no memory limit, where every ooc_ call is plain cuDNN or cuBLAS.
+// Figures only: speed is judged by benchmarks, not by this program's exit status.
+void report_speed(const TrainResult& r, cudnnHandle_t cudnn, cublasHandle_t cublas, TrainOptions options) {
+  double h2d = 0, d2h = 0, bidir = 0;
+  CHECK(oocMeasureLinkBandwidth(&h2d, &d2h, &bidir));
+  const oocTotals_t& t = r.timed_totals;
+  const double in = static_cast<double>(t.bytesH2D) / r.timed_steps;
+  const double out = static_cast<double>(t.bytesD2H) / r.timed_steps;
+  const double roofline = std::max({in / h2d, out / d2h, (in + out) / bidir});
+  oocSetDeviceAllocationLimit(static_cast<size_t>(-1));
+  oocSetMemoryLimit(0);
+  options.print_every = 0;
+  const TrainResult plain = train_small_cnn(cudnn, cublas, options);
+  std::printf("speed: %.3f ms per step out of core (%lld calls, %lld chunked in %lld chunks, %.1f KiB in and "
+              "%.1f KiB out per step)\n",
+              1e3 * r.seconds_per_step, t.calls / r.timed_steps, t.outOfCoreCalls / r.timed_steps,
+              t.chunks / r.timed_steps, in / 1024, out / 1024);
+  std::printf("speed: link roofline %.3f ms per step (%.1f / %.1f / %.1f GB/s h2d / d2h / both): %.2f of it\n",
+              1e3 * roofline, h2d / 1e9, d2h / 1e9, bidir / 1e9, roofline / r.seconds_per_step);
+  std::printf("speed: plain cuDNN with every tensor on the device %.3f ms per step (%lld of %lld calls chunked): "
+              "out of core is %.2fx\n",
+              1e3 * plain.seconds_per_step, plain.timed_totals.outOfCoreCalls, plain.timed_totals.calls,
+              r.seconds_per_step / plain.seconds_per_step);
+}
 
 int run(int steps) {
   oocSetDeviceAllocationLimit(kDeviceAllocationLimit);
@@ -58,6 +87,7 @@ int run(int steps) {
     return 1;
   }
   std::printf("train_cnn: ok (loss fell from %.4f to %.4f)\n", r.first_loss, r.final_loss);
+  report_speed(r, cudnn.get(), cublas.get(), options);
   return 0;
 }
 

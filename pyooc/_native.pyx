@@ -242,6 +242,19 @@ cdef class Plan:
                 "flops_per_s": m.flops_per_s, "chunk_half_flops": m.chunk_half_flops,
                 "chunk_overhead_s": m.chunk_overhead_s, "copies_share_compute": m.copies_share_compute}
 
+    @property
+    def slots(self):
+        """The device memory of the run as the planner laid it out (ooc::Plan::slots), a list of
+        dicts: name (the tensor it holds: "x", "dy", "dw[0]", ...), kind ("streamed": a ring of
+        `buffers` slots chunks load into or store from; "kept": an output reduced on the device over
+        the whole run; "scratch": partial results carried between chunks), buffers, bytes (per
+        buffer) and offset (kept and scratch pieces: into their block). With the workspace they add
+        up to peak_device_bytes."""
+        cdef ooc.Plan* p = self.c_obj.get()
+        return [{"name": p.slots[i].name.decode(), "kind": ooc.slot_kind_name(p.slots[i].kind).decode(),
+                 "buffers": p.slots[i].buffers, "bytes": p.slots[i].bytes, "offset": p.slots[i].offset}
+                for i in range(p.slots.size())]
+
     def __str__(self):
         return self.c_obj.get().describe().decode()
 

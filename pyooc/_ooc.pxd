@@ -105,6 +105,19 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         const char* name
         ChunkMember member
 
+    cdef enum class SlotKind(int):
+        streamed
+        kept
+        scratch
+
+    const char* slot_kind_name(SlotKind kind)
+
+    cdef cppclass SlotPlan:
+        string name
+        SlotKind kind
+        int buffers
+        size_t bytes, offset
+
     cdef cppclass MachineModel:
         double h2d_bytes_per_s, d2h_bytes_per_s, bidir_bytes_per_s, flops_per_s, chunk_overhead_s
         double host_copy_bytes_per_s, chunk_half_flops
@@ -130,6 +143,7 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         int passes
         MachineModel machine
         vector[Chunk] chunks
+        vector[SlotPlan] slots
         string fused
         int y_inputs, pooled_inputs, out_buffers
         size_t pooled_slot_bytes, out_slot_bytes, kept_bytes, scratch_bytes

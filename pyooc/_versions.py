@@ -22,9 +22,10 @@ def cuda_version_string(v):
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
-def cudnn_older_than_built():
-    """The warning's text when the loaded cuDNN is older than the one built against, else None."""
-    build, runtime = _native.cudnn_versions()
+def cudnn_older_than_built(versions=None):
+    """The warning's text when the loaded cuDNN is older than the one built against, else None
+    (versions: (build, runtime) as cuDNN encodes them; default: pyooc's own)."""
+    build, runtime = versions or _native.cudnn_versions()
     if runtime >= build or runtime == 0:
         return None
     b, r = ".".join(map(str, cudnn_version_tuple(build))), ".".join(map(str, cudnn_version_tuple(runtime)))

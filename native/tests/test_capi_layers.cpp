@@ -34,10 +34,25 @@ OOC_SAME_SIGNATURE(cudnnBatchNormalizationForwardTraining);
 OOC_SAME_SIGNATURE(cudnnBatchNormalizationForwardInference);
 OOC_SAME_SIGNATURE(cudnnBatchNormalizationBackward);
 OOC_SAME_SIGNATURE(cublasSgemm);  // cublas_v2.h: cublasSgemm_v2
-OOC_SAME_SIGNATURE(cudaMalloc);
 OOC_SAME_SIGNATURE(cudaFree);
 OOC_SAME_SIGNATURE(cudaMemcpy);
 OOC_SAME_SIGNATURE(cudaMemset);
+OOC_SAME_SIGNATURE(cudaMemcpyAsync);
+OOC_SAME_SIGNATURE(cudaMemsetAsync);
+OOC_SAME_SIGNATURE(cudaFreeHost);
+OOC_SAME_SIGNATURE(cudaMemGetInfo);
+OOC_SAME_SIGNATURE(cublasSaxpy);  // cublas_v2.h: the _v2 forms
+OOC_SAME_SIGNATURE(cublasSscal);
+OOC_SAME_SIGNATURE(cublasScopy);
+OOC_SAME_SIGNATURE(cublasSdot);
+OOC_SAME_SIGNATURE(cublasSnrm2);
+OOC_SAME_SIGNATURE(cublasSgemv);
+// Overloaded in C++ (the T** conveniences, test_capi_cpp_conveniences.cpp): the C signature is one of them.
+#define OOC_HAS_C_SIGNATURE(f)                                                                         \
+  static_assert(std::is_same_v<decltype(static_cast<decltype(&f)>(&ooc_##f)), decltype(&f)>, \
+                "ooc_" #f " lacks " #f "'s signature")
+OOC_HAS_C_SIGNATURE(cudaMalloc);
+OOC_HAS_C_SIGNATURE(cudaMallocHost);
 
 namespace {
 

@@ -1,4 +1,5 @@
-/* libooc's cuBLAS look-alike: SGEMM over device, pinned or pageable memory.
+/* libooc's cuBLAS look-alikes: SGEMM and the level-1/2 calls training loops use, over device,
+ * pinned or pageable memory.
  *
  * A header of its own because it needs cuBLAS' headers (cublas_v2.h: NVIDIA's nvidia-cublas wheel,
  * site-packages/nvidia/cu13/include, or the CUDA toolkit), which ooc_cudnn.h does not; it includes
@@ -44,6 +45,27 @@ cublasStatus_t ooc_cublasSgemm(cublasHandle_t handle,
                                const float *beta,
                                float *C,
                                int ldc);
+
+/* Level 1 and 2, single precision, with cuBLAS' signatures and results. Vectors all on the device
+ * (x and y; A too for gemv): cuBLAS itself with the caller's handle. Otherwise the vectors stream
+ * through the device in chunks within oocSetMemoryLimit's budget (64 MiB of device buffers when none
+ * is set) on the handle's stream, after waiting for it; the call returns when the results are in
+ * place. dot and nrm2 combine the chunks' results in double (nrm2 as the root of the chunks' squared
+ * norms), so they may differ from cuBLAS' in the last bits. gemv runs as the one-row GEMM
+ * y^T = x^T op(A)^T through ooc_cublasSgemm (A tiled like any GEMM operand), so a matrix larger than
+ * the GPU works. Increments follow cuBLAS (negative: the vector read from its end); 0 is refused
+ * (CUBLAS_STATUS_INVALID_VALUE), and gemv serves negative increments only when A, x and y are on
+ * the device (CUBLAS_STATUS_NOT_SUPPORTED otherwise). Statuses as ooc_cublasSgemm's. */
+cublasStatus_t ooc_cublasSaxpy(cublasHandle_t handle, int n, const float *alpha, const float *x, int incx, float *y,
+                               int incy);
+cublasStatus_t ooc_cublasSscal(cublasHandle_t handle, int n, const float *alpha, float *x, int incx);
+cublasStatus_t ooc_cublasScopy(cublasHandle_t handle, int n, const float *x, int incx, float *y, int incy);
+cublasStatus_t ooc_cublasSdot(cublasHandle_t handle, int n, const float *x, int incx, const float *y, int incy,
+                              float *result);
+cublasStatus_t ooc_cublasSnrm2(cublasHandle_t handle, int n, const float *x, int incx, float *result);
+cublasStatus_t ooc_cublasSgemv(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float *alpha,
+                               const float *A, int lda, const float *x, int incx, const float *beta, float *y,
+                               int incy);
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -421,6 +421,26 @@ cudaError_t ooc_cudaFree(void *devPtr);
 cudaError_t ooc_cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
 cudaError_t ooc_cudaMemset(void *devPtr, int value, size_t count);
 
+/* Stream-ordered, as cudaMemcpyAsync and cudaMemsetAsync, over any mix of device, pinned, pageable
+ * and ooc_cudaMalloc'd memory (the direction is taken from the pointers; every cudaMemcpyKind,
+ * cudaMemcpyDefault included, is accepted). A copy from or to pageable memory may return only once
+ * it is done, as cudaMemcpyAsync's does. Setting host memory (an ooc_cudaMalloc'd buffer placed
+ * there) runs as a host function on the stream, after the stream's earlier work. */
+cudaError_t ooc_cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                                cudaStream_t stream);
+cudaError_t ooc_cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream);
+
+/* Page-locked host memory, as cudaMallocHost (portable to every device); ooc_cudaFreeHost and
+ * ooc_cudaFree both free it. */
+cudaError_t ooc_cudaMallocHost(void **ptr, size_t size);
+cudaError_t ooc_cudaFreeHost(void *ptr);
+
+/* The memory as the program sees it through ooc_cudaMalloc: `free` is what it can still allocate
+ * (device room beyond the out-of-core reserve and within oocSetDeviceAllocationLimit, plus the host
+ * memory available for page-locked allocations), `total` the same with nothing allocated (the
+ * device's share plus the host's physical memory). Either may be null. */
+cudaError_t ooc_cudaMemGetInfo(size_t *free, size_t *total);
+
 /* Device bytes one out-of-core call may use (0: most of the free device memory). Also the
  * in-core threshold: a call whose tensors are all on the device goes straight to cuDNN when their
  * bytes fit this limit (or no limit is set). Process-wide; pyooc.set_memory_limit sets the same. */
@@ -452,8 +472,37 @@ size_t oocGetLastPlanDescription(char *buf, size_t len);
 /* Why the calling thread's last failed ooc_* call failed ("" after a success); as above. */
 size_t oocGetLastErrorString(char *buf, size_t len);
 
+/* What every successful ooc_cudnn* and ooc_cublas* call of the process did since the last
+ * oocResetTotals (or the start): a program's training step, say, measured against its link. */
+typedef struct oocTotals {
+  long long calls;           /* successful calls */
+  long long outOfCoreCalls;  /* of which ran chunked */
+  long long chunks;
+  size_t bytesH2D, bytesD2H; /* bytes copied over each link direction by the chunked calls */
+  double seconds;            /* wall time of the chunked runs */
+} oocTotals_t;
+void oocResetTotals(void);
+/* CUDNN_STATUS_BAD_PARAM for a null totals. */
+cudnnStatus_t oocGetTotals(oocTotals_t *totals);
+
+/* Pinned host <-> current device copy bandwidth in bytes per second, measured now (about 0.1 s):
+ * each direction alone and both at once (total). Any pointer may be null. CUDNN_STATUS_EXECUTION_FAILED
+ * without a GPU. */
+cudnnStatus_t oocMeasureLinkBandwidth(double *h2d, double *d2h, double *bidirectional);
+
 #ifdef __cplusplus
 }  /* extern "C" */
+
+/* cuda_runtime.h's conveniences for C++, so that adding the prefix is the whole change:
+ * `float *x; ooc_cudaMalloc(&x, bytes);` compiles as `cudaMalloc(&x, bytes)` does. */
+template <class T>
+inline cudaError_t ooc_cudaMalloc(T **devPtr, size_t size) {
+  return ooc_cudaMalloc(reinterpret_cast<void **>(devPtr), size);
+}
+template <class T>
+inline cudaError_t ooc_cudaMallocHost(T **ptr, size_t size) {
+  return ooc_cudaMallocHost(reinterpret_cast<void **>(ptr), size);
+}
 #endif
 
 #endif /* OOC_CUDNN_H */

@@ -69,6 +69,23 @@ struct ChunkField {
   ChunkMember member;
 };
 
+// One piece of a run's device memory, as the planner laid it out (Plan::slots).
+//   streamed: a ring of `buffers` slots of `bytes` each that chunks load into or store from (one
+//             slot: loaded once and kept, e.g. a resident w);
+//   kept:     an output reduced on the device over the whole run (dw, db), `offset` bytes into the
+//             block of kept_bytes;
+//   scratch:  partial results carried from one chunk to a later one (dx rows two tiles share, a
+//             pooled tile), `offset` bytes into the block of scratch_bytes.
+enum class SlotKind { streamed, kept, scratch };
+const char* slot_kind_name(SlotKind kind);
+struct SlotPlan {
+  std::string name;  // the tensor(s) it holds: "x", "dy, y", "dw[0]", "carried dx[1]", ...
+  SlotKind kind = SlotKind::streamed;
+  int buffers = 1;
+  size_t bytes = 0;  // per buffer, 256-byte aligned
+  size_t offset = 0;
+};
+
 struct MachineModel {
   double h2d_bytes_per_s = 5e9;
   double d2h_bytes_per_s = 5e9;
@@ -126,7 +143,14 @@ struct Plan {
   std::vector<CandidateSummary> candidates;
   int64_t candidates_fitting = 0;
 
+  // Every piece of device memory but the workspace, named after the operation's tensors: with
+  // workspace_bytes they add up to peak_device_bytes. Computed once by the planner (plan/slot_table.hpp);
+  // describe() prints it, Python's Plan.slots reads it, the pipeline takes offsets from it.
+  std::vector<SlotPlan> slots;
+
   size_t num_chunks() const { return chunks.size(); }
+  // The slot called `name`; throws std::logic_error when the plan has none.
+  const SlotPlan& slot(const std::string& name) const;
   // What this plan's chunks hold, named after its operation's tensors, in one table for every
   // operation and fused function (plan/chunk_fields.cpp); Python's Plan.chunks reads it.
   std::vector<ChunkField> chunk_fields() const;

@@ -13,7 +13,10 @@ namespace ooc {
 constexpr int kMaxSpatial = 3;
 using Dims3 = std::array<int64_t, kMaxSpatial>;
 
-enum class DType { float32 };
+// The element type of an operation's tensors. Plans count its bytes (a float16 layer streams half
+// of a float32 one's); the backends have float32 kernels only so far, and refuse a chunk of another
+// dtype when it runs (backend/float32_kernels.hpp); the Python API accepts float32 only.
+enum class DType { float32, float16, bfloat16 };
 
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);

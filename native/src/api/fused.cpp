@@ -223,6 +223,7 @@ Plan plan_deconv(const ConvProblem& p, const PlannerConfig& config) {
   plan.fused = "deconv_bias_activation_forward";
   plan.memory_limit = config.memory_limit;
   plan.peak_device_bytes += bias;
+  if (bias) plan.slots.push_back({"bias", SlotKind::streamed, 1, bias, 0});  // resident for the whole run
   plan.bias_buffers = p.has_bias ? 1 : 0;
   plan.bias_bytes = bias;
   plan.bytes_h2d += p.has_bias ? static_cast<size_t>(p.c) * dtype_size(p.dtype) : 0;

@@ -28,10 +28,13 @@ struct StridedCopy {
   size_t src_pitch = 0, src_slice = 0, dst_pitch = 0, dst_slice = 0;
 };
 
+// Tensor data crosses this interface untyped (void*): each chunk descriptor carries the dtype, and
+// only a backend's kernels read elements.
 // Shapes of one chunk's convolution, as the compute kernel sees it: dense x [n, c, in...],
 // w [k, c, kernel...], y [n, k, out...]; padding applied by the kernel itself. The gradients use
 // the same shapes: dx like x, dw like w, dy like y.
 struct ChunkConv {
+  DType dtype = DType::float32;  // of every tensor the call reads and writes
   int spatial_dims = 2;
   int64_t n = 1, c = 1, k = 1;
   Dims3 in{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1}, out{1, 1, 1};
@@ -42,11 +45,15 @@ struct ChunkConv {
 struct ChunkGemm {
   int64_t m = 1, n = 1, k = 1;
   bool trans_a = false, trans_b = false;
+  DType dtype = DType::float32;
 };
 
 // One batch-norm chunk: a dense [n, c, space] tile (space: the spatial elements of one channel row).
+// Its statistics and coefficients (stats, sums, mean_invstd, coef) are float32 whatever the tensors'
+// dtype: the kernels accumulate and apply them in float32.
 struct ChunkChannels {
   int64_t n = 1, c = 1, space = 1;
+  DType dtype = DType::float32;
 };
 
 // Where an operation is issued: its name (in error messages), the fault site it counts against
@@ -95,7 +102,7 @@ class Backend {
 
   // On Queue::compute: y = alpha * conv(x, w) + beta * y, then y += bias[k] when bias is not null.
   // beta == 0 never reads y. workspace has workspace_bytes bytes (<= the plan's allowance).
-  void conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y, double alpha,
+  void conv_forward(const ChunkConv& shape, const void* x, const void* w, const void* bias, void* y, double alpha,
                     double beta, void* workspace, size_t workspace_bytes) {
     issue({"conv_forward", FaultSite::conv, Queue::compute},
           [&] { do_conv_forward(shape, x, w, bias, y, alpha, beta, workspace, workspace_bytes); });
@@ -105,43 +112,43 @@ class Backend {
   //   dw = alpha * sum over n, out of dy[n, k, out] * x[n, c, window of out] + beta * dw
   //   db = alpha * sum over n, out of dy[n, k, out] + beta * db   (db: shape.k elements)
   // beta == 0 never reads the output; workspace as for conv_forward.
-  void conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
+  void conv_backward_data(const ChunkConv& shape, const void* dy, const void* w, void* dx, double alpha,
                           double beta, void* workspace, size_t workspace_bytes) {
     issue({"conv_backward_data", FaultSite::conv, Queue::compute},
           [&] { do_conv_backward_data(shape, dy, w, dx, alpha, beta, workspace, workspace_bytes); });
   }
-  void conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
+  void conv_backward_filter(const ChunkConv& shape, const void* x, const void* dy, void* dw, double alpha,
                             double beta, void* workspace, size_t workspace_bytes) {
     issue({"conv_backward_filter", FaultSite::conv, Queue::compute},
           [&] { do_conv_backward_filter(shape, x, dy, dw, alpha, beta, workspace, workspace_bytes); });
   }
-  void conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) {
+  void conv_backward_bias(const ChunkConv& shape, const void* dy, void* db, double alpha, double beta) {
     issue({"conv_backward_bias", FaultSite::conv, Queue::compute},
           [&] { do_conv_backward_bias(shape, dy, db, alpha, beta); });
   }
 
   // On Queue::compute, the layers of layers.hpp.
   // workspace: workspace_bytes of device memory the GEMM library may use (none when 0).
-  void gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
+  void gemm(const ChunkGemm& shape, const void* a, const void* b, const void* bias, void* c, double alpha,
             double beta, void* workspace, size_t workspace_bytes) {
     issue({"gemm", FaultSite::gemm, Queue::compute},
           [&] { do_gemm(shape, a, b, bias, c, alpha, beta, workspace, workspace_bytes); });
   }
   // Per channel of x's tile: stats[2 * ch] = mean, stats[2 * ch + 1] = M2 (sum of squared deviations).
-  void channel_moments(const ChunkChannels& shape, const float* x, float* stats) {
+  void channel_moments(const ChunkChannels& shape, const void* x, float* stats) {
     issue({"channel_moments", FaultSite::batchnorm, Queue::compute}, [&] { do_channel_moments(shape, x, stats); });
   }
   // Per channel: sums[2 * ch] = sum(dy), sums[2 * ch + 1] = sum(dy * (x - mean) * invstd), with
   // mean_invstd[2 * ch] = mean, mean_invstd[2 * ch + 1] = invstd.
-  void channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
+  void channel_grad_sums(const ChunkChannels& shape, const void* x, const void* dy, const float* mean_invstd,
                          float* sums) {
     issue({"channel_grad_sums", FaultSite::batchnorm, Queue::compute},
           [&] { do_channel_grad_sums(shape, x, dy, mean_invstd, sums); });
   }
   // Per channel affine map, blended into y: dy == null: y = x * coef[2ch] + coef[2ch+1] + beta * y;
   // else y = x * coef[3ch] + dy * coef[3ch+1] + coef[3ch+2] + beta * y. beta == 0 never reads y.
-  void channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef, double beta,
-                      float* y) {
+  void channel_affine(const ChunkChannels& shape, const void* x, const void* dy, const float* coef, double beta,
+                      void* y) {
     issue({"channel_affine", FaultSite::batchnorm, Queue::compute},
           [&] { do_channel_affine(shape, x, dy, coef, beta, y); });
   }
@@ -151,39 +158,39 @@ class Backend {
   //   activation: r = f(x); backward r = f'(x) * dy from y, dy and x
   //   softmax: over c per (n, position) or over c*space per n (instance); log: log-softmax
   //   add_tensor: out = alpha * a + beta * (b ? b : out), a shaped a_shape (dims 1 or out's)
-  void activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y,
+  void activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const void* x, void* y,
                           double alpha, double beta) {
     issue({"activation_forward", FaultSite::activation, Queue::compute},
           [&] { do_activation_forward(shape, mode, coef, x, y, alpha, beta); });
   }
-  void activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y, const float* dy,
-                           const float* x, float* dx, double alpha, double beta) {
+  void activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const void* y, const void* dy,
+                           const void* x, void* dx, double alpha, double beta) {
     issue({"activation_backward", FaultSite::activation, Queue::compute},
           [&] { do_activation_backward(shape, mode, coef, y, dy, x, dx, alpha, beta); });
   }
-  void softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y, double alpha,
+  void softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const void* x, void* y, double alpha,
                        double beta) {
     issue({"softmax_forward", FaultSite::softmax, Queue::compute},
           [&] { do_softmax_forward(shape, mode, log, x, y, alpha, beta); });
   }
-  void softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                        float* dx, double alpha, double beta) {
+  void softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const void* y, const void* dy,
+                        void* dx, double alpha, double beta) {
     issue({"softmax_backward", FaultSite::softmax, Queue::compute},
           [&] { do_softmax_backward(shape, mode, log, y, dy, dx, alpha, beta); });
   }
   // pooling: r over shape.out from x over shape.in with shape's kernel, stride and symmetric padding
-  void pool_forward(const ChunkConv& shape, PoolMode mode, const float* x, float* y, double alpha, double beta) {
+  void pool_forward(const ChunkConv& shape, PoolMode mode, const void* x, void* y, double alpha, double beta) {
     issue({"pool_forward", FaultSite::pool, Queue::compute},
           [&] { do_pool_forward(shape, mode, x, y, alpha, beta); });
   }
   //   pool backward: r over shape.in from y, dy over shape.out and x over shape.in
-  void pool_backward(const ChunkConv& shape, PoolMode mode, const float* y, const float* dy, const float* x, float* dx,
+  void pool_backward(const ChunkConv& shape, PoolMode mode, const void* y, const void* dy, const void* x, void* dx,
                      double alpha, double beta) {
     issue({"pool_backward", FaultSite::pool, Queue::compute},
           [&] { do_pool_backward(shape, mode, y, dy, x, dx, alpha, beta); });
   }
-  void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a, double beta,
-                  const float* b, float* out) {
+  void add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const void* a, double beta,
+                  const void* b, void* out) {
     issue({"add_tensor", FaultSite::add, Queue::compute},
           [&] { do_add_tensor(a_shape, out_shape, alpha, a, beta, b, out); });
   }
@@ -236,35 +243,35 @@ class Backend {
   // The operations themselves, as the public methods of the same name document them.
   virtual void do_copy_h2d(void* device_dst, const void* host_src, size_t bytes) = 0;
   virtual void do_copy_d2h(void* host_dst, const void* device_src, size_t bytes) = 0;
-  virtual void do_conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y,
+  virtual void do_conv_forward(const ChunkConv& shape, const void* x, const void* w, const void* bias, void* y,
                                double alpha, double beta, void* workspace, size_t workspace_bytes) = 0;
-  virtual void do_conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
+  virtual void do_conv_backward_data(const ChunkConv& shape, const void* dy, const void* w, void* dx, double alpha,
                                      double beta, void* workspace, size_t workspace_bytes) = 0;
-  virtual void do_conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw,
+  virtual void do_conv_backward_filter(const ChunkConv& shape, const void* x, const void* dy, void* dw,
                                        double alpha, double beta, void* workspace, size_t workspace_bytes) = 0;
-  virtual void do_conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha,
+  virtual void do_conv_backward_bias(const ChunkConv& shape, const void* dy, void* db, double alpha,
                                      double beta) = 0;
-  virtual void do_gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c,
+  virtual void do_gemm(const ChunkGemm& shape, const void* a, const void* b, const void* bias, void* c,
                        double alpha, double beta, void* workspace, size_t workspace_bytes) = 0;
-  virtual void do_channel_moments(const ChunkChannels& shape, const float* x, float* stats) = 0;
-  virtual void do_channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy,
+  virtual void do_channel_moments(const ChunkChannels& shape, const void* x, float* stats) = 0;
+  virtual void do_channel_grad_sums(const ChunkChannels& shape, const void* x, const void* dy,
                                     const float* mean_invstd, float* sums) = 0;
-  virtual void do_channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef,
-                                 double beta, float* y) = 0;
-  virtual void do_activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x,
-                                     float* y, double alpha, double beta) = 0;
-  virtual void do_activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
-                                      const float* dy, const float* x, float* dx, double alpha, double beta) = 0;
-  virtual void do_softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y,
+  virtual void do_channel_affine(const ChunkChannels& shape, const void* x, const void* dy, const float* coef,
+                                 double beta, void* y) = 0;
+  virtual void do_activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const void* x,
+                                     void* y, double alpha, double beta) = 0;
+  virtual void do_activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const void* y,
+                                      const void* dy, const void* x, void* dx, double alpha, double beta) = 0;
+  virtual void do_softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const void* x, void* y,
                                   double alpha, double beta) = 0;
-  virtual void do_softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y,
-                                   const float* dy, float* dx, double alpha, double beta) = 0;
-  virtual void do_pool_forward(const ChunkConv& shape, PoolMode mode, const float* x, float* y, double alpha,
+  virtual void do_softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const void* y,
+                                   const void* dy, void* dx, double alpha, double beta) = 0;
+  virtual void do_pool_forward(const ChunkConv& shape, PoolMode mode, const void* x, void* y, double alpha,
                                double beta) = 0;
-  virtual void do_pool_backward(const ChunkConv& shape, PoolMode mode, const float* y, const float* dy,
-                                const float* x, float* dx, double alpha, double beta) = 0;
-  virtual void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
-                             double beta, const float* b, float* out) = 0;
+  virtual void do_pool_backward(const ChunkConv& shape, PoolMode mode, const void* y, const void* dy,
+                                const void* x, void* dx, double alpha, double beta) = 0;
+  virtual void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const void* a,
+                             double beta, const void* b, void* out) = 0;
   virtual void do_copy_on_device(const StridedCopy& copy) = 0;
   virtual void do_zero_on_device(void* device_dst, size_t bytes) = 0;
   virtual void do_copy_h2d_strided(const StridedCopy& copy) = 0;

@@ -6,85 +6,12 @@
 
 #include "api/cuda_status.hpp"
 #include "api/memory_kind.hpp"
-#include "capi/capi_internal.hpp"
+#include "capi/capi_cublas.hpp"
 #include "ooc/layers.hpp"
 #include "ooc/ooc_cublas.h"
 
 namespace ooc::capi {
 namespace {
-
-// The C API's statuses (capi_status.cpp's mapping of exceptions) in cuBLAS' words.
-cublasStatus_t cublas_status(cudnnStatus_t status) {
-  switch (status) {
-    case CUDNN_STATUS_SUCCESS: return CUBLAS_STATUS_SUCCESS;
-    case CUDNN_STATUS_BAD_PARAM: return CUBLAS_STATUS_INVALID_VALUE;
-    case CUDNN_STATUS_NOT_SUPPORTED: return CUBLAS_STATUS_NOT_SUPPORTED;
-    case CUDNN_STATUS_ALLOC_FAILED: return CUBLAS_STATUS_ALLOC_FAILED;
-    case CUDNN_STATUS_EXECUTION_FAILED: return CUBLAS_STATUS_EXECUTION_FAILED;
-    default: return CUBLAS_STATUS_INTERNAL_ERROR;
-  }
-}
-
-std::string cublas_failure_text(cublasStatus_t status) {
-  return std::string(cublasGetStatusName(status)) + " (" + cublasGetStatusString(status) + ")";
-}
-
-cublasStatus_t cublas_status_of_current_exception(const char* call) noexcept {
-  return cublas_status(cudnn_status_of_current_exception(call));
-}
-
-template <typename Body>
-cublasStatus_t guarded_cublas(const char* call, Body&& body) noexcept {
-  return guarded_call(call, CUBLAS_STATUS_SUCCESS, std::forward<Body>(body), cublas_failure_text,
-                      cublas_status_of_current_exception);
-}
-
-void check_cublas(cublasStatus_t status, const char* call) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw cuda_error(static_cast<int>(status), std::string(call) + " failed: " + cublasGetStatusName(status));
-}
-
-// Whether op transposes its (real) matrix: CUBLAS_OP_C is CUBLAS_OP_T for real data, as in cuBLAS.
-bool transposes(cublasOperation_t op, const char* name) {
-  switch (op) {
-    case CUBLAS_OP_N: return false;
-    case CUBLAS_OP_T:
-    case CUBLAS_OP_C: return true;
-    default:
-      throw invalid_argument(std::string(name) + " must be CUBLAS_OP_N, CUBLAS_OP_T or CUBLAS_OP_C, got " +
-                             std::to_string(static_cast<int>(op)));
-  }
-}
-
-// cuBLAS' rule: a leading dimension is at least its column-major matrix's row count (and 1).
-void check_ld(const char* name, int ld, int rows) {
-  if (ld < std::max(1, rows))
-    throw invalid_argument(std::string(name) + " is " + std::to_string(ld) + ", less than max(1, " +
-                           std::to_string(rows) + ")");
-}
-
-// alpha or beta, from the host or from the device as the handle's pointer mode says. Called after
-// the handle's stream has been drained (the scalars may be its results).
-float read_scalar(cublasHandle_t handle, const float* p) {
-  if (!host_backend_for_tests()) {
-    cublasPointerMode_t mode = CUBLAS_POINTER_MODE_HOST;
-    check_cublas(cublasGetPointerMode(handle, &mode), "cublasGetPointerMode");
-    if (mode == CUBLAS_POINTER_MODE_DEVICE) {
-      float v = 0;
-      OOC_API_CUDA_CHECK(cudaMemcpy(&v, p, sizeof(v), cudaMemcpyDeviceToHost));
-      return v;
-    }
-  }
-  return *p;
-}
-
-Options cublas_out_of_core_options(cublasHandle_t handle) {
-  return out_of_core_options([handle] {
-    cudaStream_t stream = nullptr;
-    check_cublas(cublasGetStream(handle, &stream), "cublasGetStream");
-    return stream;
-  });
-}
 
 // C = beta * C over the m x n column-major host matrix (k == 0: no product to add); beta == 0
 // writes zeros without reading C, as cuBLAS does.
@@ -105,11 +32,7 @@ using namespace ooc::capi;
 extern "C" cublasStatus_t ooc_cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                                           int m, int n, int k, const float* alpha, const float* A, int lda,
                                           const float* B, int ldb, const float* beta, float* C, int ldc) {
-  if (!handle) {  // what cuBLAS says of a handle it does not know
-    clear_last_error();
-    set_last_error("ooc_cublasSgemm: handle is null");
-    return CUBLAS_STATUS_NOT_INITIALIZED;
-  }
+  if (!handle) return null_handle("ooc_cublasSgemm");
   return guarded_cublas("ooc_cublasSgemm", [&]() -> cublasStatus_t {
     const bool ta = transposes(transa, "transa"), tb = transposes(transb, "transb");
     if (m < 0 || n < 0 || k < 0)

@@ -70,6 +70,8 @@ cudaError_t guarded_cuda(const char* call, Body&& body) noexcept {
 // The calling thread's last successful call: cuDNN called directly (with a line saying so), or a plan run.
 void record_direct_call(std::string text);
 void record_plan_run(Plan&& plan, const RunStats& stats);
+// A chunked call that runs without a Plan (the cuBLAS level-1 look-alikes): `text` describes it.
+void record_streamed_call(std::string text, const RunStats& stats, size_t peak_device_bytes);
 
 // snprintf's contract: writes at most len - 1 characters and a NUL, returns text.size().
 size_t copy_text(const std::string& text, char* buf, size_t len) noexcept;

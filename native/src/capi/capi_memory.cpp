@@ -1,13 +1,17 @@
 // ooc_cudaMalloc & co.: memory placed as ooc_cuDNN placed it, device first and page-locked host
 // memory once the device is full, so a program written for cuDNN keeps its tensors "allocated"
 // beyond the GPU's size and every ooc_cudnn* call takes them wherever they landed.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
+#include <fstream>
 #include <limits>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+
+#include <unistd.h>
 
 #include "api/memory_kind.hpp"
 #include "capi/capi_internal.hpp"
@@ -45,6 +49,25 @@ bool device_has_room(size_t bytes, size_t device_bytes_so_far, cudaError_t* erro
   if (*error != cudaSuccess) return false;
   const size_t reserve = default_memory_limit() ? default_memory_limit() : total_bytes / 8;
   return free_bytes >= reserve && free_bytes - reserve >= bytes;
+}
+
+// Physical host memory and what of it the kernel could hand out now (MemAvailable), for
+// ooc_cudaMemGetInfo: page-locked allocations come from there once the device is full.
+struct HostMemory {
+  size_t total = 0, available = 0;
+};
+HostMemory host_memory() {
+  HostMemory m;
+  const long page = sysconf(_SC_PAGESIZE);
+  m.total = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(page);
+  m.available = static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(page);
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") m.available = kib * 1024;
+  return m;
 }
 
 }  // namespace
@@ -111,26 +134,52 @@ extern "C" cudaError_t ooc_cudaFree(void* devPtr) {
   });
 }
 
-extern "C" cudaError_t ooc_cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
-  return guarded_cuda("ooc_cudaMemcpy", [&]() -> cudaError_t {
-    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
-    if (count == 0) return cudaSuccess;
-    if (!dst || !src) return cudaErrorInvalidValue;
-    if (host_backend_for_tests()) {  // every buffer is host memory there, and CUDA is not touched
-      std::memmove(dst, src, count);
+extern "C" cudaError_t ooc_cudaMallocHost(void** ptr, size_t size) {
+  return guarded_cuda("ooc_cudaMallocHost", [&]() -> cudaError_t {
+    if (!ptr) return cudaErrorInvalidValue;
+    *ptr = nullptr;
+    if (size == 0) return cudaSuccess;
+    Allocations& a = allocations();
+    std::lock_guard<std::mutex> lock(a.mutex);
+    if (host_backend_for_tests()) {
+      *ptr = std::malloc(size);
+      if (!*ptr) return cudaErrorMemoryAllocation;
+      a.sizes[*ptr] = {size, Placement::pageable};
       return cudaSuccess;
     }
-    // The pointers say the direction: a "device" buffer from ooc_cudaMalloc may be host memory.
-    return cudaMemcpy(dst, src, count, cudaMemcpyDefault);
+    const cudaError_t status = cudaHostAlloc(ptr, size, cudaHostAllocPortable);
+    if (status != cudaSuccess) {
+      *ptr = nullptr;
+      return status;
+    }
+    a.sizes[*ptr] = {size, Placement::pinned};
+    return cudaSuccess;
   });
 }
 
-extern "C" cudaError_t ooc_cudaMemset(void* devPtr, int value, size_t count) {
-  return guarded_cuda("ooc_cudaMemset", [&]() -> cudaError_t {
-    if (count == 0) return cudaSuccess;
-    if (!devPtr) return cudaErrorInvalidValue;
-    if (!host_backend_for_tests() && api::is_device_memory(devPtr)) return cudaMemset(devPtr, value, count);
-    std::memset(devPtr, value, count);  // pinned or pageable host memory
+// Our allocations are freed as they were placed, whichever of the two frees is called.
+extern "C" cudaError_t ooc_cudaFreeHost(void* ptr) { return ooc_cudaFree(ptr); }
+
+extern "C" cudaError_t ooc_cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  return guarded_cuda("ooc_cudaMemGetInfo", [&]() -> cudaError_t {
+    const HostMemory host = host_memory();
+    size_t device_free = 0, device_total = 0;
+    if (!host_backend_for_tests()) {
+      const cudaError_t status = cudaMemGetInfo(&device_free, &device_total);
+      if (status != cudaSuccess) return status;
+      const size_t reserve = default_memory_limit() ? default_memory_limit() : device_total / 8;
+      const size_t cap = g_device_allocation_limit;
+      size_t placed = 0;
+      {
+        Allocations& a = allocations();
+        std::lock_guard<std::mutex> lock(a.mutex);
+        placed = a.device_bytes;
+      }
+      device_total = std::min(device_total > reserve ? device_total - reserve : 0, cap);
+      device_free = std::min(device_free > reserve ? device_free - reserve : 0, cap > placed ? cap - placed : 0);
+    }
+    if (free_bytes) *free_bytes = device_free + host.available;
+    if (total_bytes) *total_bytes = device_total + host.total;
     return cudaSuccess;
   });
 }

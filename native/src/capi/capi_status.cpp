@@ -1,9 +1,11 @@
 // The C API's one exception-to-status translation, the thread's last error and last call, and the
 // getters of ooc_cudnn.h that read them.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <sstream>
 
+#include "api/cuda_status.hpp"
 #include "capi/capi_internal.hpp"
 #include "ooc/ooc_cudnn.h"
 
@@ -19,6 +21,24 @@ struct LastCall {
   RunStats stats;
 };
 thread_local LastCall t_last_call;
+
+// The process's totals (oocGetTotals): every thread's successful calls.
+struct Totals {
+  std::atomic<long long> calls{0}, out_of_core_calls{0}, chunks{0};
+  std::atomic<size_t> bytes_h2d{0}, bytes_d2h{0};
+  std::atomic<long long> nanoseconds{0};
+};
+Totals g_totals;
+
+void add_to_totals(bool out_of_core, const RunStats& stats) {
+  g_totals.calls += 1;
+  if (!out_of_core) return;
+  g_totals.out_of_core_calls += 1;
+  g_totals.chunks += stats.chunks;
+  g_totals.bytes_h2d += stats.bytes_h2d;
+  g_totals.bytes_d2h += stats.bytes_d2h;
+  g_totals.nanoseconds += static_cast<long long>(stats.seconds * 1e9);
+}
 thread_local std::string t_last_error;
 
 std::string with_call(const char* call, const char* what) { return std::string(call) + ": " + what; }
@@ -121,6 +141,18 @@ void record_direct_call(std::string text) {
   last.direct_text = std::move(text);
   last.plan = Plan{};
   last.stats = RunStats{};
+  add_to_totals(false, last.stats);
+}
+
+void record_streamed_call(std::string text, const RunStats& stats, size_t peak_device_bytes) {
+  LastCall& last = t_last_call;
+  last.valid = true;
+  last.out_of_core = true;
+  last.direct_text = std::move(text);
+  last.plan = Plan{};
+  last.plan.peak_device_bytes = peak_device_bytes;
+  last.stats = stats;
+  add_to_totals(true, stats);
 }
 
 void record_plan_run(Plan&& plan, const RunStats& stats) {
@@ -130,6 +162,7 @@ void record_plan_run(Plan&& plan, const RunStats& stats) {
   last.direct_text.clear();
   last.plan = std::move(plan);
   last.stats = stats;
+  add_to_totals(true, stats);
 }
 
 size_t copy_text(const std::string& text, char* buf, size_t len) noexcept {
@@ -152,7 +185,7 @@ extern "C" cudnnStatus_t oocGetLastPlanInfo(oocPlanInfo_t* info) {
   if (!last.valid) return CUDNN_STATUS_NOT_INITIALIZED;
   if (last.out_of_core) {
     info->outOfCore = 1;
-    info->chunks = static_cast<long long>(last.plan.num_chunks());
+    info->chunks = static_cast<long long>(last.direct_text.empty() ? last.plan.num_chunks() : last.stats.chunks);
     info->peakDeviceBytes = last.plan.peak_device_bytes;
     info->bytesH2D = last.stats.bytes_h2d;
     info->bytesD2H = last.stats.bytes_d2h;
@@ -166,10 +199,42 @@ extern "C" size_t oocGetLastPlanDescription(char* buf, size_t len) {
   try {
     const LastCall& last = t_last_call;
     if (!last.valid) return copy_text("", buf, len);
-    return copy_text(last.out_of_core ? last.plan.describe() : last.direct_text, buf, len);
+    return copy_text(last.out_of_core && last.direct_text.empty() ? last.plan.describe() : last.direct_text, buf, len);
   } catch (...) {  // describe() out of memory
     return copy_text("", buf, len);
   }
 }
 
 extern "C" size_t oocGetLastErrorString(char* buf, size_t len) { return copy_text(t_last_error, buf, len); }
+
+extern "C" void oocResetTotals(void) {
+  g_totals.calls = 0;
+  g_totals.out_of_core_calls = 0;
+  g_totals.chunks = 0;
+  g_totals.bytes_h2d = 0;
+  g_totals.bytes_d2h = 0;
+  g_totals.nanoseconds = 0;
+}
+
+extern "C" cudnnStatus_t oocGetTotals(oocTotals_t* totals) {
+  if (!totals) return CUDNN_STATUS_BAD_PARAM;
+  totals->calls = g_totals.calls;
+  totals->outOfCoreCalls = g_totals.out_of_core_calls;
+  totals->chunks = g_totals.chunks;
+  totals->bytesH2D = g_totals.bytes_h2d;
+  totals->bytesD2H = g_totals.bytes_d2h;
+  totals->seconds = static_cast<double>(g_totals.nanoseconds.load()) * 1e-9;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+extern "C" cudnnStatus_t oocMeasureLinkBandwidth(double* h2d, double* d2h, double* bidirectional) {
+  return guarded("oocMeasureLinkBandwidth", [&]() -> cudnnStatus_t {
+    int device = 0;
+    OOC_API_CUDA_CHECK(cudaGetDevice(&device));
+    const ooc::LinkBandwidth link = ooc::measure_link_bandwidth(device, size_t{64} << 20);
+    if (h2d) *h2d = link.h2d;
+    if (d2h) *d2h = link.d2h;
+    if (bidirectional) *bidirectional = link.bidir;
+    return CUDNN_STATUS_SUCCESS;
+  });
+}

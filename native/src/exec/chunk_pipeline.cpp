@@ -53,7 +53,7 @@ struct SlotRing {
     next = (next + 1) % static_cast<int>(slots.size());
     return current;
   }
-  const float* current_data() const { return current < 0 ? nullptr : static_cast<const float*>(slots[current]); }
+  const void* current_data() const { return current < 0 ? nullptr : slots[current]; }
 };
 
 // Writes the outputs kept on the device back once every chunk has computed: by DMA straight into
@@ -90,6 +90,7 @@ void store_kept(const OperationSpec& spec, Backend& backend, char* kept_dev, Pip
 
 ChunkConv chunk_shape(const Chunk& ch, const ConvProblem& p) {
   ChunkConv s;
+  s.dtype = p.dtype;
   s.spatial_dims = p.spatial_dims;
   s.n = ch.n.size();
   s.c = ch.c.size();
@@ -235,7 +236,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
 
   ChunkBuffers buffers;
   buffers.inputs = static_cast<int>(spec.inputs.size());
-  buffers.resident = static_cast<const float*>(resident_dev);
+  buffers.resident = resident_dev;
   buffers.kept = kept_dev;
   buffers.scratch = scratch;
   buffers.workspace = workspace;
@@ -263,7 +264,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     if (ch.first_c && load_out) backend.wait(Queue::compute, outr.ready[os]);
     if (has_resident) backend.wait(Queue::compute, resident_ready);
     for (size_t i = 0; i < in_rings.size(); ++i) buffers.in[i] = in_rings[i].current_data();
-    buffers.out = static_cast<float*>(outr.slots[os]);
+    buffers.out = outr.slots[os];
     buffers.beta = ch.first_c ? spec.beta : 1.0;
     spec.compute(ch, buffers);
     for (const SlotRing& r : in_rings) backend.record(r.free[r.current], Queue::compute);

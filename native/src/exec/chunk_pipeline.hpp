@@ -45,10 +45,11 @@ constexpr int kMaxStreamedInputs = 8;
 
 // The device memory one chunk's compute sees.
 struct ChunkBuffers {
-  std::array<const float*, kMaxStreamedInputs> in{};  // OperationSpec::inputs' current slots, in order
-  int inputs = 0;                                      // how many of `in` the operation has
-  const float* resident = nullptr;
-  float* out = nullptr;
+  // Device memory of the problem's dtype (the backend reads elements; the pipeline moves bytes).
+  std::array<const void*, kMaxStreamedInputs> in{};  // OperationSpec::inputs' current slots, in order
+  int inputs = 0;                                     // how many of `in` the operation has
+  const void* resident = nullptr;
+  void* out = nullptr;
   char* kept = nullptr;  // OperationSpec::kept's memory
   void* scratch = nullptr;
   void* workspace = nullptr;
@@ -93,6 +94,13 @@ struct OperationSpec {
 RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const OperationSpec& spec);
 
 // The chunk's shapes as the compute kernel sees them (backend.hpp's ChunkConv).
+// `data` advanced by `elements` elements of `dtype` (the start of a part of a device buffer).
+inline const void* advanced(const void* data, int64_t elements, DType dtype) {
+  return data ? static_cast<const char*>(data) + elements * static_cast<int64_t>(dtype_size(dtype)) : nullptr;
+}
+inline void* advanced(void* data, int64_t elements, DType dtype) {
+  return data ? static_cast<char*>(data) + elements * static_cast<int64_t>(dtype_size(dtype)) : nullptr;
+}
 ChunkConv chunk_shape(const Chunk& ch, const ConvProblem& p);
 
 }  // namespace ooc

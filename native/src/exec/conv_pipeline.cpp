@@ -29,7 +29,7 @@ bool loads(Family f, const Chunk& ch) { return f == Family::x ? ch.load_x : f ==
 // family; the spec streams their chunk regions through the plan's slots.
 struct Tensor {
   Family family;
-  const float* data;
+  const void* data;
 };
 
 OperationSpec spec_for(const Plan& plan, Operation op, Tensor a, Tensor b, Tensor out) {
@@ -54,8 +54,8 @@ OperationSpec spec_for(const Plan& plan, Operation op, Tensor a, Tensor b, Tenso
 
 }  // namespace
 
-OperationSpec conv_forward_spec(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
-                                float* y) {
+OperationSpec conv_forward_spec(const Plan& plan, Backend& backend, const void* x, const void* w, const void* bias,
+                                void* y) {
   const ConvProblem& p = plan.problem;
   OperationSpec spec = spec_for(plan, Operation::forward, {Family::x, x}, {Family::w, w}, {Family::y, y});
   if (p.has_bias) {  // stays on the device whole; added by the last chunk of each reduction
@@ -63,19 +63,19 @@ OperationSpec conv_forward_spec(const Plan& plan, Backend& backend, const float*
     spec.resident_bytes = plan.bias_bytes;
   }
   spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
-    const float* chunk_bias = ch.last_c && p.has_bias ? b.resident + ch.k.begin : nullptr;
+    const void* chunk_bias = ch.last_c && p.has_bias ? advanced(b.resident, ch.k.begin, p.dtype) : nullptr;
     backend.conv_forward(chunk_shape(ch, p), b.in[0], b.in[1], chunk_bias, b.out, p.alpha, b.beta, b.workspace,
                          plan.workspace_bytes);
   };
   return spec;
 }
 
-RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
-                          float* y, ThreadPool& pool) {
+RunStats run_conv_forward(const Plan& plan, Backend& backend, const void* x, const void* w, const void* bias,
+                          void* y, ThreadPool& pool) {
   return run_chunks(plan, backend, pool, conv_forward_spec(plan, backend, x, w, bias, y));
 }
 
-OperationSpec conv_backward_data_spec(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx) {
+OperationSpec conv_backward_data_spec(const Plan& plan, Backend& backend, const void* dy, const void* w, void* dx) {
   const ConvProblem& p = plan.problem;
   OperationSpec spec = spec_for(plan, Operation::backward_data, {Family::y, dy}, {Family::w, w}, {Family::x, dx});
   // dy is read through a window over the contributing rows (the device's other dy rows are
@@ -91,12 +91,12 @@ OperationSpec conv_backward_data_spec(const Plan& plan, Backend& backend, const 
   return spec;
 }
 
-RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx,
+RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const void* dy, const void* w, void* dx,
                                 ThreadPool& pool) {
   return run_chunks(plan, backend, pool, conv_backward_data_spec(plan, backend, dy, w, dx));
 }
 
-RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const float* x, const float* dy, float* dw,
+RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const void* x, const void* dy, void* dw,
                                   ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   OperationSpec spec = spec_for(plan, Operation::backward_filter, {Family::x, x}, {Family::y, dy}, {Family::w, dw});
@@ -107,7 +107,7 @@ RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const floa
   return run_chunks(plan, backend, pool, spec);
 }
 
-RunStats run_conv_backward_bias(const Plan& plan, Backend& backend, const float* dy, float* db, ThreadPool& pool) {
+RunStats run_conv_backward_bias(const Plan& plan, Backend& backend, const void* dy, void* db, ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   OperationSpec spec = spec_for(plan, Operation::backward_bias, {Family::y, dy}, {Family::y, nullptr}, {Family::bias, db});
   spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {

@@ -10,16 +10,16 @@
 namespace ooc {
 
 // The spec run_conv_forward streams through run_chunks (fused forwards build on it).
-OperationSpec conv_forward_spec(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
-                                float* y);
-RunStats run_conv_forward(const Plan& plan, Backend& backend, const float* x, const float* w, const float* bias,
-                          float* y, ThreadPool& pool);
+OperationSpec conv_forward_spec(const Plan& plan, Backend& backend, const void* x, const void* w, const void* bias,
+                                void* y);
+RunStats run_conv_forward(const Plan& plan, Backend& backend, const void* x, const void* w, const void* bias,
+                          void* y, ThreadPool& pool);
 // The spec run_conv_backward_data streams (the fused transposed convolution builds on it).
-OperationSpec conv_backward_data_spec(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx);
-RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const float* dy, const float* w, float* dx,
+OperationSpec conv_backward_data_spec(const Plan& plan, Backend& backend, const void* dy, const void* w, void* dx);
+RunStats run_conv_backward_data(const Plan& plan, Backend& backend, const void* dy, const void* w, void* dx,
                                 ThreadPool& pool);
-RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const float* x, const float* dy, float* dw,
+RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const void* x, const void* dy, void* dw,
                                   ThreadPool& pool);
-RunStats run_conv_backward_bias(const Plan& plan, Backend& backend, const float* dy, float* db, ThreadPool& pool);
+RunStats run_conv_backward_bias(const Plan& plan, Backend& backend, const void* dy, void* db, ThreadPool& pool);
 
 }  // namespace ooc

@@ -14,7 +14,7 @@ using Extent = std::array<int64_t, kMaxRank>;
 // The tensor families of plan.hpp: every operation streams tensors shaped like x, w, y or bias.
 enum class Family { x, w, y, bias };
 
-inline TensorView view_of(const ConvProblem& p, Family f, const float* data) {
+inline TensorView view_of(const ConvProblem& p, Family f, const void* data) {
   Extent shape{};
   switch (f) {
     case Family::x: shape = {p.n, p.c, p.in[0], p.in[1], p.in[2]}; break;

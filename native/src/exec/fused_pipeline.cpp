@@ -15,6 +15,7 @@ namespace {
 // A dense [n, c, rows...] tile as the element-wise layers see it (activation, add_tensor).
 ChunkConv tile_of(const ConvProblem& p, Range n, Range c, const std::array<Range, kMaxSpatial>& rows) {
   ChunkConv tile;
+  tile.dtype = p.dtype;
   tile.spatial_dims = p.spatial_dims;
   tile.n = n.size();
   tile.c = tile.k = c.size();
@@ -29,7 +30,7 @@ namespace {
 // conv_forward's spec, y tiles started from z where alpha2 != 0 and activated in place once their
 // reduction is done: the forward part of the fused forwards.
 OperationSpec bias_activation_spec(const Plan& plan, Backend& backend, const FusedActivation& activation,
-                                   const float* x, const float* w, const float* z, const float* bias, float* y) {
+                                   const void* x, const void* w, const void* z, const void* bias, void* y) {
   const ConvProblem& p = plan.problem;
   // conv_forward's spec already scales by alpha (alpha1), blends beta (alpha2) into the first chunk
   // of each reduction and adds bias on the last; z only replaces y as the tile it starts from.
@@ -59,15 +60,15 @@ OperationSpec bias_activation_spec(const Plan& plan, Backend& backend, const Fus
 }  // namespace
 
 RunStats run_conv_bias_activation_forward(const Plan& plan, Backend& backend, const FusedActivation& activation,
-                                          const float* x, const float* w, const float* z, const float* bias, float* y,
+                                          const void* x, const void* w, const void* z, const void* bias, void* y,
                                           ThreadPool& pool) {
   return run_chunks(plan, backend, pool, bias_activation_spec(plan, backend, activation, x, w, z, bias, y));
 }
 
 RunStats run_conv_bias_activation_pooling_forward(const Plan& plan, Backend& backend,
                                                   const FusedActivation& activation, const ConvProblem& pool,
-                                                  PoolMode mode, const float* x, const float* w, const float* z,
-                                                  const float* bias, float* out, ThreadPool& pool_threads) {
+                                                  PoolMode mode, const void* x, const void* w, const void* z,
+                                                  const void* bias, void* out, ThreadPool& pool_threads) {
   using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
   const ConvProblem& p = plan.problem;
   // The y tiles (ch.out) accumulate in the output slots as conv_forward's do; out (pooled) is
@@ -95,11 +96,10 @@ RunStats run_conv_bias_activation_pooling_forward(const Plan& plan, Backend& bac
       window.padding[d] = pool.padding[d];
       pooled *= window.out[d];
     }
-    float* scratch = static_cast<float*>(b.scratch);
-    backend.pool_forward(window, mode, b.out, scratch, 1.0, 0.0);
+    backend.pool_forward(window, mode, b.out, b.scratch, 1.0, 0.0);
     StridedCopy copy;
-    copy.src = reinterpret_cast<const char*>(scratch);
-    copy.dst = reinterpret_cast<char*>(b.out);
+    copy.src = static_cast<const char*>(b.scratch);
+    copy.dst = static_cast<char*>(b.out);
     copy.width_bytes = copy.src_pitch = copy.dst_pitch = static_cast<size_t>(pooled) * dtype_size(p.dtype);
     copy.src_slice = copy.dst_slice = copy.width_bytes;
     backend.copy_on_device(copy);
@@ -108,8 +108,8 @@ RunStats run_conv_bias_activation_pooling_forward(const Plan& plan, Backend& bac
 }
 
 RunStats run_deconv_bias_activation_forward(const Plan& plan, Backend& backend, const FusedActivation& activation,
-                                            const float* x, const float* w, const float* z, const float* bias,
-                                            float* y, ThreadPool& pool) {
+                                            const void* x, const void* w, const void* z, const void* bias,
+                                            void* y, ThreadPool& pool) {
   using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
   const ConvProblem& p = plan.problem;  // backward data: dy = x, dx = y
   OperationSpec spec = conv_backward_data_spec(plan, backend, x, w, y);
@@ -130,14 +130,13 @@ RunStats run_deconv_bias_activation_forward(const Plan& plan, Backend& backend, 
   spec.compute = [data = spec.compute, &backend, &p, activation](const Chunk& ch, const ChunkBuffers& b) {
     data(ch, b);
     if (!ch.last_c) return;
-    const float* bias_dev = b.resident;
-    float* ys = b.out;
+    void* ys = b.out;
     const ChunkConv tile = tile_of(p, ch.n, ch.c, ch.in);
     if (p.has_bias) {
       ChunkConv per_channel = tile;
       per_channel.n = 1;
       per_channel.in = per_channel.out = {1, 1, 1};
-      backend.add_tensor(per_channel, tile, 1.0, bias_dev + ch.c.begin, 1.0, nullptr, ys);
+      backend.add_tensor(per_channel, tile, 1.0, advanced(b.resident, ch.c.begin, p.dtype), 1.0, nullptr, ys);
     }
     if (!activation.identity) backend.activation_forward(tile, activation.mode, activation.coef, ys, ys, 1.0, 0.0);
   };
@@ -150,14 +149,11 @@ namespace {
 enum FusedBackwardInput { kDy = 0, kX = 1, kW = 2, kFirstExtra = 3 };
 
 // The spec of the fused backward: dx, dw and db from each dy tile (fused_planner.hpp).
-OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, const float* dy, const float* w,
-                            float* dx, float* dw, float* db,
-                            const ConvProblem* pool = nullptr) {
+OperationSpec backward_spec(const Plan& plan, Backend& backend, const void* x, const void* dy, const void* w,
+                            void* dx, void* dw, void* db) {
   using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
   const ConvProblem& p = plan.problem;
-  const FusedBackwardLayout layout = fused_backward_layout(plan, pool);
-  if (layout.kept_bytes != plan.kept_bytes || layout.scratch_bytes != plan.scratch_bytes)
-    throw std::logic_error("fused backward: the plan's kept and carried memory disagree with its layout");
+  const FusedBackwardLayout layout = recorded_layout(plan);
   const size_t es = dtype_size(p.dtype);
   const TensorView dyv = view_of(p, Family::y, dy), xv = view_of(p, Family::x, x), wv = view_of(p, Family::w, w),
                    dxv = view_of(p, Family::x, dx);
@@ -229,10 +225,10 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, 
     bool first_tile = ch.n.begin == 0;
     for (int e = 0; e < kMaxSpatial; ++e) first_tile = first_tile && ch.out[e].begin == 0;
     const double kept_beta = first_tile ? 0.0 : 1.0;
-    backend.conv_backward_filter(shape, b.in[kX], b.in[kDy], reinterpret_cast<float*>(b.kept + layout.dw_offset[j]),
+    backend.conv_backward_filter(shape, b.in[kX], b.in[kDy], b.kept + layout.dw_offset[j],
                                  p.alpha, kept_beta, b.workspace, plan.workspace_bytes);
     if (ch.c.begin == 0)
-      backend.conv_backward_bias(shape, b.in[kDy], reinterpret_cast<float*>(b.kept + layout.db_offset), p.alpha,
+      backend.conv_backward_bias(shape, b.in[kDy], b.kept + layout.db_offset, p.alpha,
                                  kept_beta);
   };
   return spec;
@@ -240,8 +236,8 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const float* x, 
 
 }  // namespace
 
-RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, const float* x, const float* dy,
-                                            const float* w, float* dx, float* dw, float* db, ThreadPool& pool) {
+RunStats run_conv_backward_data_filter_bias(const Plan& plan, Backend& backend, const void* x, const void* dy,
+                                            const void* w, void* dx, void* dw, void* db, ThreadPool& pool) {
   return run_chunks(plan, backend, pool, backward_spec(plan, backend, x, dy, w, dx, dw, db));
 }
 
@@ -250,11 +246,11 @@ namespace {
 // The copy of rows `rows` (along dimension d) of a dense tile spanning rows `from` along d into one
 // spanning `to`; all other dims equal: `outer` elements before d (planes and leading dims), `inner`
 // after it.
-StridedCopy rows_copy(const float* src, Range from, float* dst, Range to, Range rows, int64_t outer, int64_t inner,
+StridedCopy rows_copy(const void* src, Range from, void* dst, Range to, Range rows, int64_t outer, int64_t inner,
                       size_t element_size) {
   StridedCopy c;
-  c.src = reinterpret_cast<const char*>(src + (rows.begin - from.begin) * inner);
-  c.dst = reinterpret_cast<char*>(dst + (rows.begin - to.begin) * inner);
+  c.src = static_cast<const char*>(src) + static_cast<size_t>((rows.begin - from.begin) * inner) * element_size;
+  c.dst = static_cast<char*>(dst) + static_cast<size_t>((rows.begin - to.begin) * inner) * element_size;
   c.width_bytes = static_cast<size_t>(rows.size() * inner) * element_size;
   c.height = static_cast<size_t>(outer);
   c.src_pitch = static_cast<size_t>(from.size() * inner) * element_size;
@@ -268,13 +264,13 @@ StridedCopy rows_copy(const float* src, Range from, float* dst, Range to, Range 
 
 RunStats run_pooling_activation_conv_backward_data_filter_bias(
     const Plan& plan, Backend& backend, const FusedActivation& activation, const ConvProblem& pool, PoolMode mode,
-    const float* x, const float* dq, const float* w, const float* q, const float* y, const float* pre, float* dx,
-    float* dw, float* db, ThreadPool& threads) {
+    const void* x, const void* dq, const void* w, const void* q, const void* y, const void* pre, void* dx,
+    void* dw, void* db, ThreadPool& threads) {
   using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
   const ConvProblem& p = plan.problem;
   const size_t es = dtype_size(p.dtype);
-  const FusedBackwardLayout layout = fused_backward_layout(plan, &pool);
-  OperationSpec spec = backward_spec(plan, backend, x, nullptr, w, dx, dw, db, &pool);
+  const FusedBackwardLayout layout = recorded_layout(plan);
+  OperationSpec spec = backward_spec(plan, backend, x, nullptr, w, dx, dw, db);
   // Per dy tile: dq and q over the pooled rows reaching it, y (and pre) over their windows.
   const auto rows_of = [&plan, &pool](const Chunk& ch, bool pooled) {
     std::array<Range, kMaxSpatial> r;
@@ -295,7 +291,7 @@ RunStats run_pooling_activation_conv_backward_data_filter_bias(
   spec.add_input({q, plan.y_buffers, plan.pooled_slot_bytes},
                  [qv, rows_of](const Chunk& ch) { return Region{qv, box_of(ch.n, ch.k, rows_of(ch, true))}; },
                  [](const Chunk& ch) { return ch.load_y; });
-  for (const float* t : {y, pre}) {
+  for (const void* t : {y, pre}) {
     if (!t) continue;
     const TensorView v = view_of(p, Family::y, t);
     spec.add_input({t, plan.y_buffers, plan.y_slot_bytes},
@@ -309,9 +305,9 @@ RunStats run_pooling_activation_conv_backward_data_filter_bias(
   spec.compute = [gradients = spec.compute, &backend, &p, &pool, &plan, mode, activation, layout, rows_of, es, q_in,
                   y_in, pre_in](const Chunk& ch, const ChunkBuffers& b) {
     char* scratch = static_cast<char*>(b.scratch);
-    float* dz = reinterpret_cast<float*>(scratch + layout.dy_offset);
+    void* dz = scratch + layout.dy_offset;
     if (ch.load_y) {
-      float* pooled_dy = reinterpret_cast<float*>(scratch + layout.pooled_dy_offset);
+      void* pooled_dy = scratch + layout.pooled_dy_offset;
       const std::array<Range, kMaxSpatial> y_rows = rows_of(ch, false), q_rows = rows_of(ch, true);
       ChunkConv window = chunk_shape(ch, p);
       window.c = window.k = p.k;
@@ -327,7 +323,7 @@ RunStats run_pooling_activation_conv_backward_data_filter_bias(
         q_elements *= window.out[d];
         dz_elements *= ch.out[d].size();
       }
-      const float* y_tile = b.in[y_in];
+      const void* y_tile = b.in[y_in];
       if (q_elements > 0) {
         backend.pool_backward(window, mode, b.in[q_in], b.in[kDy], y_tile, pooled_dy, 1.0, 0.0);
         if (!activation.identity)
@@ -357,9 +353,9 @@ RunStats run_pooling_activation_conv_backward_data_filter_bias(
 }
 
 RunStats run_activation_conv_backward_data_filter_bias(const Plan& plan, Backend& backend,
-                                                       const FusedActivation& activation, const float* x,
-                                                       const float* dy, const float* w, const float* y,
-                                                       const float* pre, float* dx, float* dw, float* db,
+                                                       const FusedActivation& activation, const void* x,
+                                                       const void* dy, const void* w, const void* y,
+                                                       const void* pre, void* dx, void* dw, void* db,
                                                        ThreadPool& pool) {
   using namespace conv_regions;  // NOLINT: the regions of the convolution's tensors
   const ConvProblem& p = plan.problem;
@@ -367,7 +363,7 @@ RunStats run_activation_conv_backward_data_filter_bias(const Plan& plan, Backend
     throw std::logic_error("fused backward: the plan streams another number of y-shaped tensors");
   OperationSpec spec = backward_spec(plan, backend, x, dy, w, dx, dw, db);
   // y (and the activation's input) beside each dy tile, loaded with it.
-  for (const float* t : {y, pre}) {
+  for (const void* t : {y, pre}) {
     if (!t) continue;
     const TensorView v = view_of(p, Family::y, t);
     spec.add_input({t, plan.y_buffers, plan.y_slot_bytes},
@@ -382,7 +378,7 @@ RunStats run_activation_conv_backward_data_filter_bias(const Plan& plan, Backend
                                                                                      const ChunkBuffers& b) {
     if (ch.load_y) {
       const ChunkConv tile = tile_of(p, ch.n, ch.k, ch.out);
-      float* dz = const_cast<float*>(b.in[kDy]);  // the slot is the pipeline's device memory, loaded once
+      void* dz = const_cast<void*>(b.in[kDy]);  // the slot is the pipeline's device memory, loaded once
       backend.activation_backward(tile, activation.mode, activation.coef, b.in[y_in], b.in[kDy],
                                   b.inputs > pre_in ? b.in[pre_in] : b.in[y_in], dz, 1.0, 0.0);
     }

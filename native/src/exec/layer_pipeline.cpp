@@ -19,6 +19,8 @@ TensorView view(const void* data, const Extent& shape, size_t element_size) {
 // The per-chunk statistics and per-channel coefficients are float32 whatever the tensors' dtype:
 // the kernels accumulate and apply them in float32.
 constexpr size_t kStatisticsElementSize = sizeof(float);
+const float* statistics(const void* slot) { return static_cast<const float*>(slot); }
+float* statistics(void* slot) { return static_cast<float*>(slot); }
 
 // A row-major [rows, cols] matrix whose rows lie `ld` elements apart.
 TensorView matrix_view(const void* data, int64_t rows, int64_t cols, int64_t ld, size_t element_size) {
@@ -44,8 +46,8 @@ void add_stats(RunStats& total, const RunStats& s) {
 
 }  // namespace
 
-RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans_b, const float* a, int64_t lda,
-                    const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc, ThreadPool& pool) {
+RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans_b, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   const int64_t M = p.n, K = p.c, N = p.k;
   OperationSpec spec;
@@ -69,8 +71,8 @@ RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans
     spec.resident_bytes = plan.bias_bytes;
   }
   spec.compute = [&](const Chunk& ch, const ChunkBuffers& buf) {
-    const ChunkGemm shape{ch.n.size(), ch.k.size(), ch.c.size(), trans_a, trans_b};
-    backend.gemm(shape, buf.in[0], buf.in[1], ch.last_c && p.has_bias ? buf.resident + ch.k.begin : nullptr, buf.out,
+    const ChunkGemm shape{ch.n.size(), ch.k.size(), ch.c.size(), trans_a, trans_b, p.dtype};
+    backend.gemm(shape, buf.in[0], buf.in[1], ch.last_c && p.has_bias ? advanced(buf.resident, ch.k.begin, p.dtype) : nullptr, buf.out,
                  p.alpha, buf.beta, buf.workspace, plan.workspace_bytes);
   };
   return run_chunks(plan, backend, pool, spec);
@@ -85,10 +87,10 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
   const TensorView xv = view(t.x, x_shape, es), ov = view(t.out, x_shape, es);
   const TensorView dyv = backward ? view(t.dy, x_shape, es) : TensorView{};
   auto x_region = [xv](const Chunk& ch) { return Region{xv, box_of(ch.n, ch.c, ch.in[0], ch.in[1], ch.in[2])}; };
-  auto shape_of = [](const Chunk& ch) {
-    return ChunkChannels{ch.n.size(), ch.c.size(), ch.in[0].size() * ch.in[1].size() * ch.in[2].size()};
+  auto shape_of = [dtype = p.dtype](const Chunk& ch) {
+    return ChunkChannels{ch.n.size(), ch.c.size(), ch.in[0].size() * ch.in[1].size() * ch.in[2].size(), dtype};
   };
-  auto base_spec = [&](float* out, size_t out_slot_bytes) {
+  auto base_spec = [&](void* out, size_t out_slot_bytes) {
     OperationSpec spec;
     spec.add_input({t.x, plan.x_buffers, plan.x_slot_bytes}, x_region);
     if (backward)
@@ -126,10 +128,13 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
       spec.resident = Region{view(mean_invstd.data(), {C, 2, 1, 1, 1}, kStatisticsElementSize), box_of({0, C}, {0, 2})};
       spec.resident_bytes = plan.bias_bytes;
       spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
-        backend.channel_grad_sums(shape_of(ch), b.in[0], b.in[1], b.resident + 2 * ch.c.begin, b.out);
+        backend.channel_grad_sums(shape_of(ch), b.in[0], b.in[1], statistics(b.resident) + 2 * ch.c.begin,
+                                  statistics(b.out));
       };
     } else {
-      spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) { backend.channel_moments(shape_of(ch), b.in[0], b.out); };
+      spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
+        backend.channel_moments(shape_of(ch), b.in[0], statistics(b.out));
+      };
     }
     add_stats(total, run_chunks(plan, backend, pool, spec));
 
@@ -187,7 +192,7 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
   spec.resident = Region{view(coef.data(), {C, per, 1, 1, 1}, kStatisticsElementSize), box_of({0, C}, {0, per})};
   spec.resident_bytes = plan.bias_bytes;
   spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
-    backend.channel_affine(shape_of(ch), b.in[0], backward ? b.in[1] : nullptr, b.resident + per * ch.c.begin, b.beta,
+    backend.channel_affine(shape_of(ch), b.in[0], backward ? b.in[1] : nullptr, statistics(b.resident) + per * ch.c.begin, b.beta,
                            b.out);
   };
   add_stats(total, run_chunks(plan, backend, pool, spec));

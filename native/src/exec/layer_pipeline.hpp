@@ -8,14 +8,16 @@
 namespace ooc {
 
 // lda, ldb, ldc: each matrix's row stride as stored, in elements (its row length when packed).
-RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans_b, const float* a, int64_t lda,
-                    const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc, ThreadPool& pool);
+RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans_b, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, ThreadPool& pool);
 
 struct BatchnormTensors {
-  const float *x = nullptr, *dy = nullptr, *scale = nullptr, *bias = nullptr;
+  // x, dy and out have the problem's dtype; the per-channel parameters and statistics are float32.
+  const void *x = nullptr, *dy = nullptr;
+  const float *scale = nullptr, *bias = nullptr;
   const float *mean = nullptr, *var = nullptr;            // inference: the statistics to use
   const float *saved_mean = nullptr, *saved_invstd = nullptr;  // backward: the forward's
-  float *out = nullptr;                                   // y or dx (training: null for statistics only)
+  void* out = nullptr;                                    // y or dx (training: null for statistics only)
   float *out_mean = nullptr, *out_invstd = nullptr;       // training: saved_mean, saved_invstd
   float *running_mean = nullptr, *running_var = nullptr;  // training, optional
   float *dscale = nullptr, *dbias = nullptr;              // backward

@@ -17,9 +17,10 @@ Extent extent_of(const std::vector<int64_t>& shape) {
 }
 
 // A dense [n, c, in...] chunk as the layer kernels see it (k == c, out == in).
-ChunkConv chunk_of(const Extent& e, int spatial_dims) {
+ChunkConv chunk_of(const Extent& e, const ConvProblem& p) {
   ChunkConv s;
-  s.spatial_dims = spatial_dims;
+  s.dtype = p.dtype;
+  s.spatial_dims = p.spatial_dims;
   s.n = e[0];
   s.c = s.k = e[1];
   s.in = s.out = {e[2], e[3], e[4]};
@@ -30,7 +31,7 @@ Extent chunk_extent(const Chunk& ch) {
   return {ch.n.size(), ch.c.size(), ch.in[0].size(), ch.in[1].size(), ch.in[2].size()};
 }
 
-ChunkConv dense_chunk(const Chunk& ch, const ConvProblem& p) { return chunk_of(chunk_extent(ch), p.spatial_dims); }
+ChunkConv dense_chunk(const Chunk& ch, const ConvProblem& p) { return chunk_of(chunk_extent(ch), p); }
 
 // The chunk's n, c ranges and the spatial ranges s.
 Box spatial_box(const Chunk& ch, const std::array<Range, kMaxSpatial>& s) {
@@ -60,7 +61,7 @@ TensorView y_view(const ConvProblem& p, const void* data) {
 // The element-wise layers' spec: every tensor shaped like the output, each chunk one dense box of
 // each; inputs in the order given (null: absent). beta != 0: the pipeline loads each chunk's
 // output first, for the kernel to blend into.
-OperationSpec elementwise_spec(const Plan& plan, std::initializer_list<const void*> inputs, float* out) {
+OperationSpec elementwise_spec(const Plan& plan, std::initializer_list<const void*> inputs, void* out) {
   const ConvProblem& p = plan.problem;
   OperationSpec spec;
   spec.beta = p.beta;
@@ -76,7 +77,7 @@ OperationSpec elementwise_spec(const Plan& plan, std::initializer_list<const voi
 
 }  // namespace
 
-RunStats run_pool_forward(const Plan& plan, Backend& backend, PoolMode mode, const float* x, float* y,
+RunStats run_pool_forward(const Plan& plan, Backend& backend, PoolMode mode, const void* x, void* y,
                           ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   OperationSpec spec;
@@ -92,8 +93,8 @@ RunStats run_pool_forward(const Plan& plan, Backend& backend, PoolMode mode, con
   return run_chunks(plan, backend, pool, spec);
 }
 
-RunStats run_pool_backward(const Plan& plan, Backend& backend, PoolMode mode, const float* y, const float* dy,
-                           const float* x, float* dx, ThreadPool& pool) {
+RunStats run_pool_backward(const Plan& plan, Backend& backend, PoolMode mode, const void* y, const void* dy,
+                           const void* x, void* dx, ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   const TensorView yv = y_view(p, y), dyv = y_view(p, dy), xv = x_view(p, x), dxv = x_view(p, dx);
   const int slots = plan.buffers;
@@ -116,7 +117,7 @@ namespace {
 // An element-wise layer: `inputs` streamed as dense boxes, `kernel` computing each chunk.
 using LayerKernel = std::function<void(const ChunkConv& chunk, const ChunkBuffers& buffers)>;
 RunStats run_elementwise(const Plan& plan, Backend& backend, ThreadPool& pool,
-                         std::initializer_list<const void*> inputs, float* out, const LayerKernel& kernel) {
+                         std::initializer_list<const void*> inputs, void* out, const LayerKernel& kernel) {
   OperationSpec spec = elementwise_spec(plan, inputs, out);
   spec.compute = [&kernel, &p = plan.problem](const Chunk& ch, const ChunkBuffers& b) {
     kernel(dense_chunk(ch, p), b);
@@ -126,23 +127,23 @@ RunStats run_elementwise(const Plan& plan, Backend& backend, ThreadPool& pool,
 
 }  // namespace
 
-RunStats run_activation_forward(const Plan& plan, Backend& backend, ActivationMode mode, double coef, const float* x,
-                                float* y, ThreadPool& pool) {
+RunStats run_activation_forward(const Plan& plan, Backend& backend, ActivationMode mode, double coef, const void* x,
+                                void* y, ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   return run_elementwise(plan, backend, pool, {x}, y, [&](const ChunkConv& s, const ChunkBuffers& b) {
     backend.activation_forward(s, mode, coef, b.in[0], b.out, p.alpha, b.beta);
   });
 }
 
-RunStats run_activation_backward(const Plan& plan, Backend& backend, ActivationMode mode, double coef, const float* y,
-                                 const float* dy, const float* x, float* dx, ThreadPool& pool) {
+RunStats run_activation_backward(const Plan& plan, Backend& backend, ActivationMode mode, double coef, const void* y,
+                                 const void* dy, const void* x, void* dx, ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   return run_elementwise(plan, backend, pool, {y, dy, x}, dx, [&](const ChunkConv& s, const ChunkBuffers& b) {
     backend.activation_backward(s, mode, coef, b.in[0], b.in[1], b.in[2], b.out, p.alpha, b.beta);
   });
 }
 
-RunStats run_softmax_forward(const Plan& plan, Backend& backend, SoftmaxMode mode, bool log, const float* x, float* y,
+RunStats run_softmax_forward(const Plan& plan, Backend& backend, SoftmaxMode mode, bool log, const void* x, void* y,
                              ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   return run_elementwise(plan, backend, pool, {x}, y, [&](const ChunkConv& s, const ChunkBuffers& b) {
@@ -150,8 +151,8 @@ RunStats run_softmax_forward(const Plan& plan, Backend& backend, SoftmaxMode mod
   });
 }
 
-RunStats run_softmax_backward(const Plan& plan, Backend& backend, SoftmaxMode mode, bool log, const float* y,
-                              const float* dy, float* dx, ThreadPool& pool) {
+RunStats run_softmax_backward(const Plan& plan, Backend& backend, SoftmaxMode mode, bool log, const void* y,
+                              const void* dy, void* dx, ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   return run_elementwise(plan, backend, pool, {y, dy}, dx, [&](const ChunkConv& s, const ChunkBuffers& b) {
     backend.softmax_backward(s, mode, log, b.in[0], b.in[1], b.out, p.alpha, b.beta);
@@ -159,7 +160,7 @@ RunStats run_softmax_backward(const Plan& plan, Backend& backend, SoftmaxMode mo
 }
 
 RunStats run_add_tensor(const Plan& plan, Backend& backend, const std::vector<int64_t>& a_shape,
-                        const std::array<bool, 5>& broadcast_full, const float* a, const float* c, float* out,
+                        const std::array<bool, 5>& broadcast_full, const void* a, const void* c, void* out,
                         ThreadPool& pool) {
   const ConvProblem& p = plan.problem;
   // Streamed: the broadcast tensor a, one box per chunk (1 along its broadcast dims), then c,
@@ -181,7 +182,7 @@ RunStats run_add_tensor(const Plan& plan, Backend& backend, const std::vector<in
     Extent box = chunk_extent(ch), abox = box;
     for (int d = 0; d < kMaxRank; ++d)
       if (!broadcast_full[d]) abox[d] = 1;
-    backend.add_tensor(chunk_of(abox, p.spatial_dims), chunk_of(box, p.spatial_dims), p.alpha, b.in[0], p.beta,
+    backend.add_tensor(chunk_of(abox, p), chunk_of(box, p), p.alpha, b.in[0], p.beta,
                        separate ? b.in[1] : nullptr, b.out);
   };
   return run_chunks(plan, backend, pool, spec);

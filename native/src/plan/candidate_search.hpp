@@ -16,6 +16,7 @@
 
 #include "ooc/plan.hpp"
 #include "plan/planner.hpp"
+#include "plan/slot_table.hpp"
 
 namespace ooc::planner_parts {
 
@@ -97,7 +98,8 @@ class CandidateSearch {
 };
 
 // A planner's search: enumerate(search) offers every candidate; expand(best, its seconds) makes the
-// winner's plan; when nothing fits, no_fit(smallest need) throws out_of_budget.
+// winner's plan (finished with its slot table); when nothing fits, no_fit(smallest need) throws
+// out_of_budget.
 template <typename Candidate, typename Enumerate, typename Expand, typename NoFit>
 Plan search_plan(size_t budget, Enumerate enumerate, Expand expand, NoFit no_fit) {
   CandidateSearch<Candidate> search(budget);
@@ -107,6 +109,7 @@ Plan search_plan(size_t budget, Enumerate enumerate, Expand expand, NoFit no_fit
     throw std::logic_error("candidate search: nothing fits and no out_of_budget was thrown");
   }
   Plan plan = expand(search.best(), search.best_seconds());
+  finish_slot_table(plan);
   plan.candidates = search.top();
   plan.candidates_fitting = search.fitting();
   return plan;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "plan/candidate_search.hpp"
 #include "plan/conv_geometry.hpp"
@@ -260,6 +261,25 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, int y_i
     }
 }
 
+// Records the layout in the plan's slot table, each piece with its bytes (the next piece's offset,
+// or the end of its block, minus its own): dw per c-tile and db kept; per c-tile its carried dx
+// rows (zero bytes when nothing is carried), then dz and pool_backward's dy (pooling folded in).
+void record_layout(Plan& plan, const FusedBackwardLayout& l) {
+  const size_t tiles = l.dw_offset.size();
+  for (size_t j = 0; j < tiles; ++j) {
+    const size_t end = j + 1 < tiles ? l.dw_offset[j + 1] : l.db_offset;
+    add_block_slot(plan, SlotKind::kept, "dw[" + std::to_string(j) + "]", l.dw_offset[j], end - l.dw_offset[j]);
+  }
+  add_block_slot(plan, SlotKind::kept, "db", l.db_offset, l.kept_bytes - l.db_offset);
+  for (size_t j = 0; j < tiles; ++j) {
+    const size_t end = j + 1 < tiles ? l.carry_offset[j + 1] : l.dy_offset;
+    add_block_slot(plan, SlotKind::scratch, "carried dx[" + std::to_string(j) + "]", l.carry_offset[j],
+                   end - l.carry_offset[j]);
+  }
+  add_block_slot(plan, SlotKind::scratch, "dz", l.dy_offset, l.pooled_dy_offset - l.dy_offset);
+  add_block_slot(plan, SlotKind::scratch, "pooled dy", l.pooled_dy_offset, l.scratch_bytes - l.pooled_dy_offset);
+}
+
 Plan plan_of(const ConvProblem& p, const PlannerConfig& config, int y_inputs, const std::string& fused,
              const ConvProblem* pool, const Candidate& best, double seconds) {
   Plan plan = plan_with_totals(p, config, config.workspace_bytes, best.peak, best.bytes_h2d, best.bytes_d2h, seconds);
@@ -281,6 +301,7 @@ Plan plan_of(const ConvProblem& p, const PlannerConfig& config, int y_inputs, co
   plan.out_slot_bytes = best.x_slot;
   plan.kept_bytes = best.layout.kept_bytes;
   plan.scratch_bytes = best.layout.scratch_bytes;
+  record_layout(plan, best.layout);
   plan.chunks = expand_chunks(p, best);
   return plan;
 }
@@ -312,27 +333,24 @@ PooledRows pooled_rows(const ConvProblem& pool, int d, Range dy, bool whole) {
   return {pooled, conv_input_range(pooled, pool.kernel[d], pool.stride[d], 0, 1), 0};
 }
 
-FusedBackwardLayout fused_backward_layout(const Plan& plan, const ConvProblem* pool) {
-  const ConvProblem& p = plan.problem;
-  int split = -1;
+FusedBackwardLayout recorded_layout(const Plan& plan) {
+  FusedBackwardLayout l;
   for (int d = 0; d < kMaxSpatial; ++d)
-    if (plan.splits_out[d] > 1) split = d;
-  int64_t carry_rows = 0;
-  if (split >= 0)
-    for (const Chunk& ch : plan.chunks)
-      carry_rows = std::max(carry_rows, std::min(ch.in[split].end, p.in[split]) - ch.target[split].end);
-  if (!pool) return layout_of(p, plan.tiling.n, plan.tiling.c, split, carry_rows);
-  int64_t dy_rows = 1, y_rows = 1;  // the largest tile's, per n and k
-  for (int d = 0; d < kMaxSpatial; ++d) {
-    int64_t dy_max = 0, y_max = 0;
-    for (const Chunk& ch : plan.chunks) {
-      dy_max = std::max(dy_max, ch.out[d].size());
-      y_max = std::max(y_max, pooled_rows(*pool, d, ch.out[d], plan.splits_out[d] == 1).y.size());
-    }
-    dy_rows *= dy_max;
-    y_rows *= y_max;
+    if (plan.splits_out[d] > 1) l.split_dim = d;
+  for (const SlotPlan& s : plan.slots) {
+    if (s.name.rfind("dw[", 0) == 0) l.dw_offset.push_back(s.offset);
+    if (s.name.rfind("carried dx[", 0) == 0) l.carry_offset.push_back(s.offset);
   }
-  return layout_of(p, plan.tiling.n, plan.tiling.c, split, carry_rows, dy_rows, y_rows);
+  if (l.dw_offset.empty() || l.dw_offset.size() != l.carry_offset.size())
+    throw std::logic_error("fused backward: the plan records no layout of its kept and carried memory");
+  l.db_offset = plan.slot("db").offset;
+  l.kept_bytes = plan.kept_bytes;
+  l.scratch_bytes = plan.scratch_bytes;
+  for (const SlotPlan& s : plan.slots) {
+    if (s.name == "dz") l.dy_offset = s.offset;
+    if (s.name == "pooled dy") l.pooled_dy_offset = s.offset;
+  }
+  return l;
 }
 
 }  // namespace ooc

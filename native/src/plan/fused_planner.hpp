@@ -67,6 +67,8 @@ struct FusedBackwardLayout {
   size_t db_offset = 0, kept_bytes = 0, scratch_bytes = 0;
   size_t dy_offset = 0, pooled_dy_offset = 0;
 };
-FusedBackwardLayout fused_backward_layout(const Plan& plan, const ConvProblem* pool = nullptr);
+// The layout the planner chose, read back from the plan's slot table (the planner records it there
+// as "dw[j]", "db", "carried dx[j]", "dz" and "pooled dy"; nothing is recomputed).
+FusedBackwardLayout recorded_layout(const Plan& plan);
 
 }  // namespace ooc

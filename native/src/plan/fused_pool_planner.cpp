@@ -174,6 +174,7 @@ Plan plan_of(const ConvProblem& conv, const PlannerConfig& config, const Candida
   plan.bias_buffers = conv.has_bias ? 1 : 0;
   plan.bias_bytes = bias_slot(conv);
   plan.scratch_bytes = best.scratch;
+  add_block_slot(plan, SlotKind::scratch, "pooled tile", 0, best.scratch);
   plan.chunks = expand_chunks(conv, best);
   return plan;
 }

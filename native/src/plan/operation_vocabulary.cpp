@@ -15,7 +15,8 @@ SlotNames slot_names(Operation op) {
     case Operation::backward_filter: return {"x", "dw", "dy", "", "dw"};
     case Operation::backward_bias: return {"", "", "dy", "db", "db"};
     case Operation::activation_forward: case Operation::softmax_forward: return {"x", "", "y", "", "y"};
-    case Operation::activation_backward: case Operation::softmax_backward: return {"y, dy, x", "", "dx", "", "dx"};
+    case Operation::activation_backward: return {"y, dy, x", "", "dx", "", "dx"};
+    case Operation::softmax_backward: return {"y, dy", "", "dx", "", "dx"};  // its gradient needs no x
     case Operation::add_tensor: return {"c", "a", "out", "", "out"};
     case Operation::pool_forward: return {"x", "", "y", "", "y"};
     case Operation::pool_backward: return {"x, dx", "", "y, dy", "", "dx"};

@@ -26,9 +26,7 @@ std::string format_bytes(double bytes) {
 
 std::string Plan::describe() const {
   const int sd = problem.spatial_dims;
-  // A fused backward streams x in and dx out beside each other (out_buffers).
-  const SlotNames names =
-      out_buffers > 0 && problem.op == Operation::backward_data ? SlotNames{"x", "w", "dy", "", "dx"} : slot_names(problem.op);
+  const SlotNames names = slot_names(problem.op);
   std::vector<int64_t> tile_out(tiling.out.begin(), tiling.out.begin() + sd);
   std::vector<int64_t> split_out(splits_out.begin(), splits_out.begin() + sd);
   const bool reduces_over_c = problem.op == Operation::forward || problem.op == Operation::matmul;
@@ -51,27 +49,12 @@ std::string Plan::describe() const {
     << "\n"
     << "  device peak " << format_bytes(static_cast<double>(peak_device_bytes)) << " =";
   const char* sep = " ";
-  auto slot = [&](int count, size_t bytes, const char* name) {
-    if (!*name) return;
-    s << sep << count << " x " << format_bytes(static_cast<double>(bytes)) << " (" << name << ")";
+  for (const SlotPlan& slot : slots) {
+    if (slot.bytes == 0) continue;  // a c-tile that carries nothing
+    s << sep << slot.buffers << " x " << format_bytes(static_cast<double>(slot.bytes)) << " (" << slot.name
+      << (slot.kind == SlotKind::kept ? ", kept" : "") << ")";
     sep = " + ";
-  };
-  if (problem.op == Operation::forward) {
-    slot(x_buffers, x_slot_bytes, names.x);
-    slot(w_buffers, w_slot_bytes, names.w);
-    slot(buffers, y_slot_bytes, names.y);
-  } else {
-    slot(x_buffers, x_slot_bytes, names.x);
-    slot(w_buffers, w_slot_bytes, names.w);
-    // Fused backwards stream more y-shaped tensors per tile (dy, y, pre) and the pooled dq and q.
-    const char* y_names = pooled_inputs ? (y_inputs > 1 ? "y, pre" : "y") : y_inputs > 1 ? "dy, y, ..." : names.y;
-    slot(y_inputs * y_buffers, y_slot_bytes, y_names);
-    if (pooled_inputs) slot(pooled_inputs * y_buffers, pooled_slot_bytes, "dq, q");
-    slot(bias_buffers, bias_buffers ? bias_bytes / bias_buffers : 0, *names.bias ? names.bias : "bias");
   }
-  if (out_buffers) slot(out_buffers, out_slot_bytes, names.output);
-  if (kept_bytes) slot(1, kept_bytes, "outputs kept on the device");
-  if (scratch_bytes) slot(1, scratch_bytes, "scratch");
   s << sep << format_bytes(static_cast<double>(workspace_bytes)) << " (workspace)\n"
     << "  traffic: " << format_bytes(static_cast<double>(bytes_h2d)) << " H2D, "
     << format_bytes(static_cast<double>(bytes_d2h)) << " D2H; predicted " << predicted_seconds << " s";

@@ -13,6 +13,7 @@ namespace ooc {
 size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::float32: return 4;
+    case DType::float16: case DType::bfloat16: return 2;
   }
   return 0;
 }
@@ -20,6 +21,8 @@ size_t dtype_size(DType dtype) {
 const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::float32: return "float32";
+    case DType::float16: return "float16";
+    case DType::bfloat16: return "bfloat16";
   }
   return "?";
 }

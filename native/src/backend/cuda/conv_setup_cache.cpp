@@ -308,10 +308,11 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
 }  // namespace
 
 ConvSetupCache::Key ConvSetupCache::key_of(const ChunkConv& s, size_t workspace_limit, Operation op) {
-  static_assert(std::tuple_size<Key>::value == 4 + 6 * kMaxSpatial + 2,
+  static_assert(std::tuple_size<Key>::value == 5 + 6 * kMaxSpatial + 2,
                 "the key holds every ChunkConv field, the workspace limit and the operation");
   Key key{};
   size_t i = 0;
+  key[i++] = static_cast<int64_t>(s.dtype);
   key[i++] = s.spatial_dims;
   key[i++] = s.n;
   key[i++] = s.c;

@@ -26,9 +26,16 @@
 #include "backend/cuda/queue_timer.hpp"
 #include "backend/cuda/strided_copy.hpp"
 #include "backend/fault_injection.hpp"
+#include "backend/float32_kernels.hpp"
 
 namespace ooc {
 namespace {
+
+using float32_kernels::f;
+template <typename ChunkShape>
+void float32_kernel(const ChunkShape& shape, const char* op) {
+  float32_kernels::require(shape, "cuda", op);
+}
 
 constexpr size_t kGiB = size_t{1} << 30;
 // Pinned staging kept between calls; beyond this the memory goes back to the system.
@@ -189,8 +196,13 @@ class CudaBackend final : public Backend {
   }
 
   // The convolutions: cuDNN's legacy API with the cached setup of each chunk shape (conv_setup_cache.hpp).
-  void do_conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y,
-                       double alpha, double beta, void* workspace, size_t workspace_bytes) override {
+  void do_conv_forward(const ChunkConv& shape, const void* x_data, const void* w_data, const void* bias_data,
+                       void* y_data, double alpha, double beta, void* workspace, size_t workspace_bytes) override {
+    float32_kernel(shape, "conv_forward");
+    const float* x = f(x_data);
+    const float* w = f(w_data);
+    const float* bias = f(bias_data);
+    float* y = f(y_data);
     ConvSetup& setup = run_conv(Operation::forward, "cudnnConvolutionForward", shape, x, w, y, alpha, beta, workspace,
                                 workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
                                   return cudnnConvolutionForward(resources_->cudnn, a, s.x, x, s.w, w, s.conv,
@@ -202,8 +214,12 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void do_conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
-                             double beta, void* workspace, size_t workspace_bytes) override {
+  void do_conv_backward_data(const ChunkConv& shape, const void* dy_data, const void* w_data, void* dx_data,
+                             double alpha, double beta, void* workspace, size_t workspace_bytes) override {
+    float32_kernel(shape, "conv_backward_data");
+    const float* dy = f(dy_data);
+    const float* w = f(w_data);
+    float* dx = f(dx_data);
     run_conv(Operation::backward_data, "cudnnConvolutionBackwardData", shape, dy, w, dx, alpha, beta, workspace,
              workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
                return cudnnConvolutionBackwardData(resources_->cudnn, a, s.w, w, s.y, dy, s.conv, s.data_algorithm, ws,
@@ -211,8 +227,12 @@ class CudaBackend final : public Backend {
              });
   }
 
-  void do_conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
-                               double beta, void* workspace, size_t workspace_bytes) override {
+  void do_conv_backward_filter(const ChunkConv& shape, const void* x_data, const void* dy_data, void* dw_data,
+                               double alpha, double beta, void* workspace, size_t workspace_bytes) override {
+    float32_kernel(shape, "conv_backward_filter");
+    const float* x = f(x_data);
+    const float* dy = f(dy_data);
+    float* dw = f(dw_data);
     run_conv(Operation::backward_filter, "cudnnConvolutionBackwardFilter", shape, x, dy, dw, alpha, beta, workspace,
              workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
                return cudnnConvolutionBackwardFilter(resources_->cudnn, a, s.x, x, s.y, dy, s.conv,
@@ -220,40 +240,60 @@ class CudaBackend final : public Backend {
              });
   }
 
-  void do_conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha,
+  void do_conv_backward_bias(const ChunkConv& shape, const void* dy_data, void* db_data, double alpha,
                              double beta) override {
+    float32_kernel(shape, "conv_backward_bias");
+    const float* dy = f(dy_data);
+    float* db = f(db_data);
     ConvSetup& setup = setup_for(shape, Operation::backward_bias, nullptr, 0);
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
     OOC_CUDNN_CHECK(cudnnConvolutionBackwardBias(resources_->cudnn, &alpha_f, setup.y, dy, &beta_f, setup.bias, db));
   }
 
-  void do_gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
-               double beta, void* workspace, size_t workspace_bytes) override {
+  void do_gemm(const ChunkGemm& shape, const void* a_data, const void* b_data, const void* bias_data, void* c_data,
+               double alpha, double beta, void* workspace, size_t workspace_bytes) override {
+    float32_kernel(shape, "gemm");
+    const float* a = f(a_data);
+    const float* b = f(b_data);
+    const float* bias = f(bias_data);
+    float* c = f(c_data);
     resources_->blas.run(shape, a, b, c, alpha, beta, workspace, workspace_bytes, resources_->compute.get());
     if (bias) cuda_kernels::add_row_bias(shape.m, shape.n, bias, c, resources_->compute.get());
   }
 
   // Batch norm: our own kernels (layer_kernels.cu).
-  void do_channel_moments(const ChunkChannels& shape, const float* x, float* stats) override {
+  void do_channel_moments(const ChunkChannels& shape, const void* x_data, float* stats) override {
+    float32_kernel(shape, "channel_moments");
+    const float* x = f(x_data);
     double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
     cuda_kernels::channel_moments(shape, x, stats, scratch, resources_->compute.get());
   }
 
-  void do_channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
-                            float* sums) override {
+  void do_channel_grad_sums(const ChunkChannels& shape, const void* x_data, const void* dy_data,
+                            const float* mean_invstd, float* sums) override {
+    float32_kernel(shape, "channel_grad_sums");
+    const float* x = f(x_data);
+    const float* dy = f(dy_data);
     double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
     cuda_kernels::channel_grad_sums(shape, x, dy, mean_invstd, sums, scratch, resources_->compute.get());
   }
 
-  void do_channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef, double beta,
-                         float* y) override {
+  void do_channel_affine(const ChunkChannels& shape, const void* x_data, const void* dy_data, const float* coef,
+                         double beta, void* y_data) override {
+    float32_kernel(shape, "channel_affine");
+    const float* x = f(x_data);
+    const float* dy = f(dy_data);
+    float* y = f(y_data);
     cuda_kernels::channel_affine(shape, x, dy, coef, static_cast<float>(beta), y, resources_->compute.get());
   }
 
   // The layers of layers.hpp (cudnn_layers.cpp), with the cuDNN handle on the compute stream.
   // Activations cuDNN has no mode for run as our own kernels (activation_formulas.hpp).
-  void do_activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const float* x, float* y,
+  void do_activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const void* x_data, void* y_data,
                              double alpha, double beta) override {
+    float32_kernel(s, "activation_forward");
+    const float* x = f(x_data);
+    float* y = f(y_data);
     if (!cudnn_layers::has_activation(mode)) {
       cuda_kernels::activation_forward(dense_elements(s), mode, static_cast<float>(coef), x, y,
                                        static_cast<float>(alpha), static_cast<float>(beta), resources_->compute.get());
@@ -261,8 +301,14 @@ class CudaBackend final : public Backend {
     }
     cudnn_layers::activation_forward(cudnn_on_compute(), s, mode, coef, x, y, {alpha, beta});
   }
-  void do_activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const float* y, const float* dy,
-                              const float* x, float* dx, double alpha, double beta) override {
+  void do_activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const void* y_data,
+                              const void* dy_data, const void* x_data, void* dx_data, double alpha,
+                              double beta) override {
+    float32_kernel(s, "activation_backward");
+    const float* y = f(y_data);
+    const float* dy = f(dy_data);
+    const float* x = f(x_data);
+    float* dx = f(dx_data);
     if (!cudnn_layers::has_activation(mode)) {
       cuda_kernels::activation_backward(dense_elements(s), mode, static_cast<float>(coef), y, dy, x, dx,
                                         static_cast<float>(alpha), static_cast<float>(beta),
@@ -271,24 +317,43 @@ class CudaBackend final : public Backend {
     }
     cudnn_layers::activation_backward(cudnn_on_compute(), s, mode, coef, y, dy, x, dx, {alpha, beta});
   }
-  void do_softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* x, float* y, double alpha,
-                          double beta) override {
+  void do_softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const void* x_data, void* y_data,
+                          double alpha, double beta) override {
+    float32_kernel(s, "softmax_forward");
+    const float* x = f(x_data);
+    float* y = f(y_data);
     cudnn_layers::softmax_forward(cudnn_on_compute(), s, mode, log, x, y, {alpha, beta});
   }
-  void do_softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                           float* dx, double alpha, double beta) override {
+  void do_softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const void* y_data, const void* dy_data,
+                           void* dx_data, double alpha, double beta) override {
+    float32_kernel(s, "softmax_backward");
+    const float* y = f(y_data);
+    const float* dy = f(dy_data);
+    float* dx = f(dx_data);
     cudnn_layers::softmax_backward(cudnn_on_compute(), s, mode, log, y, dy, dx, {alpha, beta});
   }
-  void do_pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y, double alpha,
+  void do_pool_forward(const ChunkConv& s, PoolMode mode, const void* x_data, void* y_data, double alpha,
                        double beta) override {
+    float32_kernel(s, "pool_forward");
+    const float* x = f(x_data);
+    float* y = f(y_data);
     cudnn_layers::pool_forward(cudnn_on_compute(), s, mode, x, y, {alpha, beta});
   }
-  void do_pool_backward(const ChunkConv& s, PoolMode mode, const float* y, const float* dy, const float* x, float* dx,
-                        double alpha, double beta) override {
+  void do_pool_backward(const ChunkConv& s, PoolMode mode, const void* y_data, const void* dy_data,
+                        const void* x_data, void* dx_data, double alpha, double beta) override {
+    float32_kernel(s, "pool_backward");
+    const float* y = f(y_data);
+    const float* dy = f(dy_data);
+    const float* x = f(x_data);
+    float* dx = f(dx_data);
     cudnn_layers::pool_backward(cudnn_on_compute(), s, mode, y, dy, x, dx, {alpha, beta});
   }
-  void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a, double beta,
-                     const float* b, float* out) override {
+  void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const void* a_data,
+                     double beta, const void* b_data, void* out_data) override {
+    float32_kernel(out_shape, "add_tensor");
+    const float* a = f(a_data);
+    const float* b = f(b_data);
+    float* out = f(out_data);
     cudnn_layers::add_tensor(cudnn_on_compute(), resources_->compute.get(), a_shape, out_shape, alpha, a, beta, b,
                              out);
   }
@@ -309,7 +374,8 @@ class CudaBackend final : public Backend {
     OOC_CUDA_CHECK(cudaMemsetAsync(device_dst, 0, bytes, resources_->h2d.get()));
   }
 
-  QueueTimer::Span timed(Queue queue) { return QueueTimer::Span(queue_timer_, static_cast<int>(queue), stream_of(queue)); }
+  QueueTimer::Span timed(Queue queue) { return QueueTimer::Span(queue_timer_, static_cast<int>(queue),
+  stream_of(queue)); }
 
   cudaStream_t stream_of(Queue queue) const {
     switch (queue) {

@@ -9,6 +9,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/fault_injection.hpp"
+#include "backend/float32_kernels.hpp"
 #include "backend/host/host_conv.hpp"
 #include "backend/host/host_layers.hpp"
 #include "backend/host/host_pool_activation_softmax.hpp"
@@ -23,6 +24,12 @@ std::atomic<bool>& direct_access_flag() {
   return flag;
 }
 bool direct_access() { return direct_access_flag().load(); }
+
+using float32_kernels::f;
+template <typename ChunkShape>
+void float32_kernel(const ChunkShape& shape, const char* op) {
+  float32_kernels::require(shape, "host", op);
+}
 
 std::atomic<bool>& fault_injection_flag() {
   static std::atomic<bool> flag{false};
@@ -84,65 +91,81 @@ class HostBackend final : public Backend {
   void do_copy_h2d(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void do_copy_d2h(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 
-  void do_conv_forward(const ChunkConv& shape, const float* x, const float* w, const float* bias, float* y,
+  // The host kernels are float32 loops (backend/host/*): the chunk's dtype picks them.
+  void do_conv_forward(const ChunkConv& shape, const void* x, const void* w, const void* bias, void* y,
                        double alpha, double beta, void*, size_t) override {
-    host_conv_forward(shape, x, w, bias, y, alpha, beta, ThreadPool::shared());
+    float32_kernel(shape, "conv_forward");
+    host_conv_forward(shape, f(x), f(w), f(bias), f(y), alpha, beta, ThreadPool::shared());
   }
-  void do_conv_backward_data(const ChunkConv& shape, const float* dy, const float* w, float* dx, double alpha,
+  void do_conv_backward_data(const ChunkConv& shape, const void* dy, const void* w, void* dx, double alpha,
                              double beta, void*, size_t) override {
-    host_conv_backward_data(shape, dy, w, dx, alpha, beta, ThreadPool::shared());
+    float32_kernel(shape, "conv_backward_data");
+    host_conv_backward_data(shape, f(dy), f(w), f(dx), alpha, beta, ThreadPool::shared());
   }
-  void do_conv_backward_filter(const ChunkConv& shape, const float* x, const float* dy, float* dw, double alpha,
+  void do_conv_backward_filter(const ChunkConv& shape, const void* x, const void* dy, void* dw, double alpha,
                                double beta, void*, size_t) override {
-    host_conv_backward_filter(shape, x, dy, dw, alpha, beta, ThreadPool::shared());
+    float32_kernel(shape, "conv_backward_filter");
+    host_conv_backward_filter(shape, f(x), f(dy), f(dw), alpha, beta, ThreadPool::shared());
   }
-  void do_conv_backward_bias(const ChunkConv& shape, const float* dy, float* db, double alpha, double beta) override {
-    host_conv_backward_bias(shape, dy, db, alpha, beta, ThreadPool::shared());
+  void do_conv_backward_bias(const ChunkConv& shape, const void* dy, void* db, double alpha, double beta) override {
+    float32_kernel(shape, "conv_backward_bias");
+    host_conv_backward_bias(shape, f(dy), f(db), alpha, beta, ThreadPool::shared());
   }
 
-  void do_gemm(const ChunkGemm& shape, const float* a, const float* b, const float* bias, float* c, double alpha,
+  void do_gemm(const ChunkGemm& shape, const void* a, const void* b, const void* bias, void* c, double alpha,
                double beta, void*, size_t) override {
-    host_gemm(shape, a, b, bias, c, alpha, beta, ThreadPool::shared());
+    float32_kernel(shape, "gemm");
+    host_gemm(shape, f(a), f(b), f(bias), f(c), alpha, beta, ThreadPool::shared());
   }
-  void do_channel_moments(const ChunkChannels& shape, const float* x, float* stats) override {
-    host_channel_moments(shape, x, stats, ThreadPool::shared());
+  void do_channel_moments(const ChunkChannels& shape, const void* x, float* stats) override {
+    float32_kernel(shape, "channel_moments");
+    host_channel_moments(shape, f(x), stats, ThreadPool::shared());
   }
-  void do_channel_grad_sums(const ChunkChannels& shape, const float* x, const float* dy, const float* mean_invstd,
+  void do_channel_grad_sums(const ChunkChannels& shape, const void* x, const void* dy, const float* mean_invstd,
                             float* sums) override {
-    host_channel_grad_sums(shape, x, dy, mean_invstd, sums, ThreadPool::shared());
+    float32_kernel(shape, "channel_grad_sums");
+    host_channel_grad_sums(shape, f(x), f(dy), mean_invstd, sums, ThreadPool::shared());
   }
-  void do_channel_affine(const ChunkChannels& shape, const float* x, const float* dy, const float* coef, double beta,
-                         float* y) override {
-    host_channel_affine(shape, x, dy, coef, beta, y, ThreadPool::shared());
+  void do_channel_affine(const ChunkChannels& shape, const void* x, const void* dy, const float* coef, double beta,
+                         void* y) override {
+    float32_kernel(shape, "channel_affine");
+    host_channel_affine(shape, f(x), f(dy), coef, beta, f(y), ThreadPool::shared());
   }
 
-  void do_activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const float* x, float* y,
+  void do_activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const void* x, void* y,
                              double alpha, double beta) override {
-    host_activation_forward(s, mode, coef, x, y, alpha, beta, ThreadPool::shared());
+    float32_kernel(s, "activation_forward");
+    host_activation_forward(s, mode, coef, f(x), f(y), alpha, beta, ThreadPool::shared());
   }
-  void do_activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const float* y, const float* dy,
-                              const float* x, float* dx, double alpha, double beta) override {
-    host_activation_backward(s, mode, coef, y, dy, x, dx, alpha, beta, ThreadPool::shared());
+  void do_activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const void* y, const void* dy,
+                              const void* x, void* dx, double alpha, double beta) override {
+    float32_kernel(s, "activation_backward");
+    host_activation_backward(s, mode, coef, f(y), f(dy), f(x), f(dx), alpha, beta, ThreadPool::shared());
   }
-  void do_softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* x, float* y, double alpha,
+  void do_softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const void* x, void* y, double alpha,
                           double beta) override {
-    host_softmax_forward(s, mode, log, x, y, alpha, beta, ThreadPool::shared());
+    float32_kernel(s, "softmax_forward");
+    host_softmax_forward(s, mode, log, f(x), f(y), alpha, beta, ThreadPool::shared());
   }
-  void do_softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                           float* dx, double alpha, double beta) override {
-    host_softmax_backward(s, mode, log, y, dy, dx, alpha, beta, ThreadPool::shared());
+  void do_softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const void* y, const void* dy,
+                           void* dx, double alpha, double beta) override {
+    float32_kernel(s, "softmax_backward");
+    host_softmax_backward(s, mode, log, f(y), f(dy), f(dx), alpha, beta, ThreadPool::shared());
   }
-  void do_pool_forward(const ChunkConv& s, PoolMode mode, const float* x, float* y, double alpha,
+  void do_pool_forward(const ChunkConv& s, PoolMode mode, const void* x, void* y, double alpha,
                        double beta) override {
-    host_pool_forward(s, mode, x, y, alpha, beta, ThreadPool::shared());
+    float32_kernel(s, "pool_forward");
+    host_pool_forward(s, mode, f(x), f(y), alpha, beta, ThreadPool::shared());
   }
-  void do_pool_backward(const ChunkConv& s, PoolMode mode, const float* y, const float* dy, const float* x, float* dx,
+  void do_pool_backward(const ChunkConv& s, PoolMode mode, const void* y, const void* dy, const void* x, void* dx,
                         double alpha, double beta) override {
-    host_pool_backward(s, mode, y, dy, x, dx, alpha, beta, ThreadPool::shared());
+    float32_kernel(s, "pool_backward");
+    host_pool_backward(s, mode, f(y), f(dy), f(x), f(dx), alpha, beta, ThreadPool::shared());
   }
-  void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a, double beta,
-                     const float* b, float* out) override {
-    host_add_tensor(a_shape, out_shape, alpha, a, beta, b, out, ThreadPool::shared());
+  void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const void* a, double beta,
+                     const void* b, void* out) override {
+    float32_kernel(out_shape, "add_tensor");
+    host_add_tensor(a_shape, out_shape, alpha, f(a), beta, f(b), f(out), ThreadPool::shared());
   }
 
   void do_copy_on_device(const StridedCopy& c) override { strided_memcpy(c); }
