@@ -23,6 +23,8 @@ def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dila
     (gathered and scattered by host workers, a cost that favours other splits)."""
     x_shape = as_shape(x_shape, "x_shape")
     w_shape = as_shape(w_shape, "w_shape")
+    if len(x_shape) == len(w_shape) - 1:  # unbatched, as conv_forward takes it: planned as a batch of one
+        x_shape = (1,) + x_shape
     check_dtype(dtype)
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend,
                   device, pinned)
