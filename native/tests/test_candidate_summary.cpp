@@ -18,7 +18,7 @@ TEST(CandidateSummary, KeepsTheFiveFastestDistinctFittingCandidatesFastestFirst)
   CandidateSearch<int> search(1000);
   const double seconds[] = {7, 3, 9, 1, 5, 8, 2, 6};
   for (int i = 0; i < 8; ++i) search.offer(i, {static_cast<size_t>(100 + i), 1, 1}, costs(seconds[i]));
-  search.offer(8, {100, 1, 1}, costs(3));    // the same figures as candidate 1: listed once
+  search.offer(8, {101, 1, 1}, costs(3));    // the same figures as candidate 1: listed once
   search.offer(9, {5000, 1, 1}, costs(0.5));  // over the budget: never costed, never listed
   ASSERT_EQ(search.top().size(), 5u);
   const double expected[] = {1, 2, 3, 5, 6};
