@@ -36,6 +36,9 @@ from pyooc.fused import (  # noqa: E402
 from pyooc.memory import get_memory_limit, parse_memory_limit, set_memory_limit  # noqa: E402
 from pyooc.pinned import pinned_empty  # noqa: E402
 from pyooc.progress import CancelToken, get_progress, set_progress  # noqa: E402
+from pyooc._plan_log import HostFallbackWarning, install as _install_plan_observer  # noqa: E402
+from pyooc.machine import BUILTIN_MODELS, save_machine_model  # noqa: E402
+from pyooc._versions import check_cudnn_runtime as _check_cudnn_runtime, info  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -89,20 +92,6 @@ def get_cmake_dir():
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "cmake")
 
 
-def info():
-    """Versions, devices and where cuDNN was loaded from, as a dict."""
-    return {
-        "pyooc": __version__,
-        "cudnn_build": ".".join(map(str, cudnn_version().build)),
-        "cudnn_runtime": ".".join(map(str, cudnn_version().runtime)),
-        "cudnn_library": _native.cudnn_library_path(),
-        "cuda_runtime": _native.cuda_runtime_version(),
-        "device_count": device_count(),
-        "default_backend": "cuda" if device_count() > 0 else "host",
-        "memory_limit": get_memory_limit(),
-    }
-
-
 __all__ = [
     "CudaError", "CudnnError", "conv_forward", "plan_conv_forward", "conv_backward_data", "conv_backward_filter",
     "conv_backward_bias", "plan_conv_backward_data", "plan_conv_backward_filter", "plan_conv_backward_bias",
@@ -121,5 +110,9 @@ __all__ = [
     "plan_batchnorm_forward_training", "plan_batchnorm_forward_inference", "plan_batchnorm_backward",
     "get_memory_limit", "parse_memory_limit", "pinned_empty", "cudnn_version", "device_count", "info",
     "measure_link_bandwidth", "roofline_seconds", "get_include", "get_library_dir", "get_cmake_dir",
-    "CancelToken", "CancelledError", "set_progress", "get_progress", "__version__",
+    "CancelToken", "CancelledError", "set_progress", "get_progress", "__version__", "HostFallbackWarning",
+    "BUILTIN_MODELS", "save_machine_model",
 ]
+
+_install_plan_observer()
+_check_cudnn_runtime()

@@ -4,15 +4,23 @@ import operator
 
 import numpy as np
 
+from pyooc._foreign_arrays import host_array
+
 
 def as_input(array, name):
     """A C-contiguous float32 ndarray viewing the caller's memory (buffer protocol, no copy)."""
     if array is None:
         raise TypeError(f"{name} must be an array, got None")
     try:
-        view = np.asarray(array)
+        view = host_array(array, name)  # buffer protocol, __array_interface__ or CPU DLPack, zero-copy
+    except TypeError as exc:
+        if "device-resident" in str(exc):
+            raise
+        raise TypeError(f"{name} must be an array supporting the buffer protocol or DLPack, "
+                        f"got {type(array).__name__}") from exc
     except Exception as exc:  # objects numpy cannot view at all
-        raise TypeError(f"{name} must be an array supporting the buffer protocol, got {type(array).__name__}") from exc
+        raise TypeError(f"{name} must be an array supporting the buffer protocol or DLPack, "
+                        f"got {type(array).__name__}") from exc
     if view.dtype != np.float32:
         raise TypeError(f"{name} must have dtype float32, got {view.dtype} "
                         f"(pyooc does not convert silently: that would copy the whole tensor)")
@@ -25,8 +33,11 @@ def as_input(array, name):
 
 def as_output(out, shape, inputs):
     """Checks the caller's `out=` array: shape, dtype, writable, contiguous, not sharing memory with inputs."""
+    if out is not None and not isinstance(out, np.ndarray) and (
+            hasattr(out, "__dlpack__") or hasattr(out, "__cuda_array_interface__")):
+        out = host_array(out, "out")  # a CPU DLPack array (torch CPU, ...) viewed in place
     if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+        raise TypeError(f"out must be a numpy.ndarray or a CPU DLPack array, got {type(out).__name__}")
     if out.dtype != np.float32:
         raise TypeError(f"out must have dtype float32, got {out.dtype}")
     if tuple(out.shape) != tuple(shape):

@@ -11,6 +11,7 @@ import numpy as np
 
 from pyooc._arrays import as_float, as_input, as_int, as_output, spatial_tuple
 from pyooc._loader import load_native
+from pyooc.machine import planning_machine
 from pyooc.memory import parse_memory_limit
 from pyooc.progress import call_observer
 
@@ -29,8 +30,9 @@ def call_options(memory_limit, backend, device, pinned=False):
     were pinned. Its observer (Ctrl-C, the call's progress= and cancel=: pyooc/progress.py) comes
     from the call's context, so that no function passes them."""
     check_backend(backend)
+    # machine: the model a plan_* call was given (pyooc/machine.py's accepts_machine), else None.
     return _native.CallOptions(parse_memory_limit(memory_limit) or 0, backend, as_device(device), bool(pinned),
-                               call_observer())
+                               call_observer(), planning_machine())
 
 
 def as_device(device):

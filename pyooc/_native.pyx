@@ -16,6 +16,7 @@ What lives where:
   libooc's headers: _ooc.pxd."""
 
 from libc.stdint cimport int64_t, uintptr_t
+from libcpp cimport bool
 from libcpp.memory cimport unique_ptr, make_unique
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -220,6 +221,29 @@ cdef class Plan:
         return result
 
     @property
+    def candidates(self):
+        """The fastest candidates the planner's search found within the budget, fastest first (the
+        first is this plan's own): dicts of predicted_seconds, peak_device_bytes and chunks."""
+        cdef ooc.Plan* p = self.c_obj.get()
+        return [{"predicted_seconds": p.candidates[i].predicted_seconds,
+                 "peak_device_bytes": p.candidates[i].peak_device_bytes,
+                 "chunks": int(p.candidates[i].chunks)} for i in range(p.candidates.size())]
+
+    @property
+    def candidates_fitting(self):
+        """How many candidates fitted the budget (and were costed) in the planner's search."""
+        return self.c_obj.get().candidates_fitting
+
+    @property
+    def machine(self):
+        """The machine model the plan was costed with (pyooc.machine's dict form)."""
+        cdef ooc.MachineModel* m = &self.c_obj.get().machine
+        return {"h2d_bytes_per_s": m.h2d_bytes_per_s, "d2h_bytes_per_s": m.d2h_bytes_per_s,
+                "bidir_bytes_per_s": m.bidir_bytes_per_s, "host_copy_bytes_per_s": m.host_copy_bytes_per_s,
+                "flops_per_s": m.flops_per_s, "chunk_half_flops": m.chunk_half_flops,
+                "chunk_overhead_s": m.chunk_overhead_s, "copies_share_compute": m.copies_share_compute}
+
+    @property
     def slots(self):
         """The device memory of the run as the planner laid it out (ooc::Plan::slots), a list of
         dicts: name (the tensor it holds: "x", "dy", "dw[0]", ...), kind ("streamed": a ring of
@@ -251,15 +275,27 @@ cdef class CallOptions:
     CallObserver (Ctrl-C, CancelToken, progress; _observe.pxi), kept alive here for the call."""
     cdef ooc.Options c_obj
     cdef readonly CallObserver observer
+    cdef ooc.MachineModel machine_model  # what c_obj.machine points to when a model was given
 
     def __cinit__(self, size_t memory_limit, str backend, int device, bint assume_pinned=False,
-                  CallObserver observer=None):
+                  CallObserver observer=None, machine=None):
         self.c_obj.memory_limit = memory_limit
         self.c_obj.backend = _BACKENDS[backend]
         self.c_obj.device = device
         self.c_obj.assume_pinned = assume_pinned
         self.observer = observer
         self.c_obj.observer = observer.native() if observer is not None else NULL
+        self.c_obj.machine = NULL
+        if machine is not None:  # a dict of every MachineModel field, checked by pyooc/machine.py
+            self.machine_model.h2d_bytes_per_s = machine["h2d_bytes_per_s"]
+            self.machine_model.d2h_bytes_per_s = machine["d2h_bytes_per_s"]
+            self.machine_model.bidir_bytes_per_s = machine["bidir_bytes_per_s"]
+            self.machine_model.host_copy_bytes_per_s = machine["host_copy_bytes_per_s"]
+            self.machine_model.flops_per_s = machine["flops_per_s"]
+            self.machine_model.chunk_half_flops = machine["chunk_half_flops"]
+            self.machine_model.chunk_overhead_s = machine["chunk_overhead_s"]
+            self.machine_model.copies_share_compute = machine["copies_share_compute"]
+            self.c_obj.machine = &self.machine_model
 
     @property
     def memory_limit(self):
@@ -485,6 +521,31 @@ def measure_link_bandwidth(int device, size_t nbytes):
     with nogil:
         bw = ooc.measure_link_bandwidth(device, nbytes)
     return {"h2d": bw.h2d, "d2h": bw.d2h, "bidir": bw.bidir}
+
+
+# The Python object libooc's plan observer reports to (pyooc/_plan_log.py): wants(predicted
+# seconds, automatic_chose_host) says cheaply whether it needs the Plan, observe(Plan,
+# automatic_chose_host) gets it. Called on the calling thread before every run.
+_plan_observer = None
+
+
+cdef void _observe_plan(const ooc.Plan& plan, bool automatic_chose_host) noexcept with gil:
+    observer = _plan_observer
+    if observer is None:
+        return
+    # noexcept: an exception here (a logging handler's) is reported as unraisable, never unwinds through libooc.
+    if observer.wants(plan.predicted_seconds, automatic_chose_host):
+        observer.observe(Plan.wrap(plan), automatic_chose_host)
+
+
+def set_plan_observer(observer):
+    """Reports every run's plan to observer (see _plan_observer), or to nothing for None."""
+    global _plan_observer
+    _plan_observer = observer
+    if observer is None:
+        ooc.set_plan_observer(NULL)
+    else:
+        ooc.set_plan_observer(_observe_plan)
 
 
 def set_default_memory_limit(size_t nbytes):

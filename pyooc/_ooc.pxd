@@ -121,6 +121,13 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
 
     cdef cppclass MachineModel:
         double h2d_bytes_per_s, d2h_bytes_per_s, bidir_bytes_per_s, flops_per_s, chunk_overhead_s
+        double host_copy_bytes_per_s, chunk_half_flops
+        bool copies_share_compute
+
+    cdef cppclass CandidateSummary:
+        double predicted_seconds
+        size_t peak_device_bytes
+        double chunks
 
     cdef cppclass Plan:
         ConvProblem problem
@@ -141,6 +148,8 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         string fused
         int y_inputs, pooled_inputs, out_buffers
         size_t pooled_slot_bytes, out_slot_bytes, kept_bytes, scratch_bytes
+        vector[CandidateSummary] candidates
+        int64_t candidates_fitting
         size_t num_chunks()
         vector[ChunkField] chunk_fields()
         string describe()
@@ -173,6 +182,7 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
         int device
         bool assume_pinned
         const CallObserver* observer
+        const MachineModel* machine
 
     cdef cppclass RunStats:
         size_t bytes_h2d, bytes_d2h, device_bytes_reserved
@@ -180,6 +190,8 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
         double seconds, gather_seconds, scatter_seconds, host_wait_seconds
         double h2d_busy_seconds, compute_busy_seconds, d2h_busy_seconds
 
+    ctypedef void (*PlanObserver)(const Plan& plan, bool automatic_chose_host)
+    void set_plan_observer(PlanObserver observer)
     void set_default_memory_limit(size_t bytes)
     size_t default_memory_limit()
     int device_count()

@@ -9,6 +9,7 @@ from pyooc._arrays import as_float, as_input, as_output, as_shape
 from pyooc._call_args import call_options, check_dtype
 from pyooc._loader import load_native
 from pyooc.progress import observed
+from pyooc.machine import accepts_machine
 
 _native = load_native()
 
@@ -52,16 +53,19 @@ def _run(operation, x, arrays, eps, momentum, options):
     _last_stats.record(_native.batchnorm(operation, x.shape, flat, eps, momentum, options))
 
 
+@accepts_machine
 def plan_batchnorm_forward_training(x_shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
     """The Plan batchnorm_forward_training would run: plan.passes is 2 (statistics, then normalize)."""
     return _plan("batchnorm_forward_training", x_shape, dtype, memory_limit, backend, device)
 
 
+@accepts_machine
 def plan_batchnorm_forward_inference(x_shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
     """The Plan batchnorm_forward_inference would run (one pass)."""
     return _plan("batchnorm_forward_inference", x_shape, dtype, memory_limit, backend, device)
 
 
+@accepts_machine
 def plan_batchnorm_backward(x_shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
     """The Plan batchnorm_backward would run: 2 passes (reduce sum(dy), sum(dy * xhat); then dx)."""
     return _plan("batchnorm_backward", x_shape, dtype, memory_limit, backend, device)

@@ -7,10 +7,13 @@ from pyooc._arrays import as_shape
 from pyooc._call_args import check_dtype, conv_args, conv_inputs, output_array, spatial_dims
 from pyooc._loader import load_native
 from pyooc.progress import observed
+from pyooc._unbatched import as_batch_of_one, without_batch
+from pyooc.machine import accepts_machine
 
 _native = load_native()
 
 
+@accepts_machine
 def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                       beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0, pinned=False):
     """The Plan conv_forward would run for these shapes and options, without running it.
@@ -21,6 +24,8 @@ def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dila
     (gathered and scattered by host workers, a cost that favours other splits)."""
     x_shape = as_shape(x_shape, "x_shape")
     w_shape = as_shape(w_shape, "w_shape")
+    if len(x_shape) == len(w_shape) - 1:  # unbatched, as conv_forward takes it: planned as a batch of one
+        x_shape = (1,) + x_shape
     check_dtype(dtype)
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend,
                   device, pinned)
@@ -34,12 +39,14 @@ def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, 
     """y = alpha * conv(x, w) + beta * out + bias, computed out of core.
 
     Like torch.nn.functional.conv1d/2d/3d (cross-correlation; x [N, C, *spatial], w [K, C/groups,
-    *kernel], bias [K], positional as torch's), plus cuDNN's alpha/beta and a device-memory budget. x, w and bias go in
+    *kernel], bias [K], positional as torch's; x may be unbatched, [C, *spatial], as torch's), plus cuDNN's alpha/beta and a device-memory budget. x, w and bias go in
     zero-copy (float32, C-contiguous, any buffer-protocol array: numpy, memory-mapped, pinned) and
     are never written. The result is a new array, or `out` (which beta then scales; beta != 0 needs
     out). memory_limit caps device bytes for this call (int or "512MiB"; default: set_memory_limit()).
     backend: "auto" (GPU when present), "cuda" or "host" (CPU reference, same chunking)."""
     x, w, bias = conv_inputs(x, w, bias)
+    unbatched = x.ndim == w.ndim - 1  # torch's unbatched (C, *spatial): pyooc/_unbatched.py
+    x, out = as_batch_of_one(x, unbatched, out)
     o = conv_args(spatial_dims(w.shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device)
     # Validates the geometry (ValueError naming the argument) before anything is allocated.
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
@@ -47,4 +54,4 @@ def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, 
     _last_stats.record(_native.conv_forward(
         x.reshape(-1), x.shape, w.reshape(-1), w.shape, None if bias is None else bias.reshape(-1), out.reshape(-1),
         o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha"], o["beta"], o["options"]))
-    return out
+    return without_batch(out, unbatched)

@@ -8,6 +8,7 @@ from pyooc._arrays import as_input, as_shape
 from pyooc._call_args import check_dtype, conv_args, output_array, spatial_dims
 from pyooc._loader import load_native
 from pyooc.progress import observed
+from pyooc.machine import accepts_machine
 
 _native = load_native()
 
@@ -37,6 +38,7 @@ def _plan(operation, shapes, w_shape, dtype, stride, padding, dilation, groups, 
                                       o["alpha"], o["beta"], o["options"])
 
 
+@accepts_machine
 def plan_conv_backward_data(dy_shape, w_shape, x_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                             beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0,
                             pinned=False):
@@ -48,6 +50,7 @@ def plan_conv_backward_data(dy_shape, w_shape, x_shape, *, stride=1, padding=0, 
                  memory_limit, backend, device, pinned)
 
 
+@accepts_machine
 def plan_conv_backward_filter(x_shape, dy_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                               beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0,
                               pinned=False):
@@ -57,6 +60,7 @@ def plan_conv_backward_filter(x_shape, dy_shape, w_shape, *, stride=1, padding=0
                  memory_limit, backend, device, pinned)
 
 
+@accepts_machine
 def plan_conv_backward_bias(dy_shape, *, alpha=1.0, beta=0.0, dtype="float32", memory_limit=None, backend="auto",
                             device=0, pinned=False):
     """The Plan conv_backward_bias would run for this shape and options, without running it."""

@@ -13,6 +13,7 @@ from pyooc._call_args import bias_input, check_dtype, conv_args, conv_inputs, sp
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.layers import _coef
+from pyooc.machine import accepts_machine
 
 _native = load_native()
 _NEEDS_Z = "alpha2 != 0 needs z (y = act(alpha1 * conv(x, w) + alpha2 * z + bias))"
@@ -104,6 +105,7 @@ def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=Non
     return out
 
 
+@accepts_machine
 def plan_conv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1,
                                       padding=0, dilation=1, groups=1, dtype="float32", memory_limit=None,
                                       backend="auto", device=0, pinned=False):
@@ -162,6 +164,7 @@ def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_s
     return out
 
 
+@accepts_machine
 def plan_conv_bias_activation_pooling_forward(x_shape, w_shape, *, pool_kernel, pool_stride=None, pool_padding=0,
                                               bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1, padding=0,
                                               dilation=1, groups=1, dtype="float32", memory_limit=None,
@@ -211,6 +214,7 @@ def deconv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=N
     return out
 
 
+@accepts_machine
 def plan_deconv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1,
                                         padding=0, output_padding=0, dilation=1, groups=1, dtype="float32",
                                         memory_limit=None, backend="auto", device=0, pinned=False):
@@ -266,6 +270,7 @@ def conv_backward_data_filter_bias(x, dy, w, *, stride=1, padding=0, dilation=1,
     return dx, dw, db
 
 
+@accepts_machine
 def plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
                                         dtype="float32", memory_limit=None, backend="auto", device=0, pinned=False):
     """The Plan conv_backward_data_filter_bias would run, without running it: bytes_h2d counts dy
@@ -315,6 +320,7 @@ def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu",
     return dx, dw, db
 
 
+@accepts_machine
 def plan_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, activation="relu", coef=None,
                                                    pre=False, stride=1, padding=0, dilation=1, groups=1,
                                                    dtype="float32", memory_limit=None, backend="auto", device=0,
@@ -372,6 +378,7 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
     return dx, dw, db
 
 
+@accepts_machine
 def plan_pooling_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, pool_kernel,
                                                            pool_stride=None, pool_padding=0, activation="relu",
                                                            coef=None, pre=False, stride=1, padding=0, dilation=1,

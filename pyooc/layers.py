@@ -12,6 +12,7 @@ from pyooc._arrays import as_float, as_input, as_output, as_shape, as_str
 from pyooc._call_args import call_options, check_dtype
 from pyooc._loader import load_native
 from pyooc.progress import observed
+from pyooc.machine import accepts_machine
 
 _native = load_native()
 
@@ -100,6 +101,7 @@ def activation_backward(y, dy, x, mode, *, coef=None, out=None, memory_limit=Non
     return dx
 
 
+@accepts_machine
 def plan_activation_forward(shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
     """The Plan activation_forward would run for this shape (splits over the flattened tensor: "w")."""
     check_dtype(dtype)
@@ -107,6 +109,7 @@ def plan_activation_forward(shape, *, dtype="float32", memory_limit=None, backen
     return _native.plan_layer("activation_forward", flat, "", (), False, call_options(memory_limit, backend, device))
 
 
+@accepts_machine
 def plan_activation_backward(shape, *, mode=None, dtype="float32", memory_limit=None, backend="auto", device=0):
     """The Plan activation_backward would run. relu, sigmoid and tanh stream y and dy only (their
     gradient follows from y); the other modes stream x too, and so does mode=None (the most traffic
@@ -154,10 +157,12 @@ def _plan_softmax(operation, shape, mode, dtype, memory_limit, backend, device):
                               call_options(memory_limit, backend, device))
 
 
+@accepts_machine
 def plan_softmax_forward(shape, *, mode="channel", dtype="float32", memory_limit=None, backend="auto", device=0):
     return _plan_softmax("softmax_forward", shape, mode, dtype, memory_limit, backend, device)
 
 
+@accepts_machine
 def plan_softmax_backward(shape, *, mode="channel", dtype="float32", memory_limit=None, backend="auto", device=0):
     return _plan_softmax("softmax_backward", shape, mode, dtype, memory_limit, backend, device)
 
@@ -194,6 +199,7 @@ def add_tensor(a, c, *, alpha=1.0, beta=1.0, out=None, memory_limit=None, backen
     return out
 
 
+@accepts_machine
 def plan_add_tensor(a_shape, c_shape, *, in_place=False, dtype="float32", memory_limit=None, backend="auto",
                     device=0):
     """The Plan add_tensor would run (in_place: out is c)."""

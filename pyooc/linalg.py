@@ -10,6 +10,7 @@ from pyooc._arrays import as_input, as_shape
 from pyooc._call_args import bias_input, check_dtype, conv_args, output_array
 from pyooc._loader import load_native
 from pyooc.progress import observed
+from pyooc.machine import accepts_machine
 
 _native = load_native()
 
@@ -43,6 +44,7 @@ def _gemm(a, a_shape, trans_a, b, b_shape, trans_b, bias, out, o, inputs):
     return out
 
 
+@accepts_machine
 def plan_matmul(a_shape, b_shape, *, bias=False, alpha=1.0, beta=0.0, dtype="float32", memory_limit=None,
                 backend="auto", device=0):
     """The Plan matmul would run for a [M, K] @ b [K, N], without running it: splits n (M), k (N)
@@ -64,6 +66,7 @@ def matmul(a, b, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, backend="a
     return _gemm(a, a.shape, False, b, b.shape, False, None, out, o, {"a": a, "b": b})
 
 
+@accepts_machine
 def plan_linear_forward(x_shape, w_shape, *, bias=False, memory_limit=None, backend="auto", device=0):
     """The Plan linear_forward would run (x [M, K], w [N, K])."""
     x_shape, w_shape = as_shape(x_shape, "x_shape"), as_shape(w_shape, "w_shape")

@@ -10,6 +10,8 @@ from pyooc._arrays import as_input, as_output, as_shape, as_str, spatial_tuple
 from pyooc._call_args import call_options, check_dtype, spatial_dims
 from pyooc._loader import load_native
 from pyooc.progress import observed
+from pyooc._unbatched import as_batch_of_one, without_batch
+from pyooc.machine import accepts_machine
 
 _native = load_native()
 
@@ -26,8 +28,12 @@ def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, mem
                  device=0):
     """y = pooling of x ([N, C, *spatial], 1 to 3 spatial dims) over windows of `kernel`, as torch's
     max_pool / avg_pool: stride defaults to the kernel; mode "max", "avg" (padding counted, torch's
-    count_include_pad=True) or "avg_exclude_pad". The result is a new array, or `out`."""
+    count_include_pad=True) or "avg_exclude_pad". The result is a new array, or `out`. x may be
+    unbatched, [C, *spatial], when kernel is a tuple of its spatial sizes (as torch's max_pool2d takes (C, H, W))."""
     x = as_input(x, "x")
+    # torch's unbatched (C, *spatial), told apart by a kernel tuple of x.ndim - 1 sizes (pyooc/_unbatched.py).
+    unbatched = not isinstance(kernel, (int, np.integer)) and hasattr(kernel, "__len__") and len(kernel) == x.ndim - 1
+    x, out = as_batch_of_one(x, unbatched, out)
     mode = as_str(mode, "mode")
     _native.pool_mode(mode)
     kernel, stride, padding = _geometry(x.shape, kernel, stride, padding)
@@ -36,9 +42,10 @@ def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, mem
     y = np.empty(y_shape, dtype=np.float32) if out is None else as_output(out, y_shape, {"x": x})
     _last_stats.record(_native.pool_forward(x.shape, kernel, stride, padding, mode, x.reshape(-1), y.reshape(-1),
                                             options))
-    return y
+    return without_batch(y, unbatched)
 
 
+@accepts_machine
 def plan_pool_forward(x_shape, kernel, *, stride=None, padding=0, dtype="float32", memory_limit=None,
                       backend="auto", device=0):
     """The Plan pool_forward would run for this shape and geometry, without running it."""
@@ -74,6 +81,7 @@ def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=N
     return dx
 
 
+@accepts_machine
 def plan_pool_backward(x_shape, kernel, *, stride=None, padding=0, dtype="float32", memory_limit=None,
                        backend="auto", device=0):
     """The Plan pool_backward would run, without running it."""

@@ -47,10 +47,11 @@ def conv(arrays, **overrides):
 
 
 @pytest.mark.parametrize("x_shape, w_shape, pattern", [
-    ((2, 3, 8), (4, 3, 3, 3), r"Expected 4D \(batched\) input x to conv2d, but got input of size: \[2, 3, 8\]"),
+    # One rank below w: unbatched (C, H, W), as torch reads it, and then its channels are wrong.
+    ((2, 3, 8), (4, 3, 3, 3), r"Given groups=1, w of size \[4, 3, 3, 3\], expected x\[1, 2, 3, 8\] to have 3 channels"),
     ((2, 3, 8, 8, 8), (4, 3, 3, 3), r"Expected 4D \(batched\) input x to conv2d, but got input of size"),
     ((2, 3, 8, 8), (4, 3, 3), r"Expected 3D \(batched\) input x to conv1d"),
-    ((3, 8, 8), (4, 3, 3, 3), r"Expected 4D \(batched\) input x to conv2d"),
+    # (3, 8, 8) with a 4-D w is valid now: unbatched, as torch takes it (tests/test_unbatched.py).
     ((2, 3, 8, 8), (4, 3), r"w must be 3D, 4D or 5D"),
     ((2, 3, 8, 8, 8, 8), (4, 3, 3, 3, 3, 3), r"w must be 3D, 4D or 5D"),
     ((2, 3), (4,), r"w must be 3D, 4D or 5D"),

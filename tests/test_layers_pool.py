@@ -128,8 +128,9 @@ def test_pool_bad_input():
         pyooc.pool_forward(x, 9, padding=1, backend="host")
     with pytest.raises(ValueError, match="pooling mode must be one of 'max', 'avg', 'avg_exclude_pad'; got 'min'"):
         pyooc.pool_forward(x, 2, mode="min", backend="host")
+    # (A kernel of 3 sizes would read this 4-D x as unbatched (C, D, H, W), as torch's max_pool3d does.)
     with pytest.raises(ValueError, match="kernel must be an int or a tuple of 2 ints"):
-        pyooc.pool_forward(x, (2, 2, 2), backend="host")
+        pyooc.pool_forward(x, (2, 2, 2, 2), backend="host")
     with pytest.raises(ValueError, match="stride must be positive"):
         pyooc.pool_forward(x, 2, stride=0, backend="host")
     with pytest.raises(TypeError, match="x must have dtype float32"):

@@ -20,6 +20,13 @@ namespace ooc {
 void set_default_memory_limit(size_t bytes);
 size_t default_memory_limit();
 
+// Called on the calling thread just before each run, with the plan about to run and whether the
+// call asked for backend automatic and got the host one (no GPU present); it must not throw (it
+// is no noexcept type so that Cython can give one). Process-wide, nullptr for none. pyooc logs
+// plans and warns about long host fallbacks through it (pyooc/_plan_log.py).
+using PlanObserver = void (*)(const Plan& plan, bool automatic_chose_host);
+void set_plan_observer(PlanObserver observer) noexcept;
+
 int device_count() noexcept;                  // 0 without a GPU or driver; never throws
 int cudnn_version_runtime() noexcept;         // cudnnGetVersion()
 int cudnn_version_build() noexcept;           // CUDNN_VERSION at build time

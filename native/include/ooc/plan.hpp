@@ -97,6 +97,13 @@ struct MachineModel {
   bool copies_share_compute = false;    // host backend: the same cores copy and compute
 };
 
+// A candidate the planner's search costed (candidate_search.hpp), for logging why a plan won.
+struct CandidateSummary {
+  double predicted_seconds = 0;
+  size_t peak_device_bytes = 0;
+  double chunks = 0;
+};
+
 struct Plan {
   ConvProblem problem;          // problem.op says which operation
   std::string backend;          // "host" or "cuda"
@@ -131,6 +138,10 @@ struct Plan {
   size_t pooled_slot_bytes = 0;
   int out_buffers = 0;
   size_t out_slot_bytes = 0, kept_bytes = 0, scratch_bytes = 0;
+  // The fastest candidates that fitted the budget, fastest first (the winner's figures first), and
+  // how many fitted in all: what the plan beat, for the pyooc logger at DEBUG.
+  std::vector<CandidateSummary> candidates;
+  int64_t candidates_fitting = 0;
 
   // Every piece of device memory but the workspace, named after the operation's tensors: with
   // workspace_bytes they add up to peak_device_bytes. Computed once by the planner (plan/slot_table.hpp);

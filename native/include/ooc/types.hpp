@@ -11,6 +11,7 @@
 namespace ooc {
 
 enum class BackendKind { automatic, host, cuda };  // automatic: cuda when a GPU is present
+struct MachineModel;  // plan.hpp
 
 // Where a call stands, as its observer sees it: chunks completed of all the call's chunks (every
 // pass: batch norm's two count twice), and what the plan predicted for the whole call.
@@ -43,6 +44,10 @@ struct Options {
   bool assume_pinned = false;
   // Cancellation and progress of a run (plan_* ignore it); not owned, null: none.
   const CallObserver* observer = nullptr;
+  // plan_* only: plan with these figures instead of the backend's own. With backend cuda or
+  // automatic the GPU need not be present (the cuda backend's workspace rules are applied without
+  // it); the caller keeps the model alive for the call.
+  const MachineModel* machine = nullptr;
 };
 
 // What one run did, measured (the plan says what it predicted).

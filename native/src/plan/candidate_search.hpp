@@ -15,6 +15,7 @@
 #include <string>
 
 #include "ooc/errors.hpp"
+#include <vector>
 
 #include "ooc/plan.hpp"
 #include "plan/planner.hpp"
@@ -65,6 +66,7 @@ class CandidateSearch {
       return;
     }
     const double seconds = cost();
+    note_candidate(seconds, footprint);
     if (found_ && !(seconds < best_seconds_ * (1 - 1e-9))) return;
     best_ = candidate;
     best_seconds_ = seconds;
@@ -89,8 +91,30 @@ class CandidateSearch {
   // The fewest chunks of a candidate dropped for making too many (within the element limit);
   // infinity when there was none.
   double fewest_chunks_dropped() const { return fewest_chunks_dropped_; }
+  // The kTopCandidates fastest candidates that fitted, fastest first, and how many fitted in all.
+  const std::vector<CandidateSummary>& top() const { return top_; }
+  int64_t fitting() const { return fitting_; }
 
  private:
+  static constexpr size_t kTopCandidates = 5;
+
+  void note_candidate(double seconds, const Footprint& footprint) {
+    ++fitting_;
+    const CandidateSummary summary{seconds, footprint.peak, footprint.chunks};
+    // Candidates that differ only where the summary cannot show it (pipeline depths of equal
+    // cost) would fill the list with copies: one of each is kept.
+    for (const CandidateSummary& c : top_)
+      if (c.predicted_seconds == seconds && c.peak_device_bytes == footprint.peak && c.chunks == footprint.chunks)
+        return;
+    const auto at = std::upper_bound(top_.begin(), top_.end(), seconds,
+                                     [](double s, const CandidateSummary& c) { return s < c.predicted_seconds; });
+    if (static_cast<size_t>(at - top_.begin()) >= kTopCandidates) return;
+    top_.insert(at, summary);
+    if (top_.size() > kTopCandidates) top_.pop_back();
+  }
+
+  std::vector<CandidateSummary> top_;
+  int64_t fitting_ = 0;
   size_t budget_;
   Candidate best_{};
   double best_seconds_ = 0;
@@ -123,6 +147,8 @@ Plan search_plan(size_t budget, Enumerate enumerate, Expand expand, NoFit no_fit
   }
   Plan plan = expand(search.best(), search.best_seconds());
   finish_slot_table(plan);
+  plan.candidates = search.top();
+  plan.candidates_fitting = search.fitting();
   return plan;
 }
 

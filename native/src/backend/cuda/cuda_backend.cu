@@ -37,15 +37,9 @@ void float32_kernel(const ChunkShape& shape, const char* op) {
   float32_kernels::require(shape, "cuda", op);
 }
 
-
-constexpr size_t kMiB = size_t{1} << 20;
 constexpr size_t kGiB = size_t{1} << 30;
 // Pinned staging kept between calls; beyond this the memory goes back to the system.
 constexpr size_t kStagingCacheBytes = 4 * kGiB;
-// Workspace beyond this buys cuDNN little for the chunk sizes we run, and costs chunk space.
-constexpr size_t kMaxWorkspaceBytes = 256 * kMiB;
-// Winograd's transformed tensors of a VGG-sized chunk take a few hundred MiB; FFT more.
-constexpr size_t kMaxGrownWorkspaceBytes = 2048 * kMiB;
 
 // Everything the backend owns on its device. Members are destroyed in reverse order: the staging
 // cache and descriptors first, then the cuDNN handle, events, and the streams the handle used.
@@ -104,17 +98,10 @@ class CudaBackend final : public Backend {
     return free_bytes / 5 * 4;
   }
 
-  size_t workspace_allowance(size_t budget) const override {
-    return std::min(budget / 8, kMaxWorkspaceBytes) / 256 * 256;  // keeps arena slots 256-byte aligned
-  }
-
-  // cuDNN's BWD_FILTER_ALGO_1 (measured on the H200 at 9f46ab0: 3.6x faster than ALGO_0/3 on a
-  // 3-D chunk of 73.5 MB of x) wants 140.8 MB of workspace there, 1.91 bytes per byte of x.
-  double filter_workspace_per_x_byte() const override { return 2.0; }
-
-  size_t workspace_max(size_t budget) const override {
-    return std::max(workspace_allowance(budget), std::min(budget / 2, kMaxGrownWorkspaceBytes) / 256 * 256);
-  }
+  // The rules live in cuda_machine_model.hpp, where plan_* applies them for an absent GPU too.
+  size_t workspace_allowance(size_t budget) const override { return cuda_workspace::allowance(budget); }
+  double filter_workspace_per_x_byte() const override { return cuda_workspace::kFilterPerXByte; }
+  size_t workspace_max(size_t budget) const override { return cuda_workspace::max(budget); }
 
   void* device_alloc(size_t bytes) override {
     if (bytes == 0) return nullptr;
