@@ -15,8 +15,11 @@ _DEFAULTS = {"memory_limit": None, "backend": "auto"}
 
 
 class _PyoocModule:
-    """What every drop-in adds to its torch class: the two options, and the check of the
-    configuration (run at construction and by convert(), before a module is swapped)."""
+    """What every drop-in adds to its torch class: the two options, the check of the
+    configuration (run at construction and by convert(), before a module is swapped), and the
+    placement policy that may run the layer instead (pyooc/torch/policy.py; None: always pyooc)."""
+
+    pyooc_policy = None
 
     def _init_options(self, memory_limit, backend):
         self.memory_limit = memory_limit
@@ -41,7 +44,12 @@ def _drop_in(torch_cls, forward, check=None):
         torch_cls.__init__(self, *args, **kwargs)
         self._init_options(memory_limit, backend)
 
-    body = {"__init__": __init__, "forward": forward, "__doc__": f"pyooc's drop-in for torch.nn.{torch_cls.__name__}"
+    def dispatch(self, *args, **kwargs):
+        if self.pyooc_policy is not None:
+            return self.pyooc_policy.run(self, forward, args, kwargs)
+        return forward(self, *args, **kwargs)
+
+    body = {"__init__": __init__, "forward": dispatch, "pyooc_forward": forward, "__doc__": f"pyooc's drop-in for torch.nn.{torch_cls.__name__}"
             " (same arguments, Parameters and state_dict; plus memory_limit= and backend=)."}
     if check is not None:
         body["_pyooc_check"] = check
