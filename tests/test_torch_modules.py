@@ -146,30 +146,41 @@ def test_convert_swaps_in_place_without_copying():
     assert model[0].memory_limit is None
 
 
-def test_small_model_trains_with_torchs_losses(rng):
-    """The same network (same seed and data) trained 6 SGD steps in torch float64 and through pyooc
-    (float32, host backend, a budget that chunks the layers): the losses agree step by step and the
-    loss falls."""
+def _small_net_for_training(rng):
     torch.manual_seed(int(rng.integers(2**31)))
-    ref = nn.Sequential(nn.Conv2d(1, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2),
-                        nn.Conv2d(6, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                        nn.Linear(8 * 4 * 4, 4), nn.LogSoftmax(dim=1))
-    model = pt.convert(copy.deepcopy(ref), memory_limit="64KiB", backend="host")
-    ref = ref.double()
+    return nn.Sequential(nn.Conv2d(1, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(6, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(8 * 4 * 4, 4), nn.LogSoftmax(dim=1))
+
+
+def train_losses(rng, model, ref, steps=6, require_chunks=True):
+    """The losses of `steps` SGD steps of model (float32) and ref (float64) on the same synthetic
+    batch (the class marks a pixel, so the loss can fall)."""
     x = torch.from_numpy(rng.standard_normal((16, 1, 16, 16)).astype("float32"))
     labels = torch.from_numpy(rng.integers(0, 4, 16))
-    x[torch.arange(16), 0, labels * 4, labels * 4] += 4.0  # a learnable signal: the class marks a pixel
+    x[torch.arange(16), 0, labels * 4, labels * 4] += 4.0
     opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses, ref_losses = [], []
-    for _ in range(6):
+    for _ in range(steps):
         for net, opt_, data, out in ((model, opt, x, losses), (ref, opt_ref, x.double(), ref_losses)):
             opt_.zero_grad()
             loss = nn.functional.nll_loss(net(data), labels)
             loss.backward()
             opt_.step()
             out.append(loss.item())
-    assert pyooc_ran_chunked(model, x)
+    if require_chunks:
+        assert pyooc_ran_chunked(model, x)
+    return losses, ref_losses
+
+
+def test_small_model_trains_with_torchs_losses(rng):
+    """The same network (same seed and data) trained 6 SGD steps in torch float64 and through pyooc
+    (float32, host backend, a budget that chunks the layers): the losses agree step by step and the
+    loss falls."""
+    ref = _small_net_for_training(rng)
+    model = pt.convert(copy.deepcopy(ref), memory_limit="64KiB", backend="host")
+    losses, ref_losses = train_losses(rng, model, ref.double())
     for step, (a, b) in enumerate(zip(losses, ref_losses)):
         assert abs(a - b) <= 1e-4 * abs(b), f"step {step}: pyooc loss {a}, torch {b}"
     assert losses[-1] < losses[0]
