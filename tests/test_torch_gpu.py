@@ -124,3 +124,37 @@ def test_model_under_one_budget_matches_in_core_torch(rng):
                 q -= 1e-4 * q.grad
     assert runner.decisions["0"] == "pyooc" and runner.decisions["8"] == "device", runner.decisions
     assert runner.offloader.stats["offloaded"] + runner.offloader.stats["kept"] > 0
+
+
+class _TinyUNet(nn.Module):
+    """One level of a 2D U-Net: the skip joins a big early layer's output (pyooc: on the host) and
+    the upsampled path's (in core: on the device) with torch.cat, as a user writes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU())
+        self.down = nn.MaxPool2d(2)
+        self.mid = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU())
+        self.up = nn.ConvTranspose2d(16, 16, 2, stride=2)
+        self.head = nn.Conv2d(32, 2, 1)
+
+    def forward(self, x):
+        skip = self.enc(x)
+        return self.head(torch.cat([self.up(self.mid(self.down(skip))), skip], 1))
+
+
+def test_model_with_a_skip_across_placements(rng):
+    torch.manual_seed(int(rng.integers(2**31)))
+    ref = _TinyUNet().cuda()
+    model = copy.deepcopy(ref)
+    x = rand(rng, (4, 3, 64, 64)).float().cuda()
+    budget = 2 * policy.device_bytes(model.mid[0], (4, 16, 32, 32))
+    runner = policy.OutOfCore(model, budget, device="cuda", backend="cuda")
+    loss = ref(x).square().mean()
+    loss.backward()
+    loss2 = runner(x).square().mean()
+    loss2.backward()
+    assert runner.decisions["enc.0"] == "pyooc" and runner.decisions["mid.0"] == "device", runner.decisions
+    assert rel_err(loss2.detach().cpu().numpy(), loss.detach().cpu().numpy()) < 1e-5
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert rel_err(p.grad.cpu().numpy(), q.grad.cpu().numpy()) < 1e-4, name

@@ -11,7 +11,9 @@ Per layer, at every call (shapes may change between calls):
   compute share) on host tensors: its input moved to the host if it is not, its output left there.
   Parameters stay where the user put them (on the device); a pyooc layer reads host copies, made
   with autograd-tracked .to("cpu"), so their gradients reach the device Parameters. Other modules
-  (torch.cat, losses, user code) run where their inputs are.
+  (torch.cat, losses, user code) run where their inputs are; where those are on both the device and
+  the host (a U-Net's skip connection joining a pyooc layer's output and an in-core one's), the
+  device ones move to the host (_OneDevice), where the larger tensors already are.
 - **Saved activations.** During the forward, every tensor autograd saves on the device is kept
   there while the saved share of the budget has room; past it, it is copied to pinned host memory
   on a side stream (the forward does not wait for the copy) and the device copy is released. In the
@@ -200,6 +202,31 @@ class SavedTensorOffloader:
 # the runner
 
 
+class _OneDevice(torch.overrides.TorchFunctionMode):
+    """During the runner's forward: a torch function given tensors on the device and (non-scalar)
+    tensors on the host gets them all on the host (autograd-tracked moves), instead of failing."""
+
+    def __init__(self, device):
+        super().__init__()
+        self.device = device
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        flat, spec = torch.utils._pytree.tree_flatten((args, kwargs))
+        tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+        on_host = any(t.device.type == "cpu" and t.dim() > 0 for t in tensors)
+        on_device = any(t.device.type == self.device.type != "cpu" for t in tensors)
+        name = getattr(func, "__name__", "")
+        # Copies between devices are meant; an in-place op's target must not be replaced by a copy.
+        if on_host and on_device and name not in _MOVES and not name.endswith("_"):
+            flat = [t.to("cpu") if isinstance(t, torch.Tensor) and t.device.type != "cpu" else t for t in flat]
+            args, kwargs = torch.utils._pytree.tree_unflatten(flat, spec)
+        return func(*args, **kwargs)
+
+
+_MOVES = {"to", "cpu", "cuda", "pin_memory", "_to_copy", "copy", "__setitem__"}
+
+
 class OutOfCore:
     """Runs `model` under one device `budget` (bytes or "8GiB"): see the module's docstring.
 
@@ -235,7 +262,7 @@ class OutOfCore:
 
     def __call__(self, *args, **kwargs):
         self.offloader.new_step()
-        with self.offloader.hooks():
+        with self.offloader.hooks(), _OneDevice(self.device):
             return self.model(*args, **kwargs)
 
     def release(self):
