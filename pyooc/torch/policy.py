@@ -117,6 +117,8 @@ class SavedTensorOffloader:
     def __init__(self, budget, device, *, prefetch=2, pin_memory=None):
         self.budget = budget if isinstance(budget, int) and budget >= 0 else parse_memory_limit(budget)
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:  # tensors say cuda:N, never cuda
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.prefetch = int(prefetch)
         self.cuda = self.device.type == "cuda"
         self.pin_memory = self.cuda if pin_memory is None else bool(pin_memory)
@@ -131,7 +133,7 @@ class SavedTensorOffloader:
         self.stats = Counter()
 
     def pack(self, t):
-        if t.device != self.device and not (t.device.type == self.device.type == "cpu"):
+        if t.device != self.device:
             return _Kept(t)  # host tensors (pyooc layers' own) stay where they are
         # The same tensor again (alive: a freed tensor's memory may hold a new one of the same shape).
         key = (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t._version)
