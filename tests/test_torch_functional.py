@@ -173,6 +173,17 @@ def test_conv_bias_activation(rng, activation, coef):
         lambda x, w, b: act(F.conv2d(x, w, b, padding=1)), [x, w, b])
 
 
+@pytest.mark.parametrize("activation,pool_mode", [("relu", "max"), ("gelu", "avg"), ("identity", "max")])
+def test_conv_bias_activation_pooling(rng, activation, pool_mode):
+    """The pooled fused forward, and its gradient (y recomputed, then the fused pooled backward)."""
+    x, w, b = leaf(rand(rng, (2, 3, 12, 10))), leaf(rand(rng, (4, 3, 3, 3), 0.3)), leaf(rand(rng, 4))
+    act = {"relu": F.relu, "identity": lambda v: v, "gelu": F.gelu}[activation]
+    pool = F.max_pool2d if pool_mode == "max" else F.avg_pool2d
+    compare(rng, lambda x, w, b, memory_limit: OPS.conv_bias_activation_pooling_forward(
+        x, w, b, activation, 0.0, [1, 1], [1, 1], [1, 1], 1, [2, 2], [2, 2], [0, 0], pool_mode, memory_limit, "host"),
+        lambda x, w, b: pool(act(F.conv2d(x, w, b, padding=1)), 2), [x, w, b])
+
+
 def test_matmul(rng):
     a, b = leaf(rand(rng, (23, 17))), leaf(rand(rng, (17, 29)))
     compare(rng, lambda a, b, memory_limit: OPS.matmul(a, b, memory_limit, "host"), torch.matmul, [a, b])

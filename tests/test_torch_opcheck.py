@@ -33,6 +33,12 @@ def samples():
         "conv_bias_activation_forward": [(x, w, b, "relu", 0.0, *conv), (x, w, b, "gelu", 0.0, *conv)],
         "activation_conv_backward_data_filter_bias": [(x.detach(), dy, w.detach(), t(2, 4, 6, 5).relu(), None,
                                                        "relu", 0.0, *conv)],
+        "conv_bias_activation_pooling_forward": [
+            (x, w, b, "relu", 0.0, *conv[:4], [2, 2], [2, 2], [0, 0], "max", 0, H),
+            (x, w, None, "tanh", 0.0, *conv[:4], [3, 3], [2, 2], [1, 1], "avg", 0, H)],
+        "pooling_activation_conv_backward_data_filter_bias": [
+            (x.detach(), t(2, 4, 3, 2), w.detach(), t(2, 4, 3, 2), t(2, 4, 6, 5).relu(), None, [2, 2], [2, 2], [0, 0],
+             "avg", "relu", 0.0, *conv)],
         "pool_forward": [(t(2, 3, 6, 6, grad=True), [2, 2], [2, 2], [0, 0], "max", 0, H),
                          (t(2, 3, 7, 6, grad=True), [3, 3], [2, 2], [1, 1], "avg_exclude_pad", 0, H)],
         "pool_backward": [(t(2, 3, 3, 3), t(2, 3, 3, 3), t(2, 3, 6, 6), [2, 2], [2, 2], [0, 0], "avg", 0, H)],

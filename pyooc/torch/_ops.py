@@ -257,6 +257,72 @@ def _(x, dy, w, y, pre, activation, coef, stride, padding, dilation, groups, mem
     return x.new_empty(x.shape), w.new_empty(w.shape), w.new_empty([w.shape[0]])
 
 
+@torch.library.custom_op("pyooc::conv_bias_activation_pooling_forward", mutates_args=())
+def conv_bias_activation_pooling_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], activation: str, coef: float,
+                                         stride: list[int], padding: list[int], dilation: list[int], groups: int,
+                                         pool_kernel: list[int], pool_stride: list[int], pool_padding: list[int],
+                                         pool_mode: str, memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.conv_bias_activation_pooling_forward, as_array(x, "input"), as_array(w, "weight"),
+                          as_array_or_none(bias, "bias"), pool_kernel=pool_kernel, pool_stride=pool_stride,
+                          pool_padding=pool_padding, pool_mode=pool_mode, activation=activation,
+                          coef=None if activation == "identity" else coef, stride=stride, padding=padding,
+                          dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend))
+
+
+@conv_bias_activation_pooling_forward.register_fake
+def _(x, w, bias, activation, coef, stride, padding, dilation, groups, pool_kernel, pool_stride, pool_padding,
+      pool_mode, memory_limit, backend):
+    y_shape = conv_output_shape(x.shape, w.shape, stride, padding, dilation)
+    return x.new_empty(pool_output_shape(y_shape, pool_kernel, pool_stride, pool_padding))
+
+
+def _cbap_setup(ctx, inputs, output):
+    x, w, bias, activation, coef, stride, padding, dilation, groups, pk, ps, pp, pm, memory_limit, backend = inputs
+    ctx.save_for_backward(x, w, bias, output)
+    ctx.has_bias = bias is not None
+    ctx.args = (activation, coef, stride, padding, dilation, groups, pk, ps, pp, pm, memory_limit, backend)
+
+
+def _cbap_backward(ctx, dq):
+    # The fused forward never wrote y = act(pre) (that is its point): the backward recomputes it in
+    # one fused pass, as activation checkpointing would, then runs the fused gradient over dq.
+    x, w, bias, q = ctx.saved_tensors
+    activation, coef, stride, padding, dilation, groups, pk, ps, pp, pm, memory_limit, backend = ctx.args
+    geometry = (stride, padding, dilation, groups, memory_limit, backend)
+    y = conv_bias_activation_forward(x, w, bias, activation, coef, *geometry)
+    pre = None
+    if activation != "identity" and not pyooc._native.activation_traits(activation)[2]:
+        pre = conv_forward(x, w, bias, *geometry)
+    dx, dw, db = pooling_activation_conv_backward_data_filter_bias(
+        x, contiguous_grad(dq), w, q, y, pre, pk, ps, pp, pm, activation, coef, *geometry)
+    return (dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None,
+            db if ctx.has_bias and _needs(ctx, 2) else None) + (None,) * 12
+
+
+conv_bias_activation_pooling_forward.register_autograd(_cbap_backward, setup_context=_cbap_setup)
+
+
+@torch.library.custom_op("pyooc::pooling_activation_conv_backward_data_filter_bias", mutates_args=())
+def pooling_activation_conv_backward_data_filter_bias(
+        x: Tensor, dq: Tensor, w: Tensor, q: Tensor, y: Tensor, pre: Optional[Tensor], pool_kernel: list[int],
+        pool_stride: list[int], pool_padding: list[int], pool_mode: str, activation: str, coef: float,
+        stride: list[int], padding: list[int], dilation: list[int], groups: int, memory_limit: int,
+        backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    dx, dw, db = _run(pyooc.pooling_activation_conv_backward_data_filter_bias, as_array(x, "input"),
+                      as_array(dq, "grad_output"), as_array(w, "weight"), as_array(q, "output"), as_array(y, "y"),
+                      pool_kernel=pool_kernel, pool_stride=pool_stride, pool_padding=pool_padding,
+                      pool_mode=pool_mode, activation=activation, coef=None if activation == "identity" else coef,
+                      pre=as_array_or_none(pre, "pre"), stride=stride, padding=padding, dilation=dilation,
+                      groups=groups, memory_limit=memory_limit, backend=backend)
+    return as_tensor(dx), as_tensor(dw), as_tensor(db)
+
+
+@pooling_activation_conv_backward_data_filter_bias.register_fake
+def _(x, dq, w, q, y, pre, pool_kernel, pool_stride, pool_padding, pool_mode, activation, coef, stride, padding,
+      dilation, groups, memory_limit, backend):
+    return x.new_empty(x.shape), w.new_empty(w.shape), w.new_empty([w.shape[0]])
+
+
 # ------------------------------------------------------------------------------------------------
 # pooling
 
