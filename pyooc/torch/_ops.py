@@ -1,0 +1,656 @@
+"""pyooc's operations as torch custom ops (namespace `pyooc::`), each with a fake kernel (shapes
+only: torch.compile and opcheck trace through it) and, where the op has a gradient, an autograd
+formula built from pyooc's own backward ops, so a backward pass streams out of core too.
+
+Every op takes CPU float32 contiguous tensors (pyooc/torch/_tensors.py) zero-copy and returns new
+CPU tensors sharing the result arrays. `memory_limit` (bytes; 0: pyooc's process default) and
+`backend` ("auto", "cuda", "host") are the numpy API's. The ops are opaque to torch.compile: it
+calls them as they are, and never traces into pyooc.
+
+Argument checking beyond the tensors (geometry, modes) is pyooc's (ValueError naming the argument);
+the functional forms (functional.py) turn torch.nn.functional's arguments into these ops'.
+"""
+
+from typing import Optional
+
+import torch
+
+import pyooc
+from pyooc.torch._shapes import conv_output_shape, conv_transpose_output_shape, pool_output_shape
+from pyooc.torch._tensors import as_array, as_array_or_none, as_tensor, contiguous_grad
+
+Tensor = torch.Tensor
+
+
+def _limit(memory_limit):
+    return None if memory_limit == 0 else memory_limit
+
+
+def _run(fn, *args, memory_limit, backend, **kwargs):
+    return fn(*args, memory_limit=_limit(memory_limit), backend=backend, **kwargs)
+
+
+def _needs(ctx, i):
+    return ctx.needs_input_grad[i]
+
+
+# ------------------------------------------------------------------------------------------------
+# convolution and its gradients
+
+
+@torch.library.custom_op("pyooc::conv_forward", mutates_args=())
+def conv_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],
+                 dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.conv_forward, as_array(x, "input"), as_array(w, "weight"),
+                          as_array_or_none(bias, "bias"), stride=stride, padding=padding, dilation=dilation,
+                          groups=groups, memory_limit=memory_limit, backend=backend))
+
+
+@conv_forward.register_fake
+def _(x, w, bias, stride, padding, dilation, groups, memory_limit, backend):
+    return x.new_empty(conv_output_shape(x.shape, w.shape, stride, padding, dilation))
+
+
+@torch.library.custom_op("pyooc::conv_backward_data", mutates_args=())
+def conv_backward_data(dy: Tensor, w: Tensor, x_shape: list[int], stride: list[int], padding: list[int],
+                       dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.conv_backward_data, as_array(dy, "grad_output"), as_array(w, "weight"), x_shape,
+                          stride=stride, padding=padding, dilation=dilation, groups=groups,
+                          memory_limit=memory_limit, backend=backend))
+
+
+@conv_backward_data.register_fake
+def _(dy, w, x_shape, stride, padding, dilation, groups, memory_limit, backend):
+    return dy.new_empty(x_shape)
+
+
+@torch.library.custom_op("pyooc::conv_backward_filter", mutates_args=())
+def conv_backward_filter(x: Tensor, dy: Tensor, w_shape: list[int], stride: list[int], padding: list[int],
+                         dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.conv_backward_filter, as_array(x, "input"), as_array(dy, "grad_output"), w_shape,
+                          stride=stride, padding=padding, dilation=dilation, groups=groups,
+                          memory_limit=memory_limit, backend=backend))
+
+
+@conv_backward_filter.register_fake
+def _(x, dy, w_shape, stride, padding, dilation, groups, memory_limit, backend):
+    return x.new_empty(w_shape)
+
+
+@torch.library.custom_op("pyooc::conv_backward_bias", mutates_args=())
+def conv_backward_bias(dy: Tensor, memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.conv_backward_bias, as_array(dy, "grad_output"), memory_limit=memory_limit,
+                          backend=backend))
+
+
+@conv_backward_bias.register_fake
+def _(dy, memory_limit, backend):
+    return dy.new_empty([dy.shape[1]])
+
+
+@torch.library.custom_op("pyooc::conv_backward_data_filter_bias", mutates_args=())
+def conv_backward_data_filter_bias(x: Tensor, dy: Tensor, w: Tensor, stride: list[int], padding: list[int],
+                                   dilation: list[int], groups: int, memory_limit: int,
+                                   backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    dx, dw, db = _run(pyooc.conv_backward_data_filter_bias, as_array(x, "input"), as_array(dy, "grad_output"),
+                      as_array(w, "weight"), stride=stride, padding=padding, dilation=dilation, groups=groups,
+                      memory_limit=memory_limit, backend=backend)
+    return as_tensor(dx), as_tensor(dw), as_tensor(db)
+
+
+@conv_backward_data_filter_bias.register_fake
+def _(x, dy, w, stride, padding, dilation, groups, memory_limit, backend):
+    return x.new_empty(x.shape), w.new_empty(w.shape), w.new_empty([w.shape[0]])
+
+
+def _conv_setup(ctx, inputs, output):
+    x, w, bias, stride, padding, dilation, groups, memory_limit, backend = inputs
+    ctx.save_for_backward(x, w)
+    ctx.has_bias = bias is not None
+    ctx.geometry = (stride, padding, dilation, groups, memory_limit, backend)
+
+
+def _conv_backward(ctx, dy):
+    x, w = ctx.saved_tensors
+    dy = contiguous_grad(dy)
+    stride, padding, dilation, groups, memory_limit, backend = ctx.geometry
+    want_dx, want_dw, want_db = _needs(ctx, 0), _needs(ctx, 1), ctx.has_bias and _needs(ctx, 2)
+    if want_dx and want_dw:  # one pass over dy serves all three (the fused backward)
+        dx, dw, db = conv_backward_data_filter_bias(x, dy, w, stride, padding, dilation, groups, memory_limit,
+                                                    backend)
+        return dx, dw, db if want_db else None, None, None, None, None, None, None
+    dx = conv_backward_data(dy, w, list(x.shape), stride, padding, dilation, groups, memory_limit,
+                            backend) if want_dx else None
+    dw = conv_backward_filter(x, dy, list(w.shape), stride, padding, dilation, groups, memory_limit,
+                              backend) if want_dw else None
+    db = conv_backward_bias(dy, memory_limit, backend) if want_db else None
+    return dx, dw, db, None, None, None, None, None, None
+
+
+conv_forward.register_autograd(_conv_backward, setup_context=_conv_setup)
+
+
+def _conv_data_setup(ctx, inputs, output):
+    dy, w, x_shape, stride, padding, dilation, groups, memory_limit, backend = inputs
+    ctx.save_for_backward(dy, w)
+    ctx.geometry = (stride, padding, dilation, groups, memory_limit, backend)
+
+
+def _conv_data_backward(ctx, g):
+    # dx = conv_transpose(dy, w) is linear in dy and w: d dy = conv(g, w), d w = dconv(g, dy).
+    dy, w = ctx.saved_tensors
+    g = contiguous_grad(g)
+    stride, padding, dilation, groups, memory_limit, backend = ctx.geometry
+    ddy = conv_forward(g, w, None, stride, padding, dilation, groups, memory_limit, backend) \
+        if _needs(ctx, 0) else None
+    dw = conv_backward_filter(g, dy, list(w.shape), stride, padding, dilation, groups, memory_limit, backend) \
+        if _needs(ctx, 1) else None
+    return ddy, dw, None, None, None, None, None, None, None
+
+
+conv_backward_data.register_autograd(_conv_data_backward, setup_context=_conv_data_setup)
+
+
+# ------------------------------------------------------------------------------------------------
+# transposed convolution: backward data run as a forward op (pyooc's deconv_bias_activation_forward)
+
+
+@torch.library.custom_op("pyooc::conv_transpose_forward", mutates_args=())
+def conv_transpose_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],
+                           output_padding: list[int], dilation: list[int], groups: int, memory_limit: int,
+                           backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.deconv_bias_activation_forward, as_array(x, "input"), as_array(w, "weight"),
+                          as_array_or_none(bias, "bias"), activation="identity", stride=stride, padding=padding,
+                          output_padding=output_padding, dilation=dilation, groups=groups,
+                          memory_limit=memory_limit, backend=backend))
+
+
+@conv_transpose_forward.register_fake
+def _(x, w, bias, stride, padding, output_padding, dilation, groups, memory_limit, backend):
+    return x.new_empty(conv_transpose_output_shape(x.shape, w.shape, stride, padding, output_padding, dilation))
+
+
+def _conv_transpose_setup(ctx, inputs, output):
+    x, w, bias, stride, padding, output_padding, dilation, groups, memory_limit, backend = inputs
+    ctx.save_for_backward(x, w)
+    ctx.has_bias = bias is not None
+    ctx.geometry = (stride, padding, dilation, groups, memory_limit, backend)
+
+
+def _conv_transpose_backward(ctx, dy):
+    # y = conv_transpose(x, w) is the input gradient of conv(y, w): dx = conv(dy, w) and dw is the
+    # filter gradient with dy as the convolution's input and x as its output gradient.
+    x, w = ctx.saved_tensors
+    dy = contiguous_grad(dy)
+    stride, padding, dilation, groups, memory_limit, backend = ctx.geometry
+    dx = conv_forward(dy, w, None, stride, padding, dilation, groups, memory_limit, backend) \
+        if _needs(ctx, 0) else None
+    dw = conv_backward_filter(dy, x, list(w.shape), stride, padding, dilation, groups, memory_limit, backend) \
+        if _needs(ctx, 1) else None
+    db = conv_backward_bias(dy, memory_limit, backend) if ctx.has_bias and _needs(ctx, 2) else None
+    return dx, dw, db, None, None, None, None, None, None, None
+
+
+conv_transpose_forward.register_autograd(_conv_transpose_backward, setup_context=_conv_transpose_setup)
+
+
+# ------------------------------------------------------------------------------------------------
+# conv + bias + activation in one pass, and its fused gradient
+
+
+@torch.library.custom_op("pyooc::conv_bias_activation_forward", mutates_args=())
+def conv_bias_activation_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], activation: str, coef: float,
+                                 stride: list[int], padding: list[int], dilation: list[int], groups: int,
+                                 memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.conv_bias_activation_forward, as_array(x, "input"), as_array(w, "weight"),
+                          as_array_or_none(bias, "bias"), activation=activation,
+                          coef=None if activation == "identity" else coef, stride=stride, padding=padding,
+                          dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend))
+
+
+@conv_bias_activation_forward.register_fake
+def _(x, w, bias, activation, coef, stride, padding, dilation, groups, memory_limit, backend):
+    return x.new_empty(conv_output_shape(x.shape, w.shape, stride, padding, dilation))
+
+
+def _cba_setup(ctx, inputs, output):
+    x, w, bias, activation, coef, stride, padding, dilation, groups, memory_limit, backend = inputs
+    ctx.save_for_backward(x, w, bias, output)
+    ctx.has_bias = bias is not None
+    ctx.activation = (activation, coef)
+    ctx.geometry = (stride, padding, dilation, groups, memory_limit, backend)
+
+
+def _cba_backward(ctx, dy):
+    x, w, bias, y = ctx.saved_tensors
+    dy = contiguous_grad(dy)
+    activation, coef = ctx.activation
+    stride, padding, dilation, groups, memory_limit, backend = ctx.geometry
+    pre = None
+    if activation != "identity" and not pyooc._native.activation_traits(activation)[2]:
+        # The gradient needs the activation's input, which the fused forward never wrote: recompute it.
+        pre = conv_forward(x, w, bias, stride, padding, dilation, groups, memory_limit, backend)
+    dx, dw, db = activation_conv_backward_data_filter_bias(x, dy, w, y, pre, activation, coef, stride, padding,
+                                                           dilation, groups, memory_limit, backend)
+    return (dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None,
+            db if ctx.has_bias and _needs(ctx, 2) else None) + (None,) * 8
+
+
+conv_bias_activation_forward.register_autograd(_cba_backward, setup_context=_cba_setup)
+
+
+@torch.library.custom_op("pyooc::activation_conv_backward_data_filter_bias", mutates_args=())
+def activation_conv_backward_data_filter_bias(x: Tensor, dy: Tensor, w: Tensor, y: Tensor, pre: Optional[Tensor],
+                                              activation: str, coef: float, stride: list[int], padding: list[int],
+                                              dilation: list[int], groups: int, memory_limit: int,
+                                              backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    dx, dw, db = _run(pyooc.activation_conv_backward_data_filter_bias, as_array(x, "input"),
+                      as_array(dy, "grad_output"), as_array(w, "weight"), as_array(y, "y"),
+                      activation=activation, coef=None if activation == "identity" else coef,
+                      pre=as_array_or_none(pre, "pre"), stride=stride, padding=padding, dilation=dilation,
+                      groups=groups, memory_limit=memory_limit, backend=backend)
+    return as_tensor(dx), as_tensor(dw), as_tensor(db)
+
+
+@activation_conv_backward_data_filter_bias.register_fake
+def _(x, dy, w, y, pre, activation, coef, stride, padding, dilation, groups, memory_limit, backend):
+    return x.new_empty(x.shape), w.new_empty(w.shape), w.new_empty([w.shape[0]])
+
+
+@torch.library.custom_op("pyooc::conv_bias_activation_pooling_forward", mutates_args=())
+def conv_bias_activation_pooling_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], activation: str, coef: float,
+                                         stride: list[int], padding: list[int], dilation: list[int], groups: int,
+                                         pool_kernel: list[int], pool_stride: list[int], pool_padding: list[int],
+                                         pool_mode: str, memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.conv_bias_activation_pooling_forward, as_array(x, "input"), as_array(w, "weight"),
+                          as_array_or_none(bias, "bias"), pool_kernel=pool_kernel, pool_stride=pool_stride,
+                          pool_padding=pool_padding, pool_mode=pool_mode, activation=activation,
+                          coef=None if activation == "identity" else coef, stride=stride, padding=padding,
+                          dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend))
+
+
+@conv_bias_activation_pooling_forward.register_fake
+def _(x, w, bias, activation, coef, stride, padding, dilation, groups, pool_kernel, pool_stride, pool_padding,
+      pool_mode, memory_limit, backend):
+    y_shape = conv_output_shape(x.shape, w.shape, stride, padding, dilation)
+    return x.new_empty(pool_output_shape(y_shape, pool_kernel, pool_stride, pool_padding))
+
+
+def _cbap_setup(ctx, inputs, output):
+    x, w, bias, activation, coef, stride, padding, dilation, groups, pk, ps, pp, pm, memory_limit, backend = inputs
+    ctx.save_for_backward(x, w, bias, output)
+    ctx.has_bias = bias is not None
+    ctx.args = (activation, coef, stride, padding, dilation, groups, pk, ps, pp, pm, memory_limit, backend)
+
+
+def _cbap_backward(ctx, dq):
+    # The fused forward never wrote y = act(pre) (that is its point): the backward recomputes it in
+    # one fused pass, as activation checkpointing would, then runs the fused gradient over dq.
+    x, w, bias, q = ctx.saved_tensors
+    activation, coef, stride, padding, dilation, groups, pk, ps, pp, pm, memory_limit, backend = ctx.args
+    geometry = (stride, padding, dilation, groups, memory_limit, backend)
+    y = conv_bias_activation_forward(x, w, bias, activation, coef, *geometry)
+    pre = None
+    if activation != "identity" and not pyooc._native.activation_traits(activation)[2]:
+        pre = conv_forward(x, w, bias, *geometry)
+    dx, dw, db = pooling_activation_conv_backward_data_filter_bias(
+        x, contiguous_grad(dq), w, q, y, pre, pk, ps, pp, pm, activation, coef, *geometry)
+    return (dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None,
+            db if ctx.has_bias and _needs(ctx, 2) else None) + (None,) * 12
+
+
+conv_bias_activation_pooling_forward.register_autograd(_cbap_backward, setup_context=_cbap_setup)
+
+
+@torch.library.custom_op("pyooc::pooling_activation_conv_backward_data_filter_bias", mutates_args=())
+def pooling_activation_conv_backward_data_filter_bias(
+        x: Tensor, dq: Tensor, w: Tensor, q: Tensor, y: Tensor, pre: Optional[Tensor], pool_kernel: list[int],
+        pool_stride: list[int], pool_padding: list[int], pool_mode: str, activation: str, coef: float,
+        stride: list[int], padding: list[int], dilation: list[int], groups: int, memory_limit: int,
+        backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    dx, dw, db = _run(pyooc.pooling_activation_conv_backward_data_filter_bias, as_array(x, "input"),
+                      as_array(dq, "grad_output"), as_array(w, "weight"), as_array(q, "output"), as_array(y, "y"),
+                      pool_kernel=pool_kernel, pool_stride=pool_stride, pool_padding=pool_padding,
+                      pool_mode=pool_mode, activation=activation, coef=None if activation == "identity" else coef,
+                      pre=as_array_or_none(pre, "pre"), stride=stride, padding=padding, dilation=dilation,
+                      groups=groups, memory_limit=memory_limit, backend=backend)
+    return as_tensor(dx), as_tensor(dw), as_tensor(db)
+
+
+@pooling_activation_conv_backward_data_filter_bias.register_fake
+def _(x, dq, w, q, y, pre, pool_kernel, pool_stride, pool_padding, pool_mode, activation, coef, stride, padding,
+      dilation, groups, memory_limit, backend):
+    return x.new_empty(x.shape), w.new_empty(w.shape), w.new_empty([w.shape[0]])
+
+
+# ------------------------------------------------------------------------------------------------
+# pooling
+
+
+@torch.library.custom_op("pyooc::pool_forward", mutates_args=())
+def pool_forward(x: Tensor, kernel: list[int], stride: list[int], padding: list[int], mode: str,
+                 memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.pool_forward, as_array(x, "input"), kernel, stride=stride, padding=padding,
+                          mode=mode, memory_limit=memory_limit, backend=backend))
+
+
+@pool_forward.register_fake
+def _(x, kernel, stride, padding, mode, memory_limit, backend):
+    return x.new_empty(pool_output_shape(x.shape, kernel, stride, padding))
+
+
+@torch.library.custom_op("pyooc::pool_backward", mutates_args=())
+def pool_backward(y: Tensor, dy: Tensor, x: Tensor, kernel: list[int], stride: list[int], padding: list[int],
+                  mode: str, memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.pool_backward, as_array(y, "output"), as_array(dy, "grad_output"),
+                          as_array(x, "input"), kernel, stride=stride, padding=padding, mode=mode,
+                          memory_limit=memory_limit, backend=backend))
+
+
+@pool_backward.register_fake
+def _(y, dy, x, kernel, stride, padding, mode, memory_limit, backend):
+    return x.new_empty(x.shape)
+
+
+def _pool_setup(ctx, inputs, output):
+    x, kernel, stride, padding, mode, memory_limit, backend = inputs
+    ctx.save_for_backward(x, output)
+    ctx.args = (kernel, stride, padding, mode, memory_limit, backend)
+
+
+def _pool_backward(ctx, dy):
+    x, y = ctx.saved_tensors
+    return (pool_backward(y, contiguous_grad(dy), x, *ctx.args),) + (None,) * 6
+
+
+pool_forward.register_autograd(_pool_backward, setup_context=_pool_setup)
+
+
+# ------------------------------------------------------------------------------------------------
+# activations (element-wise) and softmax
+
+
+@torch.library.custom_op("pyooc::activation_forward", mutates_args=())
+def activation_forward(x: Tensor, mode: str, coef: float, memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.activation_forward, as_array(x, "input"), mode, coef=coef,
+                          memory_limit=memory_limit, backend=backend))
+
+
+@activation_forward.register_fake
+def _(x, mode, coef, memory_limit, backend):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("pyooc::activation_backward", mutates_args=())
+def activation_backward(y: Tensor, dy: Tensor, x: Tensor, mode: str, coef: float, memory_limit: int,
+                        backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.activation_backward, as_array(y, "output"), as_array(dy, "grad_output"),
+                          as_array(x, "input"), mode, coef=coef, memory_limit=memory_limit, backend=backend))
+
+
+@activation_backward.register_fake
+def _(y, dy, x, mode, coef, memory_limit, backend):
+    return torch.empty_like(x)
+
+
+def _activation_setup(ctx, inputs, output):
+    x, mode, coef, memory_limit, backend = inputs
+    ctx.save_for_backward(x, output)
+    ctx.args = (mode, coef, memory_limit, backend)
+
+
+def _activation_backward(ctx, dy):
+    x, y = ctx.saved_tensors
+    return (activation_backward(y, contiguous_grad(dy), x, *ctx.args),) + (None,) * 4
+
+
+activation_forward.register_autograd(_activation_backward, setup_context=_activation_setup)
+
+
+@torch.library.custom_op("pyooc::softmax_forward", mutates_args=())
+def softmax_forward(x: Tensor, log: bool, memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.softmax_forward, as_array(x, "input"), mode="channel", log=log,
+                          memory_limit=memory_limit, backend=backend))
+
+
+@softmax_forward.register_fake
+def _(x, log, memory_limit, backend):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("pyooc::softmax_backward", mutates_args=())
+def softmax_backward(y: Tensor, dy: Tensor, log: bool, memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.softmax_backward, as_array(y, "output"), as_array(dy, "grad_output"),
+                          mode="channel", log=log, memory_limit=memory_limit, backend=backend))
+
+
+@softmax_backward.register_fake
+def _(y, dy, log, memory_limit, backend):
+    return torch.empty_like(y)
+
+
+def _softmax_setup(ctx, inputs, output):
+    x, log, memory_limit, backend = inputs
+    ctx.save_for_backward(output)
+    ctx.args = (log, memory_limit, backend)
+
+
+def _softmax_backward(ctx, dy):
+    (y,) = ctx.saved_tensors
+    return (softmax_backward(y, contiguous_grad(dy), *ctx.args),) + (None,) * 3
+
+
+softmax_forward.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+
+
+# ------------------------------------------------------------------------------------------------
+# batch normalization. The training op is functional (custom ops with a gradient must not mutate
+# their inputs): it returns the updated running statistics, which functional.batch_norm copies
+# into the module's buffers, as torch's batch_norm updates them in place.
+
+
+@torch.library.custom_op("pyooc::batchnorm_forward_training", mutates_args=())
+def batchnorm_forward_training(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optional[Tensor],
+                               running_var: Optional[Tensor], momentum: float, eps: float, memory_limit: int,
+                               backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    new_mean = new_var = None
+    if running_mean is not None:  # updated copies (C floats each); the caller's stay as they are
+        new_mean = as_array(running_mean, "running_mean").copy()
+        new_var = as_array(running_var, "running_var").copy()
+    y, saved_mean, saved_invstd = _run(pyooc.batchnorm_forward_training, as_array(x, "input"),
+                                       as_array(weight, "weight"), as_array(bias, "bias"), eps=eps,
+                                       momentum=momentum, running_mean=new_mean, running_var=new_var,
+                                       memory_limit=memory_limit, backend=backend)
+    empty = x.new_empty([0])
+    return (as_tensor(y), as_tensor(saved_mean), as_tensor(saved_invstd),
+            empty if new_mean is None else as_tensor(new_mean), empty.clone() if new_var is None else as_tensor(new_var))
+
+
+@batchnorm_forward_training.register_fake
+def _(x, weight, bias, running_mean, running_var, momentum, eps, memory_limit, backend):
+    c = x.shape[1]
+    stats = 0 if running_mean is None else c
+    return (x.new_empty(x.shape), x.new_empty([c]), x.new_empty([c]), x.new_empty([stats]), x.new_empty([stats]))
+
+
+@torch.library.custom_op("pyooc::batchnorm_backward", mutates_args=())
+def batchnorm_backward(x: Tensor, dy: Tensor, weight: Tensor, saved_mean: Tensor, saved_invstd: Tensor, eps: float,
+                       memory_limit: int, backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    dx, dw, db = _run(pyooc.batchnorm_backward, as_array(x, "input"), as_array(dy, "grad_output"),
+                      as_array(weight, "weight"), as_array(saved_mean, "save_mean"),
+                      as_array(saved_invstd, "save_invstd"), eps=eps, memory_limit=memory_limit, backend=backend)
+    return as_tensor(dx), as_tensor(dw), as_tensor(db)
+
+
+@batchnorm_backward.register_fake
+def _(x, dy, weight, saved_mean, saved_invstd, eps, memory_limit, backend):
+    c = x.shape[1]
+    return x.new_empty(x.shape), x.new_empty([c]), x.new_empty([c])
+
+
+def _bn_training_setup(ctx, inputs, output):
+    x, weight, bias, running_mean, running_var, momentum, eps, memory_limit, backend = inputs
+    ctx.save_for_backward(x, weight, output[1], output[2])
+    ctx.args = (eps, memory_limit, backend)
+
+
+def _bn_training_backward(ctx, dy, *_unused_stat_grads):
+    x, weight, saved_mean, saved_invstd = ctx.saved_tensors
+    dx, dw, db = batchnorm_backward(x, contiguous_grad(dy), weight, saved_mean, saved_invstd, *ctx.args)
+    return (dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None, db if _needs(ctx, 2) else None,
+            None, None, None, None, None, None)
+
+
+batchnorm_forward_training.register_autograd(_bn_training_backward, setup_context=_bn_training_setup)
+
+
+@torch.library.custom_op("pyooc::batchnorm_forward_inference", mutates_args=())
+def batchnorm_forward_inference(x: Tensor, weight: Tensor, bias: Tensor, mean: Tensor, var: Tensor, eps: float,
+                                memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.batchnorm_forward_inference, as_array(x, "input"), as_array(weight, "weight"),
+                          as_array(bias, "bias"), as_array(mean, "running_mean"), as_array(var, "running_var"),
+                          eps=eps, memory_limit=memory_limit, backend=backend))
+
+
+@batchnorm_forward_inference.register_fake
+def _(x, weight, bias, mean, var, eps, memory_limit, backend):
+    return x.new_empty(x.shape)
+
+
+def _bn_inference_setup(ctx, inputs, output):
+    x, weight, bias, mean, var, eps, memory_limit, backend = inputs
+    ctx.save_for_backward(x, weight, mean, var)
+    ctx.args = (eps, memory_limit, backend)
+
+
+def _bn_inference_backward(ctx, dy):
+    # With fixed statistics, y = weight * (x - mean) * invstd + bias: dx = dy * weight * invstd is the
+    # same op on dy with a zero mean and bias (pyooc streams it); dbias = sum(dy) is conv_backward_bias's
+    # reduction; dweight = sum(dy * xhat) multiplies two tensors on the host (torch) before reducing.
+    x, weight, mean, var = ctx.saved_tensors
+    eps, memory_limit, backend = ctx.args
+    dy = contiguous_grad(dy)
+    zeros = torch.zeros_like(mean)
+    as3d = [dy.shape[0], dy.shape[1], -1]  # conv_backward_bias takes [N, C, space]
+    dx = batchnorm_forward_inference(dy, weight, zeros, zeros, var, eps, memory_limit, backend) \
+        if _needs(ctx, 0) else None
+    dw = None
+    if _needs(ctx, 1):
+        xhat = batchnorm_forward_inference(x, torch.ones_like(weight), zeros, mean, var, eps, memory_limit, backend)
+        dw = conv_backward_bias((dy * xhat).reshape(as3d), memory_limit, backend)
+    db = conv_backward_bias(dy.reshape(as3d), memory_limit, backend) if _needs(ctx, 2) else None
+    return dx, dw, db, None, None, None, None, None
+
+
+batchnorm_forward_inference.register_autograd(_bn_inference_backward, setup_context=_bn_inference_setup)
+
+
+# ------------------------------------------------------------------------------------------------
+# GEMM: linear (torch's F.linear on 2-D input) and matmul
+
+
+@torch.library.custom_op("pyooc::linear_forward", mutates_args=())
+def linear_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.linear_forward, as_array(x, "input"), as_array(w, "weight"),
+                          as_array_or_none(bias, "bias"), memory_limit=memory_limit, backend=backend))
+
+
+@linear_forward.register_fake
+def _(x, w, bias, memory_limit, backend):
+    return x.new_empty([x.shape[0], w.shape[0]])
+
+
+@torch.library.custom_op("pyooc::linear_backward", mutates_args=())
+def linear_backward(x: Tensor, w: Tensor, dy: Tensor, bias: bool, memory_limit: int,
+                    backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    dx, dw, db = _run(pyooc.linear_backward, as_array(x, "input"), as_array(w, "weight"),
+                      as_array(dy, "grad_output"), bias=bias, memory_limit=memory_limit, backend=backend)
+    return as_tensor(dx), as_tensor(dw), x.new_empty([0]) if db is None else as_tensor(db)
+
+
+@linear_backward.register_fake
+def _(x, w, dy, bias, memory_limit, backend):
+    return x.new_empty(x.shape), w.new_empty(w.shape), w.new_empty([w.shape[0] if bias else 0])
+
+
+def _linear_setup(ctx, inputs, output):
+    x, w, bias, memory_limit, backend = inputs
+    ctx.save_for_backward(x, w)
+    ctx.has_bias = bias is not None
+    ctx.args = (memory_limit, backend)
+
+
+def _linear_backward(ctx, dy):
+    x, w = ctx.saved_tensors
+    want_db = ctx.has_bias and _needs(ctx, 2)
+    dx, dw, db = linear_backward(x, w, contiguous_grad(dy), want_db, *ctx.args)
+    return dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None, db if want_db else None, None, None
+
+
+linear_forward.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+
+@torch.library.custom_op("pyooc::matmul", mutates_args=())
+def matmul(a: Tensor, b: Tensor, memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.matmul, as_array(a, "input"), as_array(b, "mat2"), memory_limit=memory_limit,
+                          backend=backend))
+
+
+@matmul.register_fake
+def _(a, b, memory_limit, backend):
+    return a.new_empty([a.shape[0], b.shape[1]])
+
+
+def _matmul_setup(ctx, inputs, output):
+    a, b, memory_limit, backend = inputs
+    ctx.save_for_backward(a, b)
+    ctx.args = (memory_limit, backend)
+
+
+def _matmul_backward(ctx, g):
+    # da = g @ b.T is linear(g, b) (b read in place); db = a.T @ g needs a transposed copy of a.
+    a, b = ctx.saved_tensors
+    g = contiguous_grad(g)
+    da = linear_forward(g, b, None, *ctx.args) if _needs(ctx, 0) else None
+    db = matmul(a.t().contiguous(), g, *ctx.args) if _needs(ctx, 1) else None
+    return da, db, None, None
+
+
+matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
+
+
+# ------------------------------------------------------------------------------------------------
+# add_tensor: alpha * a + beta * c, a broadcast over c (cuDNN AddTensor)
+
+
+@torch.library.custom_op("pyooc::add_tensor", mutates_args=())
+def add_tensor(a: Tensor, c: Tensor, alpha: float, beta: float, memory_limit: int, backend: str) -> Tensor:
+    return as_tensor(_run(pyooc.add_tensor, as_array(a, "a"), as_array(c, "c"), alpha=alpha, beta=beta,
+                          memory_limit=memory_limit, backend=backend))
+
+
+@add_tensor.register_fake
+def _(a, c, alpha, beta, memory_limit, backend):
+    return c.new_empty(c.shape)
+
+
+def _add_setup(ctx, inputs, output):
+    a, c, alpha, beta, memory_limit, backend = inputs
+    ctx.a_shape = a.shape
+    ctx.scales = (alpha, beta)
+
+
+def _add_backward(ctx, g):
+    # The broadcast's reduction (sum over a's size-1 dims) is torch's own on the host.
+    alpha, beta = ctx.scales
+    da = (g * alpha).sum_to_size(ctx.a_shape) if _needs(ctx, 0) else None
+    dc = g * beta if _needs(ctx, 1) else None
+    return da, dc, None, None, None, None
+
+
+add_tensor.register_autograd(_add_backward, setup_context=_add_setup)
+
+
+# Every op above, by name: the tests opcheck each one.
+OPS = {name: obj for name, obj in dict(globals()).items()
+       if isinstance(obj, torch._library.custom_ops.CustomOpDef)}

@@ -1,0 +1,298 @@
+"""torch.nn.functional's signatures over pyooc's custom ops (pyooc/torch/_ops.py): the same
+positional and keyword arguments, plus `memory_limit=` (bytes or "512MiB"; default: pyooc's
+process default, pyooc.set_memory_limit) and `backend=` ("auto", "cuda", "host").
+
+What pyooc does not compute raises NotImplementedError naming the argument (groups != 1, dtypes
+other than float32, ceil_mode, pooling dilation, ...): pyooc.torch never falls back to torch's own op
+silently, since that op would need the whole tensor on one device. `inplace=True` is accepted for
+torch's signatures but computes out of place: the result is a new tensor, the input is unchanged
+(pyooc's custom ops are functional, so torch.compile and autograd see no mutation).
+"""
+
+import math
+
+import torch
+
+from pyooc.memory import parse_memory_limit
+from pyooc.torch import _ops
+from pyooc.torch._tensors import check_tensor
+
+_BACKENDS = ("auto", "cuda", "host")
+
+
+def _options(memory_limit, backend):
+    """(memory_limit in bytes, 0 for the process default; backend) as the ops take them."""
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+    return parse_memory_limit(memory_limit) or 0, backend
+
+
+def _tuple(value, n, name):
+    """An int or a sequence of n ints (torch's _single/_pair/_triple) as a list."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value] * n
+    items = list(value)
+    if len(items) == 1:
+        return items * n
+    if len(items) != n:
+        raise ValueError(f"{name} must be an int or a tuple of {n} ints, got {items}")
+    return [int(v) for v in items]
+
+
+def _not_implemented(name, value, supported):
+    raise NotImplementedError(f"{name}={value!r} is not supported by pyooc (supported: {supported})")
+
+
+def _groups(groups):
+    if groups != 1:
+        _not_implemented("groups", groups, "groups=1 only, for now")
+
+
+def _rank(input, spatial, what):
+    check_tensor(input, "input")
+    if input.dim() != spatial + 2:
+        raise ValueError(f"{what}: expected {spatial + 2}D (batched) input of shape [N, C, {'...' if spatial > 1 else 'L'}],"
+                         f" got {input.dim()}D input of size {list(input.shape)} (pyooc takes batched input only)")
+
+
+def _conv_padding(padding, weight, dilation, stride, spatial):
+    """torch's padding: ints, or "valid" / "same" (as explicit symmetric padding where one exists)."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [0] * spatial
+        if padding == "same":
+            if any(s != 1 for s in stride):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            total = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+            if any(t % 2 for t in total):
+                _not_implemented("padding", padding, "'same' with a symmetric padding (an odd dilated kernel)")
+            return [t // 2 for t in total]
+        raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+    return _tuple(padding, spatial, "padding")
+
+
+def _conv(spatial, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend):
+    _rank(input, spatial, f"conv{spatial}d")
+    _groups(groups)
+    stride, dilation = _tuple(stride, spatial, "stride"), _tuple(dilation, spatial, "dilation")
+    padding = _conv_padding(padding, weight, dilation, stride, spatial)
+    return _ops.conv_forward(input, weight, bias, stride, padding, dilation, 1, *_options(memory_limit, backend))
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_limit=None,
+           backend="auto"):
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_limit=None,
+           backend="auto"):
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_limit=None,
+           backend="auto"):
+    return _conv(3, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend)
+
+
+def _conv_transpose(spatial, input, weight, bias, stride, padding, output_padding, groups, dilation, memory_limit,
+                    backend):
+    _rank(input, spatial, f"conv_transpose{spatial}d")
+    _groups(groups)
+    args = [_tuple(v, spatial, name) for v, name in ((stride, "stride"), (padding, "padding"),
+                                                    (output_padding, "output_padding"), (dilation, "dilation"))]
+    return _ops.conv_transpose_forward(input, weight, bias, *args, 1, *_options(memory_limit, backend))
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1, *,
+                     memory_limit=None, backend="auto"):
+    return _conv_transpose(1, input, weight, bias, stride, padding, output_padding, groups, dilation, memory_limit,
+                           backend)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1, *,
+                     memory_limit=None, backend="auto"):
+    return _conv_transpose(2, input, weight, bias, stride, padding, output_padding, groups, dilation, memory_limit,
+                           backend)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1, *,
+                     memory_limit=None, backend="auto"):
+    return _conv_transpose(3, input, weight, bias, stride, padding, output_padding, groups, dilation, memory_limit,
+                           backend)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5, *,
+               memory_limit=None, backend="auto"):
+    """torch.nn.functional.batch_norm: in training, the batch's statistics (running_mean/var, when
+    given, updated in place with momentum, as torch); otherwise the running statistics."""
+    check_tensor(input, "input")
+    if momentum is None:
+        _not_implemented("momentum", None, "a float (the cumulative moving average is not implemented)")
+    c = input.shape[1] if input.dim() > 1 else 0
+    # affine=False: unit scale and zero shift, which no gradient reaches.
+    weight = torch.ones(c, dtype=input.dtype) if weight is None else weight
+    bias = torch.zeros(c, dtype=input.dtype) if bias is None else bias
+    options = _options(memory_limit, backend)
+    if not training:
+        if running_mean is None or running_var is None:
+            raise ValueError("running_mean and running_var must be defined in evaluation mode")
+        return _ops.batchnorm_forward_inference(input, weight, bias, running_mean, running_var, float(eps), *options)
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("running_mean and running_var go together: pass both or neither")
+    y, _, _, new_mean, new_var = _ops.batchnorm_forward_training(input, weight, bias, running_mean, running_var,
+                                                               float(momentum), float(eps), *options)
+    if running_mean is not None:
+        with torch.no_grad():
+            running_mean.copy_(new_mean)
+            running_var.copy_(new_var)
+    return y
+
+
+def _pool_geometry(spatial, kernel_size, stride, padding):
+    kernel = _tuple(kernel_size, spatial, "kernel_size")
+    stride = kernel if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
+        else _tuple(stride, spatial, "stride")
+    return kernel, stride, _tuple(padding, spatial, "padding")
+
+
+def _max_pool(spatial, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, memory_limit,
+              backend):
+    _rank(input, spatial, f"max_pool{spatial}d")
+    if any(d != 1 for d in _tuple(dilation, spatial, "dilation")):
+        _not_implemented("dilation", dilation, "1")
+    if ceil_mode:
+        _not_implemented("ceil_mode", ceil_mode, "False")
+    if return_indices:
+        _not_implemented("return_indices", return_indices, "False")
+    return _ops.pool_forward(input, *_pool_geometry(spatial, kernel_size, stride, padding), "max",
+                             *_options(memory_limit, backend))
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False, *,
+               memory_limit=None, backend="auto"):
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, memory_limit,
+                     backend)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False, *,
+               memory_limit=None, backend="auto"):
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, memory_limit,
+                     backend)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False, *,
+               memory_limit=None, backend="auto"):
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, memory_limit,
+                     backend)
+
+
+def _avg_pool(spatial, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+              memory_limit, backend):
+    _rank(input, spatial, f"avg_pool{spatial}d")
+    if ceil_mode:
+        _not_implemented("ceil_mode", ceil_mode, "False")
+    if divisor_override is not None:
+        _not_implemented("divisor_override", divisor_override, "None")
+    mode = "avg" if count_include_pad else "avg_exclude_pad"
+    return _ops.pool_forward(input, *_pool_geometry(spatial, kernel_size, stride, padding), mode,
+                             *_options(memory_limit, backend))
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, *,
+               memory_limit=None, backend="auto"):
+    return _avg_pool(1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None, memory_limit,
+                     backend)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None, *, memory_limit=None, backend="auto"):
+    return _avg_pool(2, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+                     memory_limit, backend)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None, *, memory_limit=None, backend="auto"):
+    return _avg_pool(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+                     memory_limit, backend)
+
+
+def _activation(input, mode, coef, memory_limit, backend):
+    check_tensor(input, "input")
+    return _ops.activation_forward(input, mode, float(coef), *_options(memory_limit, backend))
+
+
+def relu(input, inplace=False, *, memory_limit=None, backend="auto"):
+    return _activation(input, "relu", 0.0, memory_limit, backend)
+
+
+def relu6(input, inplace=False, *, memory_limit=None, backend="auto"):
+    return _activation(input, "clipped_relu", 6.0, memory_limit, backend)
+
+
+def sigmoid(input, *, memory_limit=None, backend="auto"):
+    return _activation(input, "sigmoid", 0.0, memory_limit, backend)
+
+
+def tanh(input, *, memory_limit=None, backend="auto"):
+    return _activation(input, "tanh", 0.0, memory_limit, backend)
+
+
+def elu(input, alpha=1.0, inplace=False, *, memory_limit=None, backend="auto"):
+    return _activation(input, "elu", alpha, memory_limit, backend)
+
+
+def gelu(input, approximate="none", *, memory_limit=None, backend="auto"):
+    if approximate != "none":
+        _not_implemented("approximate", approximate, "'none' (the exact GELU)")
+    return _activation(input, "gelu", 0.0, memory_limit, backend)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False, *, memory_limit=None, backend="auto"):
+    return _activation(input, "leaky_relu", negative_slope, memory_limit, backend)
+
+
+def silu(input, inplace=False, *, memory_limit=None, backend="auto"):
+    return _activation(input, "swish", 1.0, memory_limit, backend)
+
+
+def linear(input, weight, bias=None, *, memory_limit=None, backend="auto"):
+    """torch.nn.functional.linear: input [*, in_features] is viewed as a matrix (no copy)."""
+    check_tensor(input, "input")
+    if input.dim() == 0:
+        raise ValueError("input must have at least 1 dimension, got a 0-d tensor")
+    rows = input.reshape(-1, input.shape[-1])
+    y = _ops.linear_forward(rows, weight, bias, *_options(memory_limit, backend))
+    return y.reshape(*input.shape[:-1], weight.shape[0])
+
+
+def _softmax_view(input, dim, dtype, name):
+    """input viewed as [before, C, after] around the reduced dim (a view: no copy), for pyooc's
+    channel softmax; torch's implicit dim when dim is None."""
+    check_tensor(input, "input")
+    if dtype is not None and dtype != torch.float32:
+        _not_implemented("dtype", dtype, "None or torch.float32")
+    if dim is None:  # torch's legacy choice (it warns; the explicit dim is better)
+        dim = 0 if input.dim() in (0, 1, 3) else 1
+    if input.dim() == 0:
+        raise ValueError(f"{name}: input must have at least 1 dimension")
+    dim = dim + input.dim() if dim < 0 else dim
+    if not 0 <= dim < input.dim():
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-input.dim()}, {input.dim() - 1}], "
+                         f"but got {dim})")
+    shape = input.shape
+    return input.reshape(math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:]))
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None, *, memory_limit=None, backend="auto"):
+    view = _softmax_view(input, dim, dtype, "softmax")
+    return _ops.softmax_forward(view, False, *_options(memory_limit, backend)).reshape(input.shape)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None, *, memory_limit=None, backend="auto"):
+    view = _softmax_view(input, dim, dtype, "log_softmax")
+    return _ops.softmax_forward(view, True, *_options(memory_limit, backend)).reshape(input.shape)
+
+
+__all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "batch_norm",
+           "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "relu", "relu6",
+           "sigmoid", "tanh", "elu", "gelu", "leaky_relu", "silu", "linear", "softmax", "log_softmax"]

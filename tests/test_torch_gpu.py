@@ -1,0 +1,161 @@
+"""pyooc.torch on the GPU (marked gpu; skipped without one): CUDA tensors refused by name, pinned
+CPU tensors through the cuda backend, a small model trained on the cuda backend with torch's losses,
+the saved-tensor offloader with streams and pinned memory, and a model under one budget with
+pyooc.torch.policy against in-core torch on the same GPU. Needs a CUDA build of torch."""
+
+import copy
+
+import pytest
+
+from test_torch_modules import _small_net_for_training, train_losses
+from torch_helpers import rand, torch
+
+import pyooc.torch as pt  # noqa: E402
+from pyooc.torch import policy  # noqa: E402
+import pyooc  # noqa: E402
+from conftest import needed_budget, rel_err  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+nn = torch.nn
+
+
+@pytest.fixture(autouse=True)
+def fp32_torch():
+    """torch in full FP32 (no TF32), deterministic cuDNN, as the references need."""
+    assert torch.cuda.is_available(), "the GPU tests of pyooc.torch need a CUDA build of torch"
+    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    yield
+    (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) = saved
+
+
+def test_cuda_tensors_are_refused_by_name():
+    x, w = torch.randn(1, 2, 5, 5, device="cuda"), torch.randn(3, 2, 3, 3)
+    with pytest.raises(ValueError, match="input is on cuda"):
+        pt.functional.conv2d(x, w)
+    with pytest.raises(ValueError, match="weight is on cuda"):
+        pt.functional.conv2d(x.cpu(), w.cuda())
+
+
+def test_pinned_tensors_through_the_cuda_backend(rng):
+    x = rand(rng, (4, 16, 64, 64)).float().pin_memory()
+    w = rand(rng, (16, 16, 3, 3), 0.3).float().pin_memory()
+    assert x.is_pinned()
+    # A little above the smallest plan the cuda backend has: many chunks.
+    limit = int(1.2 * needed_budget(lambda limit: pyooc.plan_conv_forward(
+        x.shape, w.shape, padding=1, memory_limit=limit, backend="cuda")))
+    y = pt.functional.conv2d(x, w, padding=1, memory_limit=limit, backend="cuda")
+    ref = nn.functional.conv2d(x.double(), w.double(), padding=1)
+    assert y.device.type == "cpu"
+    assert rel_err(y.numpy(), ref.numpy()) < 1e-5
+    stats = pyooc.last_stats()
+    assert stats["plan"].backend == "cuda" and stats["chunks"] > 1
+
+
+def test_small_model_trains_on_the_cuda_backend(rng):
+    ref = _small_net_for_training(rng)
+    # The process default budget: the chunking on the cuda backend is the test above's (and the
+    # repository's GPU tests'); this one is the front end's numerics through cuDNN and cuBLAS.
+    model = pt.convert(copy.deepcopy(ref), backend="cuda")
+    losses, ref_losses = train_losses(rng, model, ref.double(), require_chunks=False)
+    for step, (a, b) in enumerate(zip(losses, ref_losses)):
+        assert abs(a - b) <= 1e-4 * abs(b), f"step {step}: pyooc loss {a}, torch {b}"
+    assert losses[-1] < losses[0]
+
+
+def _net():
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(16 * 16 * 16, 10))
+
+
+def test_offloader_with_streams_and_pinned_memory(rng):
+    torch.manual_seed(int(rng.integers(2**31)))
+    model = _net().cuda()
+    x = rand(rng, (8, 3, 64, 64)).float().cuda()
+
+    def grads(hooks=None):
+        model.zero_grad()
+        if hooks is None:
+            loss = model(x).square().sum()
+        else:
+            with hooks:
+                loss = model(x).square().sum()
+        loss.backward()
+        torch.cuda.synchronize()
+        return loss.item(), [p.grad.clone() for p in model.parameters()]
+
+    loss, want = grads()
+    off = policy.SavedTensorOffloader(0, "cuda", prefetch=2)
+    loss2, got = grads(off.hooks())
+    assert off.stats["offloaded"] > 0 and off.stats["prefetched"] > 0
+    assert all(h.host.is_pinned() for h in off.offloaded)
+    # Copies are exact; the tolerance only allows cuDNN to pick another kernel for new addresses.
+    assert abs(loss2 - loss) <= 1e-6 * abs(loss)
+    for a, b in zip(got, want):
+        assert rel_err(a.cpu().numpy(), b.cpu().numpy()) < 1e-6, "an offloaded activation came back changed"
+
+
+def test_model_under_one_budget_matches_in_core_torch(rng):
+    """Layers too big for the compute share run through pyooc (cuda backend) on host tensors, the
+    rest in core on the GPU; the loss and gradients are in-core torch's on the same GPU (FP32)."""
+    torch.manual_seed(int(rng.integers(2**31)))
+    ref = _net().cuda()
+    model = copy.deepcopy(ref)
+    x = rand(rng, (8, 3, 64, 64)).float().cuda()
+    budget = 2 * policy.device_bytes(model[4], (8, 16, 32, 32))
+    runner = policy.OutOfCore(model, budget, device="cuda", backend="cuda")
+    for _ in range(3):
+        ref.zero_grad(), model.zero_grad()
+        loss = ref(x).square().sum()
+        loss.backward()
+        loss2 = runner(x).square().sum()
+        loss2.backward()
+        assert rel_err(loss2.detach().cpu().numpy(), loss.detach().cpu().numpy()) < 1e-5
+        for name, (p, q) in zip(dict(model.named_parameters()), zip(model.parameters(), ref.parameters())):
+            assert p.grad.device.type == "cuda", f"{name}'s gradient is not on the device"
+            assert rel_err(p.grad.cpu().numpy(), q.grad.cpu().numpy()) < 1e-4, name
+        with torch.no_grad():
+            for p, q in zip(model.parameters(), ref.parameters()):
+                p -= 1e-4 * p.grad
+                q -= 1e-4 * q.grad
+    assert runner.decisions["0"] == "pyooc" and runner.decisions["8"] == "device", runner.decisions
+    assert runner.offloader.stats["offloaded"] + runner.offloader.stats["kept"] > 0
+
+
+class _TinyUNet(nn.Module):
+    """One level of a 2D U-Net: the skip joins a big early layer's output (pyooc: on the host) and
+    the upsampled path's (in core: on the device) with torch.cat, as a user writes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU())
+        self.down = nn.MaxPool2d(2)
+        self.mid = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU())
+        self.up = nn.ConvTranspose2d(16, 16, 2, stride=2)
+        self.head = nn.Conv2d(32, 2, 1)
+
+    def forward(self, x):
+        skip = self.enc(x)
+        return self.head(torch.cat([self.up(self.mid(self.down(skip))), skip], 1))
+
+
+def test_model_with_a_skip_across_placements(rng):
+    torch.manual_seed(int(rng.integers(2**31)))
+    ref = _TinyUNet().cuda()
+    model = copy.deepcopy(ref)
+    x = rand(rng, (4, 16, 64, 64)).float().cuda()
+    # A compute share between the upsampling's (in core) and the first conv's (pyooc) device bytes.
+    share = (policy.device_bytes(model.up, (4, 16, 32, 32)) + policy.device_bytes(model.enc[0], x.shape)) // 2
+    runner = policy.OutOfCore(model, 2 * share, device="cuda", backend="cuda")
+    loss = ref(x).square().mean()
+    loss.backward()
+    loss2 = runner(x).square().mean()
+    loss2.backward()
+    assert runner.decisions["enc.0"] == "pyooc" and runner.decisions["up"] == "device", runner.decisions
+    assert rel_err(loss2.detach().cpu().numpy(), loss.detach().cpu().numpy()) < 1e-5
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert rel_err(p.grad.cpu().numpy(), q.grad.cpu().numpy()) < 1e-4, name
