@@ -15,9 +15,11 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 cdef extern from "Python.h":
     int PyErr_CheckSignals() nogil  # left with its error set: the binding's translation keeps it
 
-# At most this often the GIL is taken for signals; more rarely when taking it was slow (another
-# thread held it), so that the call never spends more than ~2% of its time waiting for the GIL.
-cdef double _SIGNAL_INTERVAL = 0.005
+# At most this often the GIL is taken for signals (an uncontended acquire costs about a
+# microsecond: 0.1% of the call; every millisecond of the interval is latency a Ctrl-C waits, which
+# the H200 showed against 5 ms chunks); more rarely when taking it was slow (another thread held
+# it), so that the call never spends more than ~2% of its time waiting for the GIL.
+cdef double _SIGNAL_INTERVAL = 0.001
 cdef double _PROGRESS_INTERVAL = 0.1
 
 

@@ -6,13 +6,18 @@ Size: OOC_FUZZ_EXAMPLES cases per family (default 400: the CI run, under a minut
 OOC_FUZZ_SEED fixes hypothesis' seed (default: derandomized, the same cases every run)."""
 
 import os
+import sys
 import time
 
-import hypothesis
-from hypothesis import HealthCheck, given, settings
+# Run as a script with -P (scripts/gpu-check: the checkout's pyooc/ must not shadow the installed
+# one), this directory is not on sys.path: its sibling modules are found through it.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import fuzz_cases
-from fuzz_runner import Runner
+import hypothesis  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+
+import fuzz_cases  # noqa: E402
+from fuzz_runner import Runner  # noqa: E402
 
 FAMILIES = {"valid": fuzz_cases.valid_cases, "bad": fuzz_cases.bad_cases, "plans": fuzz_cases.plan_cases}
 
