@@ -42,3 +42,22 @@ def test_str_subclasses_name_modes_like_str():
     assert pyooc.pool_forward(X, 2, mode=mode[1], backend="host").shape == (2, 3, 4, 4)
     with pytest.raises(TypeError, match="mode must be a str, got int"):
         pyooc.activation_forward(X, 3, backend="host")
+
+
+# Found by the fuzz suite on the H200: window parameters past 2^31 - 1 planned (the host backend
+# ran them) but the cuda backend refused them mid-run with a RuntimeError. They are now refused at
+# validation on every backend, naming the argument.
+@pytest.mark.parametrize("call, name", [
+    (lambda: pyooc.plan_conv_forward((3, 3, 7, 4), (5, 3, 2, 1), stride=2**60, padding=1), "stride"),
+    (lambda: pyooc.plan_conv_backward_filter((3, 4, 3), (3, 5, 5), (5, 4, 1), padding=1, dilation=2**40), "dilation"),
+    (lambda: pyooc.plan_conv_bias_activation_forward((4, 1, 8), (4, 1, 1), stride=2**31, dilation=2), "stride"),
+    (lambda: pyooc.plan_pool_forward((1, 5, 3, 3, 3), 3, stride=2**56), "stride"),
+])
+def test_window_parameters_past_int_are_refused_naming_them(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+def test_window_parameters_at_the_int_limit_plan():
+    plan = pyooc.plan_conv_forward((1, 1, 8), (1, 1, 3), stride=2**31 - 1, padding=1, backend="host")
+    assert plan.num_chunks >= 1

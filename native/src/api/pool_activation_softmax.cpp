@@ -126,6 +126,8 @@ ConvProblem pool_problem(const std::vector<int64_t>& x_shape, const std::vector<
   p.stride = expand(stride, "stride", 1);
   p.padding = expand(padding, "padding", 0);
   for (int d = 0; d < sd; ++d) {
+    checked::kernel_int(p.kernel[d], "kernel");
+    checked::kernel_int(p.stride[d], "stride");
     if (p.padding[d] > p.kernel[d] / 2)  // 2 * padding > kernel, without overflowing
       throw invalid_argument("padding: pad should be at most half of effective kernel size, but got pad=" +
                              std::to_string(p.padding[d]) + ", kernel_size=" + std::to_string(p.kernel[d]) +

@@ -1,5 +1,7 @@
 #include "plan/checked_size.hpp"
 
+#include <limits>
+
 #include "ooc/errors.hpp"
 #include "plan/shape_format.hpp"
 
@@ -35,6 +37,12 @@ int64_t tensor_elements(const std::vector<int64_t>& shape, size_t element_size, 
   for (int64_t d : shape) elements = mul(elements, d, what);
   mul(elements, static_cast<int64_t>(element_size), what);  // its bytes must fit too
   return elements;
+}
+
+void kernel_int(int64_t value, const std::string& name) {
+  if (value > std::numeric_limits<int32_t>::max())
+    throw invalid_argument(name + " is " + std::to_string(value) + ", more than " +
+                           std::to_string(std::numeric_limits<int32_t>::max()) + " (the kernels take it as an int)");
 }
 
 }  // namespace ooc::checked

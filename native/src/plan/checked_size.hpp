@@ -25,4 +25,10 @@ int64_t add(int64_t a, int64_t b, const std::string& what);
 // `name` when its bytes pass kMaxTensorBytes.
 int64_t tensor_elements(const std::vector<int64_t>& shape, size_t element_size, const std::string& name);
 
+// A window parameter every chunk hands the kernels as an int (stride, dilation, a pooling kernel:
+// cuDNN's descriptors): invalid_argument naming `name` when it passes 2^31 - 1, at validation and
+// on every backend alike, rather than a runtime error from the cuda backend alone. (A padding
+// needs no such bound: a dimension padded that far is split, and chunks pad with explicit zeros.)
+void kernel_int(int64_t value, const std::string& name);
+
 }  // namespace ooc::checked

@@ -117,6 +117,8 @@ ConvProblem forward_geometry(const std::vector<int64_t>& x_shape, const std::vec
     if (p.stride[d] <= 0) throw invalid_argument("non-positive stride is not supported");
     if (p.padding[d] < 0) throw invalid_argument("negative padding is not supported");
     if (p.dilation[d] <= 0) throw invalid_argument("dilation should be greater than zero");
+    checked::kernel_int(p.stride[d], "stride");
+    checked::kernel_int(p.dilation[d], "dilation");
   }
   if (p.k % groups != 0) {
     std::ostringstream msg;
