@@ -85,15 +85,17 @@ def test_torch_compile_runs_the_ops_opaquely(rng):
     def net(x, w, b, w2):
         y = F.relu(F.conv2d(x, w, b, padding=1, backend="host"), backend="host")
         y = F.max_pool2d(y, 2, backend="host")
-        return F.linear(y.flatten(1), w2, backend="host").sum()
+        return F.linear(y.flatten(1), w2, backend="host")
 
     args = [torch.from_numpy(rng.standard_normal(s).astype("float32")).requires_grad_()
             for s in ((2, 3, 8, 8), (4, 3, 3, 3), (4,), (5, 64))]
-    eager_loss = net(*args)
-    eager_grads = torch.autograd.grad(eager_loss, args)
+    eager_out = net(*args)
+    eager_grads = torch.autograd.grad(eager_out.sum(), args)
     compiled = torch.compile(net, fullgraph=True)
-    loss = compiled(*args)
-    grads = torch.autograd.grad(loss, args)
-    assert rel_err(loss.detach().numpy(), eager_loss.detach().numpy()) < 1e-6
+    out = compiled(*args)
+    grads = torch.autograd.grad(out.sum(), args)
+    # The outputs, not their sum: a sum of ten logits may cancel, and inductor may add in another
+    # order (CI saw 6e-6 relative to such a sum).
+    assert rel_err(out.detach().numpy(), eager_out.detach().numpy()) < 1e-6
     for g, ref in zip(grads, eager_grads):
         assert rel_err(g.numpy(), ref.numpy()) < 1e-6
