@@ -96,18 +96,23 @@ cdef class Plan:
     @property
     def splits(self):
         """Number of pieces per dimension: n, k (output channels), c (input channels) and each
-        spatial dimension (d, h, w): of y / dy, or of dx for conv_backward_data."""
+        spatial dimension (d, h, w): of y / dy, or of dx for conv_backward_data. A grouped
+        convolution (groups > 1) also has "groups", its group tiles; k and c then count the tiles
+        inside one group tile."""
         cdef ooc.Plan* p = self.c_obj.get()
-        out = {"n": p.splits_n, "k": p.splits_k, "c": p.splits_c}
+        out = {"groups": p.splits_g} if p.problem.groups > 1 else {}
+        out.update({"n": p.splits_n, "k": p.splits_k, "c": p.splits_c})
         for i, name in enumerate(_SPATIAL_NAMES[p.problem.spatial_dims]):
             out[name] = p.splits_out[i]
         return out
 
     @property
     def tiles(self):
-        """Tile size per dimension (the last tile of a dimension may be smaller)."""
+        """Tile size per dimension (the last tile of a dimension may be smaller); "groups" (groups
+        per tile) for a grouped convolution, whose k and c tiles are then channels per tile."""
         cdef ooc.Plan* p = self.c_obj.get()
-        out = {"n": p.tiling.n, "k": p.tiling.k, "c": p.tiling.c}
+        out = {"groups": p.tiling.g} if p.problem.groups > 1 else {}
+        out.update({"n": p.tiling.n, "k": p.tiling.k, "c": p.tiling.c})
         for i, name in enumerate(_SPATIAL_NAMES[p.problem.spatial_dims]):
             out[name] = p.tiling.out[i]
         return out

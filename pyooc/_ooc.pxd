@@ -81,7 +81,7 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         Range& operator[](size_t)
 
     cdef cppclass Tiling:
-        int64_t n, k, c
+        int64_t n, k, c, g
         Dims3 out
 
     cdef enum class LoopOrder(int):
@@ -133,7 +133,7 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
         ConvProblem problem
         string backend
         Tiling tiling
-        int64_t splits_n, splits_k, splits_c
+        int64_t splits_g, splits_n, splits_k, splits_c
         Dims3 splits_out
         LoopOrder order
         int buffers, x_buffers, w_buffers, y_buffers, bias_buffers

@@ -136,11 +136,10 @@ def test_groups_not_dividing_out_channels(rng, arrays):
             lambda: pyooc.conv_forward(x, w, groups=2, backend="host"))
 
 
-def test_groups_two_not_implemented(rng, arrays):
-    x, w, _ = random_problem(rng, (2, 4, 8, 8), (4, 2, 3, 3))
-    rejects(NotImplementedError, r"groups", arrays, lambda: pyooc.conv_forward(x, w, groups=2, backend="host"))
-    with pytest.raises(NotImplementedError, match="groups"):
-        pyooc.plan_conv_forward(x.shape, w.shape, groups=2, backend="host")
+def test_groups_not_matching_channels(rng, arrays):
+    x, w, _ = random_problem(rng, (2, 4, 8, 8), (4, 4, 3, 3))
+    rejects(ValueError, r"Given groups=2, w of size \[4, 4, 3, 3\], expected x\[2, 4, 8, 8\] to have 8 channels", arrays,
+            lambda: pyooc.conv_forward(x, w, groups=2, backend="host"))
 
 
 # --------------------------------------------------------------------------------------------

@@ -136,10 +136,11 @@ def test_bias_options(arrays, name, value, exc, pattern):
 
 def test_groups(rng, arrays):
     x, w, dy = random_backward(rng, (2, 4, 8, 8), (4, 2, 3, 3))
-    rejects(NotImplementedError, r"groups", arrays, lambda: pyooc.conv_backward_data(dy, w, x.shape, groups=2,
-                                                                                      backend="host"))
-    rejects(NotImplementedError, r"groups", arrays, lambda: pyooc.conv_backward_filter(x, dy, w.shape, groups=2,
-                                                                                        backend="host"))
+    # w [4, 2, ...] with groups=4 wants x of 8 channels: refused naming x_shape, nothing written.
+    rejects(ValueError, r"groups=4.*expected x_shape\[2, 4, 8, 8\] to have 8 channels", arrays,
+            lambda: pyooc.conv_backward_data(dy, w, x.shape, groups=4, backend="host"))
+    rejects(ValueError, r"groups=4", arrays, lambda: pyooc.conv_backward_filter(x, dy, w.shape, groups=4,
+                                                                                 backend="host"))
     rejects(ValueError, "non-positive groups is not supported", arrays, data(arrays, groups=0))
 
 

@@ -27,15 +27,18 @@ struct BackwardSpec {
   Operation op = Operation::backward_data;
   Shape x, w, stride{1}, padding{0}, dilation{1};
   double alpha = 1.0, beta = 0.0;
+  int64_t groups = 1;
 
-  ooc::ConvProblem forward() const { return ooc::ConvProblem::forward(x, w, stride, padding, dilation, 1, 1, 0, false); }
+  ooc::ConvProblem forward() const {
+    return ooc::ConvProblem::forward(x, w, stride, padding, dilation, groups, 1, 0, false);
+  }
   ooc::ConvProblem problem() const {
     const Shape y = forward().y_shape();
     switch (op) {
       case Operation::backward_data:
-        return ooc::ConvProblem::backward_data(y, w, x, stride, padding, dilation, 1, alpha, beta);
+        return ooc::ConvProblem::backward_data(y, w, x, stride, padding, dilation, groups, alpha, beta);
       case Operation::backward_filter:
-        return ooc::ConvProblem::backward_filter(x, y, w, stride, padding, dilation, 1, alpha, beta);
+        return ooc::ConvProblem::backward_filter(x, y, w, stride, padding, dilation, groups, alpha, beta);
       case Operation::backward_bias:
         return ooc::ConvProblem::backward_bias(y, alpha, beta);
       default:
@@ -62,12 +65,16 @@ inline const char* op_label(Operation op) {
 // --------------------------------------------------------------------------------------------
 // float64 references (direct loops over every tap, unpadded coordinates, bounds checked per tap)
 
-// Calls fn(n, k, c, o[3], i[3], tap index) for every product the convolution of `p` forms.
+// Calls fn(x index, w index, y index) for every product the convolution of `p` forms. Grouped:
+// output channel k of group k / (K / G) reads that group's input channels only, through w[k, j]
+// for its j-th one.
 template <typename Fn>
 void for_each_product(const ooc::ConvProblem& p, Fn fn) {
+  const int64_t cg = p.c / p.groups, kg = p.k / p.groups;
   for (int64_t n = 0; n < p.n; ++n)
     for (int64_t k = 0; k < p.k; ++k)
-      for (int64_t c = 0; c < p.c; ++c)
+      for (int64_t j = 0; j < cg; ++j) {
+        const int64_t c = k / kg * cg + j;
         for (int64_t o0 = 0; o0 < p.out[0]; ++o0)
           for (int64_t o1 = 0; o1 < p.out[1]; ++o1)
             for (int64_t o2 = 0; o2 < p.out[2]; ++o2)
@@ -79,12 +86,13 @@ void for_each_product(const ooc::ConvProblem& p, Fn fn) {
                     const int64_t i2 = o2 * p.stride[2] + e * p.dilation[2] - p.padding[2];
                     if (i0 < 0 || i0 >= p.in[0] || i1 < 0 || i1 >= p.in[1] || i2 < 0 || i2 >= p.in[2]) continue;
                     const size_t xi = static_cast<size_t>((((n * p.c + c) * p.in[0] + i0) * p.in[1] + i1) * p.in[2] + i2);
-                    const size_t wi = static_cast<size_t>((((k * p.c + c) * p.kernel[0] + a) * p.kernel[1] + b) *
+                    const size_t wi = static_cast<size_t>((((k * cg + j) * p.kernel[0] + a) * p.kernel[1] + b) *
                                                               p.kernel[2] + e);
                     const size_t yi =
                         static_cast<size_t>((((n * p.k + k) * p.out[0] + o0) * p.out[1] + o1) * p.out[2] + o2);
                     fn(xi, wi, yi);
                   }
+      }
 }
 
 inline std::vector<double> blended(std::vector<double> acc, const ooc::ConvProblem& p, const std::vector<float>& old) {

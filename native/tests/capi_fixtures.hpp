@@ -121,13 +121,13 @@ struct ConvDescriptors {
   Convolution conv;
 
   ConvDescriptors(const Shape& x_shape, const Shape& w_shape, const Shape& padding, const Shape& stride,
-                  const Shape& dilation)
-      : problem(ooc::ConvProblem::forward(x_shape, w_shape, stride, padding, dilation, 1, 1.0, 0.0, false)),
+                  const Shape& dilation, int groups = 1)
+      : problem(ooc::ConvProblem::forward(x_shape, w_shape, stride, padding, dilation, groups, 1.0, 0.0, false)),
         x(tensor(x_shape)),
         y(tensor(problem.y_shape())),
         bias(tensor(bias_dims(x_shape.size(), w_shape[0]))),
         w(filter(w_shape)),
-        conv(convolution(padding, stride, dilation)) {}
+        conv(convolution(padding, stride, dilation, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT, groups)) {}
 
   static Shape bias_dims(size_t rank, int64_t k) {
     Shape s(rank, 1);

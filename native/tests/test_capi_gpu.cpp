@@ -28,7 +28,8 @@ class CapiGpu : public CapiGpuTest {
   }
 
   void check_forward(const ConvDescriptors& d, float alpha, float beta, unsigned seed);
-  void check_gradient(ooc::Operation op, float alpha, float beta, unsigned seed);
+  // w and groups: the large geometry's own (kW, 1) unless a grouped case says otherwise.
+  void check_gradient(ooc::Operation op, float alpha, float beta, unsigned seed, const Shape& w, int groups);
 };
 
 // Large enough that twice the smallest plan is well below the whole problem.
@@ -83,10 +84,12 @@ TEST_P(CapiGpu, BiasActivationForward) {
 }
 
 // cudnnConvolutionBackward{Data,Filter,Bias} (op) of the large geometry with alpha and beta.
-void CapiGpu::check_gradient(ooc::Operation op, float alpha, float beta, unsigned seed) {
-  const ConvDescriptors d(kX, kW, kPad, kStride, kDilation);
+void CapiGpu::check_gradient(ooc::Operation op, float alpha, float beta, unsigned seed, const Shape& w, int groups) {
+  const ConvDescriptors d(kX, w, kPad, kStride, kDilation, groups);
   std::mt19937 rng(test_seed(seed));
-  const ooc::ConvProblem p = backward_spec(op, kX, kW, kStride, kPad, kDilation, alpha, beta).problem();
+  BackwardSpec spec = backward_spec(op, kX, w, kStride, kPad, kDilation, alpha, beta);
+  spec.groups = groups;
+  const ooc::ConvProblem p = spec.problem();
   const auto random = [&](int64_t count) { return random_tensor(count, rng); };
   // The call's tensors in its argument order, the output (read, as beta may blend it) last.
   std::vector<std::vector<float>> tensors;
@@ -118,11 +121,27 @@ void CapiGpu::check_gradient(ooc::Operation op, float alpha, float beta, unsigne
                      });
 }
 
-TEST_P(CapiGpu, BackwardData) { check_gradient(ooc::Operation::backward_data, 1.0f, 0.5f, 14); }
+TEST_P(CapiGpu, BackwardData) { check_gradient(ooc::Operation::backward_data, 1.0f, 0.5f, 14, kW, 1); }
 
-TEST_P(CapiGpu, BackwardFilter) { check_gradient(ooc::Operation::backward_filter, 1.0f, 1.0f, 15); }
+TEST_P(CapiGpu, BackwardFilter) { check_gradient(ooc::Operation::backward_filter, 1.0f, 1.0f, 15, kW, 1); }
 
-TEST_P(CapiGpu, BackwardBias) { check_gradient(ooc::Operation::backward_bias, 1.0f, 0.5f, 16); }
+TEST_P(CapiGpu, BackwardBias) { check_gradient(ooc::Operation::backward_bias, 1.0f, 0.5f, 16, kW, 1); }
+
+// cudnnSetConvolutionGroupCount honoured: 4 groups of 4 input channels, and depthwise (16 groups of
+// one channel, two filters each).
+const Shape kWGrouped{24, 4, 3, 3}, kWDepthwise{32, 1, 3, 3};
+
+TEST_P(CapiGpu, ForwardGrouped) { check_forward(ConvDescriptors(kX, kWGrouped, kPad, kStride, kDilation, 4), 1.0f, 0.5f, 17); }
+
+TEST_P(CapiGpu, ForwardDepthwise) {
+  check_forward(ConvDescriptors(kX, kWDepthwise, kPad, kStride, kDilation, 16), 1.0f, 0.0f, 18);
+}
+
+TEST_P(CapiGpu, BackwardDataGrouped) { check_gradient(ooc::Operation::backward_data, 1.0f, 0.5f, 19, kWGrouped, 4); }
+
+TEST_P(CapiGpu, BackwardFilterDepthwise) {
+  check_gradient(ooc::Operation::backward_filter, 1.0f, 1.0f, 20, kWDepthwise, 16);
+}
 
 INSTANTIATE_TEST_SUITE_P(Memory, CapiGpu, gpu_cases(), case_name);
 

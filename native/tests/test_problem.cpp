@@ -88,13 +88,15 @@ TEST(ProblemValidation, Groups) {
   // k not divisible by groups, and channels not matching c / groups: bad arguments, not "unsupported".
   expect_invalid([] { make({2, 4, 8, 8}, {3, 2, 3, 3}, {1}, {0}, {1}, 2); }, "groups");
   expect_invalid([] { make({2, 4, 8, 8}, {4, 4, 3, 3}, {1}, {0}, {1}, 2); }, "x", "to have 8 channels, but got 4");
-  // A valid grouped convolution is a request this build does not serve yet.
-  try {
-    make({2, 4, 8, 8}, {6, 2, 3, 3}, {1}, {0}, {1}, 2);
-    ADD_FAILURE() << "groups=2 should throw ooc::not_supported";
-  } catch (const ooc::not_supported& e) {
-    EXPECT_NE(std::string(e.what()).find("groups"), std::string::npos) << e.what();
-  }
+  // A valid grouped convolution: w holds c / groups input channels, y has k.
+  const ooc::ConvProblem grouped = make({2, 4, 8, 8}, {6, 2, 3, 3}, {1}, {0}, {1}, 2);
+  EXPECT_EQ(grouped.groups, 2);
+  EXPECT_EQ(grouped.w_elements(), 6 * 2 * 9);
+  EXPECT_EQ(grouped.y_shape(), (Shape{2, 6, 6, 6}));
+  // Depthwise with a channel multiplier of 3: groups = c.
+  const ooc::ConvProblem depthwise = make({2, 4, 8, 8}, {12, 1, 3, 3}, {1}, {1}, {1}, 4);
+  EXPECT_EQ(depthwise.y_shape(), (Shape{2, 12, 8, 8}));
+  EXPECT_DOUBLE_EQ(depthwise.flops(), 2.0 * 2 * 12 * 64 * 9);
 }
 
 TEST(ProblemGeometry, OutputSizes1D) {

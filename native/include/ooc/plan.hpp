@@ -22,10 +22,14 @@ struct Range {
 };
 
 // Tile sizes (the last tile of a dimension may be smaller: uneven edges). Spatial tiles are over
-// y / dy (forward, backward filter and bias) or over dx (backward data).
+// y / dy (forward, backward filter and bias) or over dx (backward data). A grouped convolution is
+// tiled along g (groups per tile) and k, c inside a group tile (conv_geometry.hpp's
+// GroupedChannels); k and c are then channel counts of a tile, a group tile of several groups
+// holding its groups' channels whole. Ungrouped: g = 1.
 struct Tiling {
   int64_t n = 1, k = 1, c = 1;
   Dims3 out{1, 1, 1};
+  int64_t g = 1;
 };
 
 // Which tensor the outer loop walks, i.e. which one is reused across the inner loop.
@@ -108,7 +112,7 @@ struct Plan {
   ConvProblem problem;          // problem.op says which operation
   std::string backend;          // "host" or "cuda"
   Tiling tiling;
-  int64_t splits_n = 1, splits_k = 1, splits_c = 1;
+  int64_t splits_g = 1, splits_n = 1, splits_k = 1, splits_c = 1;  // k, c: tiles inside one group tile
   Dims3 splits_out{1, 1, 1};
   LoopOrder order = LoopOrder::ns_outer;
   int buffers = 3;              // pipeline depth: load next / compute / write back (forward: also y's slot count)

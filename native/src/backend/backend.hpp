@@ -33,10 +33,12 @@ struct StridedCopy {
 // Shapes of one chunk's convolution, as the compute kernel sees it: dense x [n, c, in...],
 // w [k, c, kernel...], y [n, k, out...]; padding applied by the kernel itself. The gradients use
 // the same shapes: dx like x, dw like w, dy like y.
+// A grouped chunk (groups > 1) is `groups` convolutions side by side: c and k count all its
+// channels, w is [k, c / groups, kernel...], output channel block g reads input block g.
 struct ChunkConv {
   DType dtype = DType::float32;  // of every tensor the call reads and writes
   int spatial_dims = 2;
-  int64_t n = 1, c = 1, k = 1;
+  int64_t n = 1, c = 1, k = 1, groups = 1;
   Dims3 in{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1}, out{1, 1, 1};
 };
 

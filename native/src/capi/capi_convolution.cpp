@@ -35,7 +35,7 @@ ConvProblem forward_problem(cudnnTensorDescriptor_t xDesc, cudnnFilterDescriptor
                             double beta, bool has_bias) {
   const ConvShapes s = conv_shapes(xDesc, "xDesc", wDesc, "wDesc", yDesc, "yDesc", convDesc);
   const ConvGeometry& g = s.geometry;
-  ConvProblem p = ConvProblem::forward(s.x, s.w, g.stride, g.padding, g.dilation, 1, alpha, beta, has_bias);
+  ConvProblem p = ConvProblem::forward(s.x, s.w, g.stride, g.padding, g.dilation, g.groups, alpha, beta, has_bias);
   expect_shape(s.y, p.y_shape(), "yDesc");
   return p;
 }
@@ -124,7 +124,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardData(cudnnHandle_t handle, 
     require_pointers({{alpha, "alpha"}, {w, "w"}, {dy, "dy"}, {beta, "beta"}, {dx, "dx"}});
     const ConvShapes s = conv_shapes(dxDesc, "dxDesc", wDesc, "wDesc", dyDesc, "dyDesc", convDesc);
     const ConvGeometry& g = s.geometry;
-    const ConvProblem p = ConvProblem::backward_data(s.y, s.w, s.x, g.stride, g.padding, g.dilation, 1, scalar(alpha),
+    const ConvProblem p = ConvProblem::backward_data(s.y, s.w, s.x, g.stride, g.padding, g.dilation, g.groups, scalar(alpha),
                                                      scalar(beta));
     return dispatch(
         "cudnnConvolutionBackwardData", {{w, p.w_elements()}, {dy, p.y_elements()}, {dx, p.x_elements()}}, handle,
@@ -150,7 +150,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardFilter(cudnnHandle_t handle
     require_pointers({{alpha, "alpha"}, {x, "x"}, {dy, "dy"}, {beta, "beta"}, {dw, "dw"}});
     const ConvShapes s = conv_shapes(xDesc, "xDesc", dwDesc, "dwDesc", dyDesc, "dyDesc", convDesc);
     const ConvGeometry& g = s.geometry;
-    const ConvProblem p = ConvProblem::backward_filter(s.x, s.y, s.w, g.stride, g.padding, g.dilation, 1,
+    const ConvProblem p = ConvProblem::backward_filter(s.x, s.y, s.w, g.stride, g.padding, g.dilation, g.groups,
                                                        scalar(alpha), scalar(beta));
     return dispatch(
         "cudnnConvolutionBackwardFilter", {{x, p.x_elements()}, {dy, p.y_elements()}, {dw, p.w_elements()}}, handle,

@@ -102,8 +102,8 @@ ConvGeometry conv_geometry(cudnnConvolutionDescriptor_t desc, size_t spatial_dim
   if (compute != CUDNN_DATA_FLOAT) throw not_supported("convDesc: only a CUDNN_DATA_FLOAT compute type is supported");
   int groups = 1;
   check_read(cudnnGetConvolutionGroupCount(desc, &groups), "convDesc");
-  if (groups != 1) throw not_supported("convDesc: group count " + std::to_string(groups) + "; only 1 is supported");
   ConvGeometry g;
+  g.groups = groups;
   g.stride.assign(stride, stride + length);
   g.padding.assign(pad, pad + length);
   g.dilation.assign(dilation, dilation + length);

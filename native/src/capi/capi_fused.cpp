@@ -38,7 +38,7 @@ ConvInputs conv_inputs(cudnnTensorDescriptor_t xDesc, cudnnFilterDescriptor_t wD
 
 ConvProblem forward_with_bias(const ConvInputs& c, double alpha1, double alpha2) {
   const ConvGeometry& g = c.geometry;
-  return ConvProblem::forward(c.x, c.w, g.stride, g.padding, g.dilation, 1, alpha1, alpha2, true);
+  return ConvProblem::forward(c.x, c.w, g.stride, g.padding, g.dilation, g.groups, alpha1, alpha2, true);
 }
 
 // z is read only when alpha2 != 0 (null allowed otherwise); bias is [1, K, 1...].
@@ -59,12 +59,12 @@ ConvProblem backward_problem(const ConvInputs& c, cudnnTensorDescriptor_t dyDesc
   const Shape dy = tensor_shape(dyDesc, dy_name);
   same_rank(dy, dy_name, c.x, "xDesc");
   const ConvGeometry& g = c.geometry;
-  const ConvProblem fwd = ConvProblem::forward(c.x, c.w, g.stride, g.padding, g.dilation, 1, 1.0, 0.0, false);
+  const ConvProblem fwd = ConvProblem::forward(c.x, c.w, g.stride, g.padding, g.dilation, g.groups, 1.0, 0.0, false);
   expect_shape(dy, fwd.y_shape(), dy_name);
   expect_shape(tensor_shape(dxDesc, "dxDesc"), c.x, "dxDesc");
   expect_shape(filter_shape(dwDesc, "dwDesc"), c.w, "dwDesc");
   expect_shape(tensor_shape(dbDesc, "dbDesc"), bias_shape(dy.size(), c.w[0]), "dbDesc");
-  return ConvProblem::backward_data(dy, c.w, c.x, g.stride, g.padding, g.dilation, 1, 1.0, 0.0);
+  return ConvProblem::backward_data(dy, c.w, c.x, g.stride, g.padding, g.dilation, g.groups, 1.0, 0.0);
 }
 
 // pre (the activation's input) is optional: null leaves preDesc unread.
@@ -132,7 +132,7 @@ extern "C" cudnnStatus_t ooc_cudnnDeconvolutionBiasActivationForward(
                                        g.dilation[d] * (c.w[d + 2] - 1) + 1);
     ConvProblem p;
     try {
-      p = deconv_problem(c.x, c.w, g.stride, g.padding, output_padding, g.dilation, 1, scalar(alpha1), scalar(alpha2),
+      p = deconv_problem(c.x, c.w, g.stride, g.padding, output_padding, g.dilation, g.groups, scalar(alpha1), scalar(alpha2),
                          true);
     } catch (const std::invalid_argument& e) {
       throw invalid_argument(std::string("yDesc ") + format_shape(ys) + " is no transposed convolution of xDesc " +

@@ -88,8 +88,9 @@ Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name);
 
 struct ConvGeometry {
   std::vector<int64_t> stride, padding, dilation;
+  int64_t groups = 1;  // cudnnSetConvolutionGroupCount's
 };
-// Cross-correlation, float compute, group count 1, `spatial_dims` dimensions.
+// Cross-correlation, float compute, `spatial_dims` dimensions.
 ConvGeometry conv_geometry(cudnnConvolutionDescriptor_t desc, size_t spatial_dims);
 
 struct ActivationSetting {

@@ -8,6 +8,7 @@
 #include "exec/chunk_pacer.hpp"
 #include "exec/device_arena.hpp"
 #include "exec/scatter_worker.hpp"
+#include "plan/conv_geometry.hpp"
 
 namespace ooc {
 namespace {
@@ -96,6 +97,7 @@ ChunkConv chunk_shape(const Chunk& ch, const ConvProblem& p) {
   s.n = ch.n.size();
   s.c = ch.c.size();
   s.k = ch.k.size();
+  s.groups = groups_spanned(ch.c, p.c / p.groups);
   for (int d = 0; d < kMaxSpatial; ++d) {
     s.in[d] = ch.in[d].size();
     s.out[d] = ch.out[d].size();

@@ -6,6 +6,7 @@
 
 #include "exec/chunk_pipeline.hpp"
 #include "exec/region_copy.hpp"
+#include "plan/conv_geometry.hpp"
 
 namespace ooc::conv_regions {
 
@@ -37,7 +38,9 @@ inline Region region_of(const TensorView& v, Family f, const Chunk& ch, const Co
   switch (f) {
     case Family::x: return {v, box_of(ch.n, ch.c, ch.in)};
     case Family::y: return {v, box_of(ch.n, ch.k, ch.out)};
-    case Family::w: return {v, box_of(ch.k, ch.c, {Range{0, p.kernel[0]}, Range{0, p.kernel[1]}, Range{0, p.kernel[2]}})};
+    case Family::w:
+      return {v, box_of(ch.k, w_columns(ch.c, p.c / p.groups),
+                        {Range{0, p.kernel[0]}, Range{0, p.kernel[1]}, Range{0, p.kernel[2]}})};
     case Family::bias: break;
   }
   return {v, box_of(ch.k, Range{0, 1}, {Range{0, 1}, Range{0, 1}, Range{0, 1}})};

@@ -6,7 +6,9 @@
 //   backward bias    db[k]             reduces over n and out;   reads dy[n, k, out]
 // The nests differ only in which tensors depend on which dimensions and in the spatial regions,
 // so one engine enumerates them: tile sizes per dimension, loop order, pipeline depth; what each
-// tensor costs (slots, loads, bytes) follows from its dimensions and the nest.
+// tensor costs (slots, loads, bytes) follows from its dimensions and the nest. A grouped
+// convolution adds a seventh dimension, g (group tiles), and k and c then tile the channels inside
+// a group tile (conv_geometry.hpp's GroupedChannels); ungrouped, g has one tile.
 #include <algorithm>
 #include <functional>
 #include <stdexcept>
@@ -23,7 +25,7 @@ namespace {
 
 using namespace planner_parts;  // NOLINT: the shared planner pieces
 
-enum LoopDim { kN, kK, kC, kS0, kS1, kS2, kLoopDims };
+enum LoopDim { kN, kG, kK, kC, kS0, kS1, kS2, kLoopDims };
 constexpr uint32_t bit(int d) { return 1u << d; }
 constexpr uint32_t kSpatialDims = bit(kS0) | bit(kS1) | bit(kS2);
 
@@ -165,13 +167,15 @@ std::vector<DimTiling> dx_tilings(const ConvProblem& p, int d) {
   });
 }
 
-constexpr std::array<int, kLoopDims> order_of(int a, int b, int c, int d, int e, int f) { return {a, b, c, d, e, f}; }
+constexpr std::array<int, kLoopDims> order_of(int a, int b, int c, int d, int e, int f, int g) {
+  return {a, b, c, d, e, f, g};
+}
 
 Nest nest_of(const ConvProblem& p) {
   Nest nest;
   const int64_t kernel = p.kernel[0] * p.kernel[1] * p.kernel[2];
-  nest.extent = {p.n, p.k, p.c, 1, 1, 1};
-  for (int d : {kN, kK, kC}) nest.tilings[d] = plain_tilings(nest.extent[d]);
+  nest.extent = {p.n, p.groups, p.k / p.groups, p.c / p.groups, 1, 1, 1};
+  for (int d : {kN, kG, kK, kC}) nest.tilings[d] = plain_tilings(nest.extent[d]);
   // Spatial tiles: of dx for backward data (its output), of dy for the others.
   for (int d = 0; d < kMaxSpatial; ++d) {
     const bool over_dx = p.op == Operation::backward_data;
@@ -180,24 +184,24 @@ Nest nest_of(const ConvProblem& p) {
   }
   switch (p.op) {
     case Operation::backward_data:
-      nest.inputs = {{kY, bit(kN) | bit(kK) | kSpatialDims}, {kW, bit(kK) | bit(kC), kernel}};
-      nest.output = {kX, bit(kN) | bit(kC) | kSpatialDims};
+      nest.inputs = {{kY, bit(kN) | bit(kG) | bit(kK) | kSpatialDims}, {kW, bit(kG) | bit(kK) | bit(kC), kernel}};
+      nest.output = {kX, bit(kN) | bit(kG) | bit(kC) | kSpatialDims};
       nest.reduction = bit(kK);
-      nest.orders = {{LoopOrder::ns_outer, order_of(kN, kS0, kS1, kS2, kC, kK)},
-                     {LoopOrder::c_outer, order_of(kC, kN, kS0, kS1, kS2, kK)}};
+      nest.orders = {{LoopOrder::ns_outer, order_of(kN, kS0, kS1, kS2, kG, kC, kK)},
+                     {LoopOrder::c_outer, order_of(kG, kC, kN, kS0, kS1, kS2, kK)}};
       break;
     case Operation::backward_filter:
-      nest.inputs = {{kX, bit(kN) | bit(kC) | kSpatialDims}, {kY, bit(kN) | bit(kK) | kSpatialDims}};
-      nest.output = {kW, bit(kK) | bit(kC), kernel};
+      nest.inputs = {{kX, bit(kN) | bit(kG) | bit(kC) | kSpatialDims}, {kY, bit(kN) | bit(kG) | bit(kK) | kSpatialDims}};
+      nest.output = {kW, bit(kG) | bit(kK) | bit(kC), kernel};
       nest.reduction = bit(kN) | kSpatialDims;
-      nest.orders = {{LoopOrder::k_outer, order_of(kK, kC, kN, kS0, kS1, kS2)},
-                     {LoopOrder::c_outer, order_of(kC, kK, kN, kS0, kS1, kS2)}};
+      nest.orders = {{LoopOrder::k_outer, order_of(kG, kK, kC, kN, kS0, kS1, kS2)},
+                     {LoopOrder::c_outer, order_of(kG, kC, kK, kN, kS0, kS1, kS2)}};
       break;
     case Operation::backward_bias:
-      nest.inputs = {{kY, bit(kN) | bit(kK) | kSpatialDims}};
-      nest.output = {kB, bit(kK)};
+      nest.inputs = {{kY, bit(kN) | bit(kG) | bit(kK) | kSpatialDims}};
+      nest.output = {kB, bit(kG) | bit(kK)};
       nest.reduction = bit(kN) | kSpatialDims;
-      nest.orders = {{LoopOrder::k_outer, order_of(kK, kC, kN, kS0, kS1, kS2)}};
+      nest.orders = {{LoopOrder::k_outer, order_of(kG, kK, kC, kN, kS0, kS1, kS2)}};
       break;
     case Operation::forward:
       throw std::logic_error("plan_conv_backward_for: a forward problem");
@@ -211,7 +215,7 @@ Nest nest_of(const ConvProblem& p) {
 std::array<int64_t, 5> family_extent(const ConvProblem& p, Family f) {
   switch (f) {
     case kX: return {p.n, p.c, p.in[0], p.in[1], p.in[2]};
-    case kW: return {p.k, p.c, p.kernel[0], p.kernel[1], p.kernel[2]};
+    case kW: return {p.k, p.c / p.groups, p.kernel[0], p.kernel[1], p.kernel[2]};
     case kY: return {p.n, p.k, p.out[0], p.out[1], p.out[2]};
     case kB: return {p.k, 1, 1, 1, 1};
   }
@@ -219,10 +223,10 @@ std::array<int64_t, 5> family_extent(const ConvProblem& p, Family f) {
 }
 std::array<int64_t, 5> region_extent(const ConvProblem& p, Family f, const Choice& ch) {
   switch (f) {
-    case kX: return {ch[kN]->tile, ch[kC]->tile, ch[kS0]->x_max, ch[kS1]->x_max, ch[kS2]->x_max};
-    case kW: return {ch[kK]->tile, ch[kC]->tile, p.kernel[0], p.kernel[1], p.kernel[2]};
-    case kY: return {ch[kN]->tile, ch[kK]->tile, ch[kS0]->y_max, ch[kS1]->y_max, ch[kS2]->y_max};
-    case kB: return {ch[kK]->tile, 1, 1, 1, 1};
+    case kX: return {ch[kN]->tile, ch[kG]->tile * ch[kC]->tile, ch[kS0]->x_max, ch[kS1]->x_max, ch[kS2]->x_max};
+    case kW: return {ch[kG]->tile * ch[kK]->tile, ch[kC]->tile, p.kernel[0], p.kernel[1], p.kernel[2]};
+    case kY: return {ch[kN]->tile, ch[kG]->tile * ch[kK]->tile, ch[kS0]->y_max, ch[kS1]->y_max, ch[kS2]->y_max};
+    case kB: return {ch[kG]->tile * ch[kK]->tile, 1, 1, 1, 1};
   }
   return {};
 }
@@ -314,8 +318,10 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const Nest& nest, const C
       return Range{index[d] * ch[d]->tile, std::min((index[d] + 1) * ch[d]->tile, nest.extent[d])};
     };
     chunk.n = range(kN);
-    chunk.k = range(kK);
-    chunk.c = range(kC);
+    // A group tile of several groups has k and c whole (offer_candidates), so range(kK) and
+    // range(kC) are then [0, per group).
+    chunk.k = GroupedChannels{nest.extent[kK]}.channels(range(kG), range(kK));
+    chunk.c = GroupedChannels{nest.extent[kC]}.channels(range(kG), range(kC));
     for (int d = 0; d < kMaxSpatial; ++d) fill_spatial(p, *ch[kS0 + d], d, index[kS0 + d], chunk);
     chunk.load_x = chunk.load_w = chunk.load_y = false;
     for (const TensorRole& t : nest.inputs) {
@@ -369,6 +375,8 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, const N
       }
       return;
     }
+    // A tile of several groups holds their channels whole, or its regions would not be boxes.
+    if (ch[kG]->tile > 1 && (ch[kK]->tiles > 1 || ch[kC]->tiles > 1)) return;
     double chunks = 1;
     for (int e = 0; e < kLoopDims; ++e) chunks *= static_cast<double>(ch[e]->tiles);
     int64_t largest = slot_elements(nest.output, ch);
@@ -420,7 +428,9 @@ Plan plan_of(const ConvProblem& p, const PlannerConfig& config, const Nest& nest
              double seconds) {
   Plan plan = plan_with_totals(p, config, best.workspace, best.peak, best.bytes_h2d, best.bytes_d2h, seconds);
   const Choice& b = best.choice;
-  plan.tiling = Tiling{b[kN]->tile, b[kK]->tile, b[kC]->tile, {b[kS0]->tile, b[kS1]->tile, b[kS2]->tile}};
+  plan.tiling = Tiling{b[kN]->tile, b[kG]->tile * b[kK]->tile, b[kG]->tile * b[kC]->tile,
+                       {b[kS0]->tile, b[kS1]->tile, b[kS2]->tile}, b[kG]->tile};
+  plan.splits_g = b[kG]->tiles;
   plan.splits_n = b[kN]->tiles;
   plan.splits_k = b[kK]->tiles;
   plan.splits_c = b[kC]->tiles;

@@ -134,4 +134,34 @@ inline BackwardDataRows backward_data_rows(Range target, int64_t out, int64_t ke
   return r;
 }
 
+// Groups: a grouped convolution's K output channels and C input channels form `groups` blocks of
+// K / groups and C / groups; output channel block g reads input block g only, through w's rows of
+// block g (w is [K, C / groups, kernel...]). Planners tile a grouped convolution along three
+// dimensions instead of K and C: g (whole groups per tile), and k and c *inside* a group tile.
+// A tile of several groups holds their channels whole (k and c not split), or its x region would
+// not be a box; a tile of one group may split its k and c like an ungrouped convolution. With
+// groups == 1 the g dimension has one tile and k, c tile K and C as always.
+struct GroupedChannels {
+  int64_t per_group = 1;  // channels of one group: K / groups or C / groups
+
+  // The channels of group tile `groups` (a range of group indices) and, inside it, `within` (a
+  // range of [0, per_group), whole when the tile holds several groups).
+  Range channels(Range groups, Range within) const {
+    return Range{groups.begin * per_group + within.begin, (groups.end - 1) * per_group + within.end};
+  }
+};
+
+// How many whole groups a chunk's channel range spans (1 for a range inside one group): the group
+// count of its chunk convolution.
+inline int64_t groups_spanned(Range channels, int64_t per_group) {
+  return std::max<int64_t>(1, channels.size() / per_group);
+}
+
+// w's columns (its second dimension, C / groups wide) that a chunk over input channels `c` reads:
+// relative to c's first group, at most one group wide.
+inline Range w_columns(Range c, int64_t c_per_group) {
+  const int64_t begin = c.begin % c_per_group;
+  return Range{begin, begin + std::min(c.size(), c_per_group)};
+}
+
 }  // namespace ooc

@@ -196,6 +196,8 @@ Plan plan_conv_bias_activation_pooling_forward_for(const ConvProblem& conv, cons
                                                    const PlannerConfig& config) {
   if (conv.op != Operation::forward || pool.op != Operation::pool_forward)
     throw std::logic_error("fused pooling planner: not a forward convolution and a pooling");
+  planner_parts::require_ungrouped(conv, "conv_bias_activation_pooling_forward",
+                                   "conv_bias_activation_forward followed by pool_forward");
   return with_grown_workspace(
       with_workspace_fallback(config, [&](const PlannerConfig& c) { return plan_with_workspace(conv, pool, c); }),
       config);

@@ -33,13 +33,14 @@ std::string Plan::describe() const {
   const bool per_chunk = problem.op >= Operation::batchnorm_forward_training;  // batch norm: independent chunks
   const bool accumulates = !per_chunk && (reduces_over_c                              ? splits_c > 1
                                           : problem.op == Operation::backward_data   ? splits_k > 1
-                                          : num_chunks() > static_cast<size_t>(splits_k * splits_c));
+                                          : num_chunks() > static_cast<size_t>(splits_g * splits_k * splits_c));
   std::ostringstream s;
   s << "Plan for " << (fused.empty() ? std::string() : fused + ": ") << problem.describe() << "\n"
     << "  backend " << backend << ", memory_limit " << format_bytes(static_cast<double>(memory_limit)) << "\n"
-    << "  splits: n=" << splits_n << " k=" << splits_k << " c=" << splits_c << " out=" << format_shape(split_out)
-    << "  (tiles: n=" << tiling.n << " k=" << tiling.k << " c=" << tiling.c << " out=" << format_shape(tile_out)
-    << ")\n"
+    << "  splits: " << (problem.groups > 1 ? "groups=" + std::to_string(splits_g) + " " : std::string())
+    << "n=" << splits_n << " k=" << splits_k << " c=" << splits_c << " out=" << format_shape(split_out) << "  (tiles: "
+    << (problem.groups > 1 ? "groups=" + std::to_string(tiling.g) + " " : std::string()) << "n=" << tiling.n
+    << " k=" << tiling.k << " c=" << tiling.c << " out=" << format_shape(tile_out) << ")\n"
     << "  " << num_chunks() << " chunks" << (passes > 1 ? " x " + std::to_string(passes) + " passes" : std::string())
     << ", loop order " << loop_order_name(order) << ", " << buffers << " buffers"
     << (w_resident ? ", w resident" : "")

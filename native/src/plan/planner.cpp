@@ -39,9 +39,11 @@ SpatialSplit spatial_split(const ConvProblem& p, int d, int64_t tile) {
   return s;
 }
 
+// tiles_k and tiles_c count the k and c tiles inside one group tile (conv_geometry.hpp's
+// GroupedChannels); ungrouped, tiles_g is 1 and they tile K and C.
 struct Candidate {
   Tiling tiling;
-  int64_t tiles_n = 1, tiles_k = 1, tiles_c = 1;
+  int64_t tiles_g = 1, tiles_n = 1, tiles_k = 1, tiles_c = 1;
   Dims3 tiles_out{1, 1, 1};
   LoopOrder order = LoopOrder::ns_outer;
   int buffers = 3, x_buffers = 3, w_buffers = 3;
@@ -52,23 +54,26 @@ struct Candidate {
 
 // Loads of x and w over the whole loop nest: a chunk reuses the tensor region of the chunk before
 // it when they are equal (see LoopOrder). Must agree with expand_chunks (a planner test checks).
+// The k loop walks group tiles and the k tiles inside each (k_tiles in all); a group tile reads
+// only its groups' x channels, so x is re-read per k tile inside a group tile, not per k_tiles.
 void count_traffic(const ConvProblem& p, Candidate& c, double x_once, double w_total, double y_total) {
   const int64_t tiles_ns = c.tiles_n * c.tiles_out[0] * c.tiles_out[1] * c.tiles_out[2];
+  const int64_t k_tiles = c.tiles_g * c.tiles_k;
   double x_loads_factor, w_loads_factor;  // multiples of x_once and w_total
   int64_t x_loads, w_loads;
-  const int64_t total_chunks = tiles_ns * c.tiles_k * c.tiles_c;
+  const int64_t total_chunks = tiles_ns * k_tiles * c.tiles_c;
   if (c.order == LoopOrder::k_outer) {
     const bool x_reused = tiles_ns == 1 && c.tiles_c == 1;
     x_loads_factor = x_reused ? 1.0 : static_cast<double>(c.tiles_k);
-    x_loads = x_reused ? 1 : total_chunks;
+    x_loads = x_reused ? c.tiles_g : total_chunks;
     const bool w_reused = c.tiles_c == 1;
     w_loads_factor = w_reused ? 1.0 : static_cast<double>(tiles_ns);
-    w_loads = w_reused ? c.tiles_k : total_chunks;
+    w_loads = w_reused ? k_tiles : total_chunks;
   } else {
     const bool x_reused = c.tiles_c == 1;
     x_loads_factor = x_reused ? 1.0 : static_cast<double>(c.tiles_k);
-    x_loads = x_reused ? tiles_ns : total_chunks;
-    const bool w_reused = c.tiles_k == 1 && c.tiles_c == 1;
+    x_loads = x_reused ? tiles_ns * c.tiles_g : total_chunks;
+    const bool w_reused = k_tiles == 1 && c.tiles_c == 1;
     w_loads_factor = w_reused ? 1.0 : static_cast<double>(tiles_ns);
     w_loads = w_reused ? 1 : total_chunks;
   }
@@ -85,8 +90,14 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const Candidate& c) {
   std::vector<Chunk> chunks;
   auto range = [](int64_t t, int64_t tile, int64_t extent) { return Range{t * tile, std::min((t + 1) * tile, extent)}; };
   const int64_t tiles_ns = c.tiles_n * c.tiles_out[0] * c.tiles_out[1] * c.tiles_out[2];
-  const int64_t outer = c.order == LoopOrder::k_outer ? c.tiles_k : tiles_ns;
-  const int64_t middle = c.order == LoopOrder::k_outer ? tiles_ns : c.tiles_k;
+  const int64_t k_tiles = c.tiles_g * c.tiles_k;  // group tiles outside, k tiles inside each
+  const int64_t outer = c.order == LoopOrder::k_outer ? k_tiles : tiles_ns;
+  const int64_t middle = c.order == LoopOrder::k_outer ? tiles_ns : k_tiles;
+  const GroupedChannels k_of{p.k / p.groups}, c_of{p.c / p.groups};
+  const bool several_groups = c.tiling.g > 1;  // a tile of several groups holds their channels whole
+  auto within = [&](int64_t t, int64_t tile, int64_t per_group) {
+    return several_groups ? Range{0, per_group} : range(t, tile, per_group);
+  };
   chunks.reserve(static_cast<size_t>(outer * middle * c.tiles_c));
   const Chunk* prev = nullptr;
   for (int64_t o = 0; o < outer; ++o) {
@@ -100,11 +111,12 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const Candidate& c) {
         ns /= c.tiles_out[d];
       }
       const int64_t nt = ns;
+      const Range groups = range(kt / c.tiles_k, c.tiling.g, p.groups);
       for (int64_t ct = 0; ct < c.tiles_c; ++ct) {
         Chunk ch;
         ch.n = range(nt, c.tiling.n, p.n);
-        ch.k = range(kt, c.tiling.k, p.k);
-        ch.c = range(ct, c.tiling.c, p.c);
+        ch.k = k_of.channels(groups, within(kt % c.tiles_k, c.tiling.k, k_of.per_group));
+        ch.c = c_of.channels(groups, within(ct, c.tiling.c, c_of.per_group));
         for (int d = 0; d < kMaxSpatial; ++d) {
           ch.out[d] = range(st[d], c.tiling.out[d], p.out[d]);
           if (c.tiles_out[d] == 1) {
@@ -129,8 +141,29 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const Candidate& c) {
   return chunks;
 }
 
-// Every tiling of n, k, c and the output's spatial dims (each from whole down), in both loop
-// orders, at every pipeline depth; of equally fast ones the search keeps the first.
+// The (g, k, c) tilings of a convolution's channels: tiles of several groups with their channels
+// whole, and tiles of one group with its k and c tiled (conv_geometry.hpp's GroupedChannels). In
+// channels per tile; ungrouped, every (k, c) tiling of K and C.
+struct ChannelTiling {
+  int64_t g, k, c;
+};
+std::vector<ChannelTiling> channel_tilings(const ConvProblem& p) {
+  const int64_t k_per_group = p.k / p.groups, c_per_group = p.c / p.groups;
+  std::vector<ChannelTiling> tilings;
+  for (int64_t tg : candidate_tiles(p.groups)) {
+    if (tg > 1) {
+      tilings.push_back({tg, tg * k_per_group, tg * c_per_group});
+      continue;
+    }
+    for (int64_t tk : candidate_tiles(k_per_group))
+      for (int64_t tc : candidate_tiles(c_per_group)) tilings.push_back({1, tk, tc});
+  }
+  return tilings;
+}
+
+// Every tiling of the channels (channel_tilings), n and the output's spatial dims (each from whole
+// down), in both loop orders, at every pipeline depth; of equally fast ones the search keeps the
+// first.
 void offer_candidates(const ConvProblem& p, const PlannerConfig& config, CandidateSearch<Candidate>& search) {
   const double es = static_cast<double>(dtype_size(p.dtype));
   const int64_t kernel_elems = p.kernel[0] * p.kernel[1] * p.kernel[2];
@@ -145,9 +178,13 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, Candida
     for (int64_t t : candidate_tiles(p.out[d]))
       if (tiles_within_limit(ceil_div(p.out[d], t))) spatial[d].push_back(spatial_split(p, d, t));
 
-  for (int64_t tk : candidate_tiles(p.k))
-    for (int64_t tc : candidate_tiles(p.c)) {
-      const int64_t w_elems = tk * tc * kernel_elems;
+  const int64_t k_per_group = p.k / p.groups, c_per_group = p.c / p.groups;
+  for (const ChannelTiling& channels : channel_tilings(p)) {
+      const int64_t tg = channels.g, tk = channels.k, tc = channels.c;
+      const int64_t w_elems = tk * std::min(tc, c_per_group) * kernel_elems;
+      const int64_t tiles_g = ceil_div(p.groups, tg);
+      const int64_t tiles_k = tg > 1 ? 1 : ceil_div(k_per_group, tk);
+      const int64_t tiles_c = tg > 1 ? 1 : ceil_div(c_per_group, tc);
       for (int64_t tn : candidate_tiles(p.n))
         for (const SpatialSplit& s0 : spatial[0])
           for (const SpatialSplit& s1 : spatial[1])
@@ -155,13 +192,14 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, Candida
               const int64_t x_elems = tn * tc * s0.max_in * s1.max_in * s2.max_in;
               const int64_t y_elems = tn * tk * s0.tile * s1.tile * s2.tile;
               Candidate c;
-              c.tiling = Tiling{tn, tk, tc, {s0.tile, s1.tile, s2.tile}};
+              c.tiling = Tiling{tn, tk, tc, {s0.tile, s1.tile, s2.tile}, tg};
+              c.tiles_g = tiles_g;
               c.tiles_n = ceil_div(p.n, tn);
-              c.tiles_k = ceil_div(p.k, tk);
-              c.tiles_c = ceil_div(p.c, tc);
+              c.tiles_k = tiles_k;
+              c.tiles_c = tiles_c;
               c.tiles_out = {s0.tiles, s1.tiles, s2.tiles};
-              const double chunks =
-                  static_cast<double>(c.tiles_n) * c.tiles_k * c.tiles_c * s0.tiles * s1.tiles * s2.tiles;
+              const double chunks = static_cast<double>(c.tiles_n) * tiles_g * c.tiles_k * c.tiles_c * s0.tiles *
+                                    s1.tiles * s2.tiles;
               const int64_t largest = std::max({x_elems, w_elems, y_elems});
               if (!search.within_limits(largest, chunks)) continue;
               c.x_slot = slot_bytes(x_elems, es);
@@ -171,7 +209,8 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, Candida
               for (LoopOrder order : {LoopOrder::ns_outer, LoopOrder::k_outer})
                 for (int buffers : {3, 2, 1}) {
                   // y has one slot per buffer: more buffers than output tiles would sit idle.
-                  if (buffers > 1 && buffers > c.tiles_n * c.tiles_k * s0.tiles * s1.tiles * s2.tiles) continue;
+                  if (buffers > 1 && buffers > c.tiles_n * tiles_g * c.tiles_k * s0.tiles * s1.tiles * s2.tiles)
+                    continue;
                   c.order = order;
                   c.buffers = buffers;
                   count_traffic(p, c, x_once, w_total, y_total);
@@ -179,8 +218,8 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, Candida
                            config.workspace_bytes;
                   search.offer(c, {c.peak, largest, chunks}, [&] {
                     TrafficEstimate t = traffic_estimate(c.bytes_h2d, c.bytes_d2h, p.flops(), chunks);
-                    t.reduction_depth = static_cast<double>(tc * kernel_elems);
-                    t.output_channels = static_cast<double>(tk);
+                    t.reduction_depth = static_cast<double>(std::min(tc, c_per_group) * kernel_elems);
+                    t.output_channels = static_cast<double>(std::min(tk, k_per_group));
                     t.copy_run_bytes =
                         shortest_run_bytes(es, {CopyRegion{{tn, tc, s0.max_in, s1.max_in, s2.max_in}, x_extent},
                                                 CopyRegion{{tn, tk, s0.tile, s1.tile, s2.tile}, y_extent}});
@@ -198,6 +237,7 @@ Plan plan_of(const ConvProblem& p, const PlannerConfig& config, const Candidate&
   Plan plan = plan_with_totals(p, config, config.workspace_bytes, best.peak, best.bytes_h2d,
                                               best.bytes_d2h, seconds);
   plan.tiling = best.tiling;
+  plan.splits_g = best.tiles_g;
   plan.splits_n = best.tiles_n;
   plan.splits_k = best.tiles_k;
   plan.splits_c = best.tiles_c;

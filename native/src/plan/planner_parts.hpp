@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <limits>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "ooc/errors.hpp"
@@ -107,6 +108,14 @@ inline void set_x_w_slots(Plan& plan, int x_slots, size_t x_slot_bytes, int w_sl
   plan.w_buffers = w_slots;
   plan.w_slot_bytes = w_slot_bytes;
   plan.w_resident = w_resident;
+}
+
+// The fused planners whose loop nests keep K (or C) whole on the device have no group
+// dimension yet: a grouped problem is refused naming the argument and what serves it.
+inline void require_ungrouped(const ConvProblem& p, const char* function, const char* instead) {
+  if (p.groups != 1)
+    throw not_supported(std::string(function) + ": groups > 1 is not supported yet (got groups=" +
+                        std::to_string(p.groups) + "); " + instead + " take groups");
 }
 
 // Algorithms may use workspace, but every one also has a zero-workspace fallback: when the

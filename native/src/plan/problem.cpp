@@ -151,9 +151,6 @@ ConvProblem forward_geometry(const std::vector<int64_t>& x_shape, const std::vec
     }
   }
   checked::tensor_elements(p.y_shape(), dtype_size(dtype), "the output");
-  if (groups != 1)
-    throw not_supported("groups > 1 is not supported yet (planned: split along groups); got groups=" +
-                        std::to_string(groups));
   return p;
 }
 

@@ -42,6 +42,7 @@ struct CudnnGeometry {
   int spatial_dims = 2;  // tensor_dims - 2
   int x[5] = {}, w[5] = {}, y[5] = {};
   int padding[3] = {}, stride[3] = {}, dilation[3] = {};
+  int groups = 1;  // cudnnSetConvolutionGroupCount's: the filter holds c / groups input channels
 };
 
 CudnnGeometry geometry_of(const ChunkConv& s) {
@@ -51,8 +52,13 @@ CudnnGeometry geometry_of(const ChunkConv& s) {
   g.spatial_dims = std::max(2, s.spatial_dims);
   g.tensor_dims = g.spatial_dims + 2;
   g.x[0] = g.y[0] = to_int(s.n, 1, "n");
-  g.x[1] = g.w[1] = to_int(s.c, 1, "c");
+  g.x[1] = to_int(s.c, 1, "c");
   g.w[0] = g.y[1] = to_int(s.k, 1, "k");
+  g.groups = to_int(s.groups, 1, "groups");
+  if (s.c % s.groups != 0 || s.k % s.groups != 0)
+    throw std::logic_error("cuda backend: chunk groups " + std::to_string(s.groups) + " divide neither c " +
+                           std::to_string(s.c) + " nor k " + std::to_string(s.k));
+  g.w[1] = to_int(s.c / s.groups, 1, "c / groups");
   const int unit_dims = g.spatial_dims - s.spatial_dims;  // leading H = 1 for 1-D
   for (int d = 0; d < g.spatial_dims; ++d) {
     if (d < unit_dims) {
@@ -294,6 +300,7 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
   OOC_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(s->conv, g.spatial_dims, g.padding, g.stride, g.dilation,
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   OOC_CUDNN_CHECK(cudnnSetConvolutionMathType(s->conv, CUDNN_FMA_MATH));
+  OOC_CUDNN_CHECK(cudnnSetConvolutionGroupCount(s->conv, g.groups));
   check_output_dims(*s, g);
   switch (op) {
     case Operation::forward: choose_algorithm<ForwardAlgorithms>(handle, *s, workspace_limit); break;
@@ -308,7 +315,7 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
 }  // namespace
 
 ConvSetupCache::Key ConvSetupCache::key_of(const ChunkConv& s, size_t workspace_limit, Operation op) {
-  static_assert(std::tuple_size<Key>::value == 5 + 6 * kMaxSpatial + 2,
+  static_assert(std::tuple_size<Key>::value == 6 + 6 * kMaxSpatial + 2,
                 "the key holds every ChunkConv field, the workspace limit and the operation");
   Key key{};
   size_t i = 0;
@@ -317,6 +324,7 @@ ConvSetupCache::Key ConvSetupCache::key_of(const ChunkConv& s, size_t workspace_
   key[i++] = s.n;
   key[i++] = s.c;
   key[i++] = s.k;
+  key[i++] = s.groups;
   for (const Dims3* dims : {&s.in, &s.kernel, &s.stride, &s.padding, &s.dilation, &s.out})
     for (int64_t v : *dims) key[i++] = v;
   key[i++] = static_cast<int64_t>(workspace_limit);

@@ -49,7 +49,7 @@ class ConvSetupCache {
                         void* out, void* workspace, size_t workspace_limit);
 
  private:
-  using Key = std::array<int64_t, 25>;  // every ChunkConv field, the workspace limit, the operation
+  using Key = std::array<int64_t, 26>;  // every ChunkConv field, the workspace limit, the operation
   static Key key_of(const ChunkConv& shape, size_t workspace_limit, Operation op);
 
   std::map<Key, std::unique_ptr<ConvSetup>> setups_;

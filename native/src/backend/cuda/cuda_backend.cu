@@ -438,7 +438,9 @@ class CudaBackend final : public Backend {
 
   static int64_t output_elements(const ChunkConv& s, Operation op) {
     const Dims3& dims = op == Operation::forward ? s.out : op == Operation::backward_data ? s.in : s.kernel;
-    const int64_t outer = op == Operation::forward ? s.n * s.k : op == Operation::backward_data ? s.n * s.c : s.k * s.c;
+    const int64_t outer = op == Operation::forward         ? s.n * s.k
+                          : op == Operation::backward_data ? s.n * s.c
+                                                           : s.k * (s.c / s.groups);  // dw: [k, c / groups, kernel]
     return outer * dims[0] * dims[1] * dims[2];
   }
 

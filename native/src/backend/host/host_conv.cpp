@@ -25,6 +25,14 @@ void for_taps(int64_t out, int64_t in, int64_t stride, int64_t padding, int64_t 
   }
 }
 
+// A grouped chunk's channel blocks: output channel k reads input channels [first_c(k), + c_per_group)
+// through w's row k of c_per_group columns (w is [k, c / groups, kernel...]).
+struct Groups {
+  int64_t c_per_group, k_per_group;
+  explicit Groups(const ChunkConv& s) : c_per_group(s.c / s.groups), k_per_group(s.k / s.groups) {}
+  int64_t first_c(int64_t k) const { return k / k_per_group * c_per_group; }
+};
+
 }  // namespace
 
 void host_conv_forward(const ChunkConv& s, const float* x, const float* w, const float* bias, float* y, double alpha,
@@ -32,15 +40,16 @@ void host_conv_forward(const ChunkConv& s, const float* x, const float* w, const
   const int64_t in_plane = s.in[0] * s.in[1] * s.in[2];
   const int64_t out_plane = s.out[0] * s.out[1] * s.out[2];
   const int64_t kernel_size = s.kernel[0] * s.kernel[1] * s.kernel[2];
+  const Groups groups(s);
   // One (n, k) output plane per task: independent, so any split over threads is exact.
   pool.parallel_for(s.n * s.k, [&](int64_t begin, int64_t end) {
     std::vector<float> acc(static_cast<size_t>(out_plane));
     for (int64_t nk = begin; nk < end; ++nk) {
       const int64_t n = nk / s.k, k = nk % s.k;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t c = 0; c < s.c; ++c) {
-        const float* xc = x + (n * s.c + c) * in_plane;
-        const float* wc = w + (k * s.c + c) * kernel_size;
+      for (int64_t j = 0; j < groups.c_per_group; ++j) {
+        const float* xc = x + (n * s.c + groups.first_c(k) + j) * in_plane;
+        const float* wc = w + (k * groups.c_per_group + j) * kernel_size;
         for (int64_t k0 = 0; k0 < s.kernel[0]; ++k0)
           for (int64_t k1 = 0; k1 < s.kernel[1]; ++k1)
             for (int64_t k2 = 0; k2 < s.kernel[2]; ++k2) {
@@ -70,15 +79,17 @@ void host_conv_backward_data(const ChunkConv& s, const float* dy, const float* w
   const int64_t in_plane = s.in[0] * s.in[1] * s.in[2];
   const int64_t out_plane = s.out[0] * s.out[1] * s.out[2];
   const int64_t kernel_size = s.kernel[0] * s.kernel[1] * s.kernel[2];
+  const Groups groups(s);
   // One (n, c) plane of dx per task: each is written by one task only.
   pool.parallel_for(s.n * s.c, [&](int64_t begin, int64_t end) {
     std::vector<float> acc(static_cast<size_t>(in_plane));
     for (int64_t nc = begin; nc < end; ++nc) {
       const int64_t n = nc / s.c, c = nc % s.c;
+      const int64_t group = c / groups.c_per_group, column = c % groups.c_per_group;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t k = 0; k < s.k; ++k) {
+      for (int64_t k = group * groups.k_per_group; k < (group + 1) * groups.k_per_group; ++k) {
         const float* dyk = dy + (n * s.k + k) * out_plane;
-        const float* wk = w + (k * s.c + c) * kernel_size;
+        const float* wk = w + (k * groups.c_per_group + column) * kernel_size;
         for (int64_t k0 = 0; k0 < s.kernel[0]; ++k0)
           for (int64_t k1 = 0; k1 < s.kernel[1]; ++k1)
             for (int64_t k2 = 0; k2 < s.kernel[2]; ++k2) {
@@ -103,12 +114,15 @@ void host_conv_backward_filter(const ChunkConv& s, const float* x, const float* 
   const int64_t in_plane = s.in[0] * s.in[1] * s.in[2];
   const int64_t out_plane = s.out[0] * s.out[1] * s.out[2];
   const int64_t kernel_size = s.kernel[0] * s.kernel[1] * s.kernel[2];
-  // One (k, c) filter per task. Rows are summed in float, rows and samples in double: the
-  // reduction runs over the whole chunk (n and space), far longer than the forward's.
-  pool.parallel_for(s.k * s.c, [&](int64_t begin, int64_t end) {
+  const Groups groups(s);
+  // One (k, column) filter per task (dw is [k, c / groups, kernel...]). Rows are summed in float,
+  // rows and samples in double: the reduction runs over the whole chunk (n and space), far longer
+  // than the forward's.
+  pool.parallel_for(s.k * groups.c_per_group, [&](int64_t begin, int64_t end) {
     std::vector<double> acc(static_cast<size_t>(kernel_size));
     for (int64_t kc = begin; kc < end; ++kc) {
-      const int64_t k = kc / s.c, c = kc % s.c;
+      const int64_t k = kc / groups.c_per_group, column = kc % groups.c_per_group;
+      const int64_t c = groups.first_c(k) + column;
       for (int64_t k0 = 0; k0 < s.kernel[0]; ++k0)
         for (int64_t k1 = 0; k1 < s.kernel[1]; ++k1)
           for (int64_t k2 = 0; k2 < s.kernel[2]; ++k2) {
@@ -129,7 +143,7 @@ void host_conv_backward_filter(const ChunkConv& s, const float* x, const float* 
             }
             acc[static_cast<size_t>((k0 * s.kernel[1] + k1) * s.kernel[2] + k2)] = sum;
           }
-      blend(dw + (k * s.c + c) * kernel_size, acc.data(), kernel_size, alpha, beta);
+      blend(dw + kc * kernel_size, acc.data(), kernel_size, alpha, beta);
     }
   });
 }
