@@ -11,6 +11,7 @@ import pyooc.torch as pt  # noqa: E402
 
 F = torch.nn.functional
 P = pt.functional
+OPS = torch.ops.pyooc  # the custom ops, for the fused forms torch has no functional of
 
 
 def leaf(t):
@@ -42,6 +43,38 @@ def test_conv_one_gradient(rng, wants):
     dict(input=x, weight=w, bias=b)[wants].requires_grad_()
     compare(rng, lambda x, w, b, **kw: P.conv2d(x, w, b, 1, 1, backend="host", **kw),
             lambda x, w, b: F.conv2d(x, w, b, 1, 1), [x, w, b])
+
+
+GROUPED = [  # (spatial, x shape, w shape, groups, geometry): grouped, depthwise, depthwise with a multiplier
+    (1, (3, 4, 21), (6, 2, 3), 2, dict(padding=1)),
+    (2, (2, 6, 11, 10), (6, 1, 3, 3), 6, dict(padding=1, stride=2)),
+    (3, (1, 4, 6, 5, 7), (8, 1, 3, 3, 3), 4, dict(padding=1)),
+]
+
+
+@pytest.mark.parametrize("spatial,x_shape,w_shape,groups,geometry", GROUPED)
+def test_grouped_conv_and_its_gradients(rng, spatial, x_shape, w_shape, groups, geometry):
+    """groups > 1: the forward, and dx, dw, db through the separate gradient ops (the fused
+    backward has no group dimension)."""
+    x, w, b = leaf(rand(rng, x_shape)), leaf(rand(rng, w_shape, 0.3)), leaf(rand(rng, w_shape[0]))
+    ours, theirs = getattr(P, f"conv{spatial}d"), getattr(F, f"conv{spatial}d")
+    compare(rng, lambda x, w, b, **kw: ours(x, w, b, groups=groups, **geometry, backend="host", **kw),
+            lambda x, w, b: theirs(x, w, b, groups=groups, **geometry), [x, w, b])
+
+
+def test_grouped_conv_transpose(rng):
+    x, w, b = leaf(rand(rng, (2, 6, 5, 6))), leaf(rand(rng, (6, 2, 3, 3), 0.3)), leaf(rand(rng, 6))
+    compare(rng, lambda x, w, b, **kw: P.conv_transpose2d(x, w, b, stride=2, padding=1, groups=3, backend="host", **kw),
+            lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, groups=3), [x, w, b])
+
+
+def test_grouped_conv_bias_activation(rng):
+    """The fused forward with groups, and its gradient through the activation's and the
+    convolution's own backward ops."""
+    x, w, b = leaf(rand(rng, (2, 4, 9, 10))), leaf(rand(rng, (4, 2, 3, 3), 0.3)), leaf(rand(rng, 4))
+    compare(rng, lambda x, w, b, memory_limit: OPS.conv_bias_activation_forward(
+        x, w, b, "gelu", 0.0, [1, 1], [1, 1], [1, 1], 2, memory_limit, "host"),
+        lambda x, w, b: F.gelu(F.conv2d(x, w, b, padding=1, groups=2)), [x, w, b])
 
 
 def test_conv_padding_strings(rng):
@@ -160,7 +193,6 @@ def test_softmax(rng, shape, dim, log):
 # ------------------------------------------------------------------------------------------------
 # the ops with no functional form of torch's: fused conv + bias + activation, matmul, add_tensor
 
-OPS = torch.ops.pyooc
 
 
 @pytest.mark.parametrize("activation,coef", [("relu", 0.0), ("identity", 0.0), ("gelu", 0.0), ("elu", 0.7)])
@@ -216,7 +248,6 @@ def test_unsupported_dtype_names_the_argument():
 
 
 @pytest.mark.parametrize("call,name", [
-    (lambda x, w: P.conv2d(x, w, groups=2), "groups"),
     (lambda x, w: P.max_pool2d(x, 2, ceil_mode=True), "ceil_mode"),
     (lambda x, w: P.max_pool2d(x, 2, dilation=2), "dilation"),
     (lambda x, w: P.max_pool2d(x, 2, return_indices=True), "return_indices"),

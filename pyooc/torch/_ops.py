@@ -115,7 +115,7 @@ def _conv_backward(ctx, dy):
     dy = contiguous_grad(dy)
     stride, padding, dilation, groups, memory_limit, backend = ctx.geometry
     want_dx, want_dw, want_db = _needs(ctx, 0), _needs(ctx, 1), ctx.has_bias and _needs(ctx, 2)
-    if want_dx and want_dw:  # one pass over dy serves all three (the fused backward)
+    if want_dx and want_dw and groups == 1:  # one pass over dy serves all three (the fused backward, ungrouped)
         dx, dw, db = conv_backward_data_filter_bias(x, dy, w, stride, padding, dilation, groups, memory_limit,
                                                     backend)
         return dx, dw, db if want_db else None, None, None, None, None, None, None
@@ -167,7 +167,8 @@ def conv_transpose_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride:
 
 @conv_transpose_forward.register_fake
 def _(x, w, bias, stride, padding, output_padding, dilation, groups, memory_limit, backend):
-    return x.new_empty(conv_transpose_output_shape(x.shape, w.shape, stride, padding, output_padding, dilation))
+    return x.new_empty(conv_transpose_output_shape(x.shape, w.shape, stride, padding, output_padding, dilation,
+                                                   groups))
 
 
 def _conv_transpose_setup(ctx, inputs, output):
@@ -230,6 +231,14 @@ def _cba_backward(ctx, dy):
     if activation != "identity" and not pyooc._native.activation_traits(activation)[2]:
         # The gradient needs the activation's input, which the fused forward never wrote: recompute it.
         pre = conv_forward(x, w, bias, stride, padding, dilation, groups, memory_limit, backend)
+    if groups != 1:  # the fused gradient has no group dimension: the activation's, then the convolution's
+        dz = dy if activation == "identity" else activation_backward(y, dy, y if pre is None else pre, activation,
+                                                                     coef, memory_limit, backend)
+        geometry = (stride, padding, dilation, groups, memory_limit, backend)
+        return (conv_backward_data(dz, w, list(x.shape), *geometry) if _needs(ctx, 0) else None,
+                conv_backward_filter(x, dz, list(w.shape), *geometry) if _needs(ctx, 1) else None,
+                conv_backward_bias(dz, memory_limit, backend) if ctx.has_bias and _needs(ctx, 2) else None) + \
+            (None,) * 8
     dx, dw, db = activation_conv_backward_data_filter_bias(x, dy, w, y, pre, activation, coef, stride, padding,
                                                            dilation, groups, memory_limit, backend)
     return (dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None,

@@ -9,10 +9,10 @@ def conv_output_shape(x_shape, w_shape, stride, padding, dilation):
     return [x_shape[0], w_shape[0], *spatial]
 
 
-def conv_transpose_output_shape(x_shape, w_shape, stride, padding, output_padding, dilation):
+def conv_transpose_output_shape(x_shape, w_shape, stride, padding, output_padding, dilation, groups=1):
     spatial = [(i - 1) * s - 2 * p + d * (k - 1) + op + 1
                for i, k, s, p, op, d in zip(x_shape[2:], w_shape[2:], stride, padding, output_padding, dilation)]
-    return [x_shape[0], w_shape[1], *spatial]
+    return [x_shape[0], w_shape[1] * groups, *spatial]
 
 
 def pool_output_shape(x_shape, kernel, stride, padding):

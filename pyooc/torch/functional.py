@@ -2,8 +2,8 @@
 positional and keyword arguments, plus `memory_limit=` (bytes or "512MiB"; default: pyooc's
 process default, pyooc.set_memory_limit) and `backend=` ("auto", "cuda", "host").
 
-What pyooc does not compute raises NotImplementedError naming the argument (groups != 1, dtypes
-other than float32, ceil_mode, pooling dilation, ...): pyooc.torch never falls back to torch's own op
+What pyooc does not compute raises NotImplementedError naming the argument (dtypes other than
+float32, ceil_mode, pooling dilation, ...): pyooc.torch never falls back to torch's own op
 silently, since that op would need the whole tensor on one device. `inplace=True` is accepted for
 torch's signatures but computes out of place: the result is a new tensor, the input is unchanged
 (pyooc's custom ops are functional, so torch.compile and autograd see no mutation).
@@ -43,9 +43,11 @@ def _not_implemented(name, value, supported):
     raise NotImplementedError(f"{name}={value!r} is not supported by pyooc (supported: {supported})")
 
 
-def _groups(groups):
-    if groups != 1:
-        _not_implemented("groups", groups, "groups=1 only, for now")
+def _int(value, name):
+    """An int argument as torch takes it (bools refused): pyooc's own check names it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return value
 
 
 def _rank(input, spatial, what):
@@ -73,10 +75,10 @@ def _conv_padding(padding, weight, dilation, stride, spatial):
 
 def _conv(spatial, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend):
     _rank(input, spatial, f"conv{spatial}d")
-    _groups(groups)
     stride, dilation = _tuple(stride, spatial, "stride"), _tuple(dilation, spatial, "dilation")
     padding = _conv_padding(padding, weight, dilation, stride, spatial)
-    return _ops.conv_forward(input, weight, bias, stride, padding, dilation, 1, *_options(memory_limit, backend))
+    return _ops.conv_forward(input, weight, bias, stride, padding, dilation, _int(groups, "groups"),
+                             *_options(memory_limit, backend))
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_limit=None,
@@ -97,10 +99,10 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
 def _conv_transpose(spatial, input, weight, bias, stride, padding, output_padding, groups, dilation, memory_limit,
                     backend):
     _rank(input, spatial, f"conv_transpose{spatial}d")
-    _groups(groups)
     args = [_tuple(v, spatial, name) for v, name in ((stride, "stride"), (padding, "padding"),
                                                     (output_padding, "output_padding"), (dilation, "dilation"))]
-    return _ops.conv_transpose_forward(input, weight, bias, *args, 1, *_options(memory_limit, backend))
+    return _ops.conv_transpose_forward(input, weight, bias, *args, _int(groups, "groups"),
+                                       *_options(memory_limit, backend))
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1, *,

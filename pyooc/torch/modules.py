@@ -60,8 +60,6 @@ def _drop_in(torch_cls, forward, check=None):
 
 
 def _check_conv(self):
-    if self.groups != 1:
-        raise NotImplementedError(f"groups={self.groups} is not supported by pyooc (groups=1 only, for now)")
     if self.padding_mode != "zeros":
         raise NotImplementedError(f"padding_mode={self.padding_mode!r} is not supported by pyooc (only 'zeros')")
 
