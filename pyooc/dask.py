@@ -72,19 +72,21 @@ def _windowed(x, whole_axes, kernel, stride, padding, dilation, pad_value, block
                               meta=np.empty((0,) * x.ndim, np.float32))
 
 
-def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, memory_limit=None, backend="auto"):
+def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, memory_limit=None,
+                 backend="auto"):
     """pyooc.conv_forward over a dask array x [N, C, *spatial]; w and bias are numpy arrays (whole
-    in every block). Blocks along N and every spatial axis (with exact halos); C is made one chunk."""
+    in every block). Blocks along N and every spatial axis (with exact halos); C is made one chunk,
+    so groups go to each block's call as they are."""
     x = _as_dask(x, "conv_forward")
     w = np.ascontiguousarray(w, dtype=np.float32)
     spatial = w.ndim - 2
     stride, padding, dilation = (_tuple(v, spatial, n) for v, n in ((stride, "stride"), (padding, "padding"),
                                                                     (dilation, "dilation")))
-    if x.ndim != w.ndim or x.shape[1] != w.shape[1]:
-        raise ValueError(f"x of shape {list(x.shape)} does not match w of shape {list(w.shape)} (groups=1)")
+    if x.ndim != w.ndim or x.shape[1] != w.shape[1] * groups:
+        raise ValueError(f"x of shape {list(x.shape)} does not match w of shape {list(w.shape)} (groups={groups})")
 
     def block(xb):
-        return pyooc.conv_forward(np.ascontiguousarray(xb), w, bias, stride=stride, dilation=dilation,
+        return pyooc.conv_forward(np.ascontiguousarray(xb), w, bias, stride=stride, dilation=dilation, groups=groups,
                                   memory_limit=memory_limit, backend=backend)
 
     return _windowed(x, (1,), w.shape[2:], stride, padding, dilation, 0.0, block, w.shape[0])
@@ -140,7 +142,8 @@ def batchnorm_forward_inference(x, scale, bias, mean, var, *, eps=1e-5, memory_l
     return x.map_blocks(block, dtype=np.float32)
 
 
-def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, memory_limit=None, backend="auto"):
+def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1, memory_limit=None,
+                         backend="auto"):
     """dw over dask arrays x and dy [N, K, *out]: each block of dy with the x rows its outputs read
     (conv_forward's haloed blocks), its partial dw summed over the blocks. The sums run in another
     order than the single call's: equal to float32 rounding, not bit for bit. A dask array of w_shape."""
@@ -157,15 +160,16 @@ def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, mem
 
     def partial(xb, dyb):
         return pyooc.conv_backward_filter(np.ascontiguousarray(xb), np.ascontiguousarray(dyb), w_shape,
-                                          stride=stride, dilation=dilation, memory_limit=memory_limit,
-                                          backend=backend)
+                                          stride=stride, dilation=dilation, groups=groups,
+                                          memory_limit=memory_limit, backend=backend)
 
     parts = [da.from_delayed(dask.delayed(partial, pure=True)(haloed.blocks[i], dy.blocks[i]), w_shape,
                              dtype=np.float32) for i in np.ndindex(*haloed.numblocks)]
     return da.stack(parts).sum(axis=0, dtype=np.float32)
 
 
-def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, memory_limit=None, backend="auto"):
+def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1, memory_limit=None,
+                       backend="auto"):
     """dx over a dask array dy, block by block along N (dx's spatial rows gather from overlapping dy
     windows, so dy's spatial axes and channels are made whole in each block): exact, bit for bit."""
     dy = _as_dask(dy, "conv_backward_data")
@@ -176,7 +180,7 @@ def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, memor
     def block(dyb, block_info=None):
         n0, n1 = block_info[0]["array-location"][0]
         return pyooc.conv_backward_data(np.ascontiguousarray(dyb), w, (n1 - n0,) + x_shape[1:], stride=stride,
-                                        padding=padding, dilation=dilation, memory_limit=memory_limit,
-                                        backend=backend)
+                                        padding=padding, dilation=dilation, groups=groups,
+                                        memory_limit=memory_limit, backend=backend)
 
     return dy.map_blocks(block, chunks=(dy.chunks[0],) + tuple((d,) for d in x_shape[1:]), dtype=np.float32)

@@ -74,6 +74,21 @@ def test_activation_and_batchnorm_inference_blocks_equal_the_single_call(rng):
         pyooc.batchnorm_forward_inference(x, scale, bias, mean, var, eps=1e-3, backend="host"))
 
 
+def test_grouped_convolution_blocks_equal_the_single_call(rng):
+    x, w, b = inputs(rng, (2, 6, 12, 10), (6, 2, 3, 3))
+    geometry = dict(padding=1, groups=3, backend="host")
+    single = pyooc.conv_forward(x, w, b, **geometry)
+    lazy = pdask.conv_forward(da.from_array(x, chunks=(1, 6, 5, 4)), w, b, **geometry)
+    np.testing.assert_array_equal(lazy.compute(scheduler="threads"), single)
+    dy = rng.standard_normal(single.shape, dtype=np.float32)
+    dx = pdask.conv_backward_data(da.from_array(dy, chunks=(1, 6, 12, 10)), w, x.shape, **geometry)
+    np.testing.assert_array_equal(dx.compute(scheduler="threads"), pyooc.conv_backward_data(dy, w, x.shape, **geometry))
+    dw = pdask.conv_backward_filter(da.from_array(x, chunks=(1, 6, 5, 4)), da.from_array(dy, chunks=(1, 6, 5, 4)),
+                                    w.shape, **geometry).compute(scheduler="threads")
+    single_dw = pyooc.conv_backward_filter(x, dy, w.shape, **geometry)
+    np.testing.assert_allclose(dw, single_dw, rtol=0, atol=1e-5 * np.abs(single_dw).max())
+
+
 def test_bad_input_names_the_problem(rng):
     with pytest.raises(TypeError, match="must be a dask.array.Array"):
         pdask.conv_forward(np.zeros((1, 1, 4, 4), np.float32), np.zeros((1, 1, 3, 3), np.float32))
