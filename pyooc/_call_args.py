@@ -41,19 +41,66 @@ def as_device(device):
 
 
 def conv_args(spatial, stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
-              pinned=False):
-    """A convolution-shaped call's scalars checked, as a dict: stride, padding, dilation (tuples of
-    `spatial` ints), groups, alpha, beta, and "options" (a CallOptions)."""
+              pinned=False, kernel=None):
+    """A convolution-shaped call's scalars checked, as a dict: stride, padding (conv_padding's),
+    dilation (tuples of `spatial` ints), groups, alpha, beta, and "options" (a CallOptions).
+    kernel: w's spatial sizes, for padding strings (None: the call takes none, e.g. a transposed
+    convolution, whose padding torch gives no strings either)."""
     check_backend(backend)  # first: a bad backend is reported before a bad geometry, as it always was
+    stride = spatial_tuple(stride, spatial, "stride")
+    dilation = spatial_tuple(dilation, spatial, "dilation")
     return dict(
-        stride=spatial_tuple(stride, spatial, "stride"),
-        padding=spatial_tuple(padding, spatial, "padding"),
-        dilation=spatial_tuple(dilation, spatial, "dilation"),
+        stride=stride,
+        padding=conv_padding(padding, spatial, kernel, stride, dilation),
+        dilation=dilation,
         groups=as_int(groups, "groups"),
         alpha=as_float(alpha, "alpha"),
         beta=as_float(beta, "beta"),
         options=call_options(memory_limit, backend, device, pinned),
     )
+
+
+def conv_padding(padding, spatial, kernel, stride, dilation):
+    """padding as the bindings take it: a tuple of ints (each dimension padded alike at both ends),
+    or a tuple of (before, after) pairs. torch's strings: "valid" pads nothing; "same" (stride 1
+    only) pads dilation * (kernel - 1) in all, total // 2 before and the rest after, as torch does,
+    so an even dilated kernel pads one more after than before (the chunks then pad that dimension
+    with explicit zeros rather than through cuDNN, whose padding is symmetric)."""
+    if not isinstance(padding, str):
+        if isinstance(padding, (tuple, list)) and any(isinstance(p, (tuple, list)) for p in padding):
+            return _padding_pairs(padding, spatial)
+        return spatial_tuple(padding, spatial, "padding")
+    if kernel is None:
+        raise ValueError(f"padding={padding!r} is not supported here: padding strings apply to convolutions "
+                         "(torch's conv_transpose takes none either)")
+    if padding == "valid":
+        return (0,) * spatial
+    if padding != "same":
+        raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+    stride = stride * spatial if len(stride) == 1 else stride
+    dilation = dilation * spatial if len(dilation) == 1 else dilation
+    if any(s != 1 for s in stride):
+        raise ValueError("padding='same' is not supported for strided convolutions")
+    totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
+    if all(t % 2 == 0 for t in totals):
+        return tuple(t // 2 for t in totals)
+    return tuple((t // 2, t - t // 2) for t in totals)
+
+
+def _padding_pairs(padding, spatial):
+    """A tuple of `spatial` entries, each an int (both ends) or a (before, after) pair of ints."""
+    if len(padding) != spatial:
+        raise ValueError(f"padding must have {spatial} entries when it gives (before, after) pairs, got {list(padding)}")
+    pairs = []
+    for p in padding:
+        if isinstance(p, (tuple, list)):
+            if len(p) != 2:
+                raise ValueError(f"padding: each entry is an int or a (before, after) pair, got {list(p)}")
+            pairs.append((as_int(p[0], "padding"), as_int(p[1], "padding")))
+        else:
+            v = as_int(p, "padding")
+            pairs.append((v, v))
+    return tuple(pairs)
 
 
 def spatial_dims(shape):

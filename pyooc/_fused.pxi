@@ -38,8 +38,9 @@ def conv_bias_activation_forward(const float[::1] x, tuple x_shape, const float[
 
 cdef ooc.ConvProblem _fused_backward_problem(tuple x_shape, tuple dy_shape, tuple w_shape, tuple stride,
                                              tuple padding, tuple dilation, int64_t groups) except *:
-    return ooc.ConvProblem.backward_data(list(dy_shape), list(w_shape), list(x_shape), list(stride), list(padding),
-                                         list(dilation), groups, 1.0, 0.0, ooc.DType.float32)
+    before, after = _padding_ends(padding)
+    return ooc.ConvProblem.backward_data(list(dy_shape), list(w_shape), list(x_shape), list(stride), before,
+                                         list(dilation), groups, 1.0, 0.0, ooc.DType.float32, after)
 
 
 def check_conv_backward_data_filter_bias(tuple x_shape, tuple dy_shape, tuple w_shape, tuple stride, tuple padding,

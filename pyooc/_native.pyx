@@ -323,10 +323,21 @@ cdef class CallOptions:
                 f"device={self.device} assume_pinned={self.assume_pinned}>")
 
 
+cdef tuple _padding_ends(tuple padding):
+    """(before, after) lists of a convolution's padding: a tuple of ints pads alike at both ends
+    (after: empty); one of (before, after) pairs, as _call_args.conv_padding gives for
+    padding='same' with an even kernel, pads each end by its own."""
+    if all(isinstance(p, int) for p in padding):
+        return list(padding), []
+    pairs = [(p, p) if isinstance(p, int) else p for p in padding]
+    return [b for b, _ in pairs], [a for _, a in pairs]
+
+
 cdef ooc.ConvProblem _conv_problem(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation,
                                    int64_t groups, double alpha, double beta, bint has_bias) except *:
-    return ooc.ConvProblem.forward(list(x_shape), list(w_shape), list(stride), list(padding), list(dilation),
-                                   groups, alpha, beta, has_bias, ooc.DType.float32)
+    before, after = _padding_ends(padding)
+    return ooc.ConvProblem.forward(list(x_shape), list(w_shape), list(stride), before, list(dilation),
+                                   groups, alpha, beta, has_bias, ooc.DType.float32, after)
 
 
 def conv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups):
@@ -385,12 +396,13 @@ cdef ooc.ConvProblem _backward_problem(str operation, tuple first, tuple second,
                                        tuple padding, tuple dilation, int64_t groups, double alpha,
                                        double beta) except *:
     cdef ooc.Operation op = _BACKWARD[operation]
+    before, after = _padding_ends(padding)
     if op == ooc.Operation.backward_data:
-        return ooc.ConvProblem.backward_data(list(first), list(second), list(third), list(stride), list(padding),
-                                             list(dilation), groups, alpha, beta, ooc.DType.float32)
+        return ooc.ConvProblem.backward_data(list(first), list(second), list(third), list(stride), before,
+                                             list(dilation), groups, alpha, beta, ooc.DType.float32, after)
     if op == ooc.Operation.backward_filter:
-        return ooc.ConvProblem.backward_filter(list(first), list(second), list(third), list(stride), list(padding),
-                                               list(dilation), groups, alpha, beta, ooc.DType.float32)
+        return ooc.ConvProblem.backward_filter(list(first), list(second), list(third), list(stride), before,
+                                               list(dilation), groups, alpha, beta, ooc.DType.float32, after)
     return ooc.ConvProblem.backward_bias(list(first), alpha, beta, ooc.DType.float32)
 
 

@@ -51,17 +51,19 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
         ConvProblem forward(const vector[int64_t]& x_shape, const vector[int64_t]& w_shape,
                             const vector[int64_t]& stride, const vector[int64_t]& padding,
                             const vector[int64_t]& dilation, int64_t groups, double alpha, double beta,
-                            bool has_bias, DType dtype) except +translate_exception
+                            bool has_bias, DType dtype, const vector[int64_t]& padding_after) except +translate_exception
         @staticmethod
         ConvProblem backward_data(const vector[int64_t]& dy_shape, const vector[int64_t]& w_shape,
                                   const vector[int64_t]& x_shape, const vector[int64_t]& stride,
                                   const vector[int64_t]& padding, const vector[int64_t]& dilation, int64_t groups,
-                                  double alpha, double beta, DType dtype) except +translate_exception
+                                  double alpha, double beta, DType dtype,
+                                  const vector[int64_t]& padding_after) except +translate_exception
         @staticmethod
         ConvProblem backward_filter(const vector[int64_t]& x_shape, const vector[int64_t]& dy_shape,
                                     const vector[int64_t]& w_shape, const vector[int64_t]& stride,
                                     const vector[int64_t]& padding, const vector[int64_t]& dilation, int64_t groups,
-                                    double alpha, double beta, DType dtype) except +translate_exception
+                                    double alpha, double beta, DType dtype,
+                                    const vector[int64_t]& padding_after) except +translate_exception
         @staticmethod
         ConvProblem backward_bias(const vector[int64_t]& dy_shape, double alpha, double beta,
                                   DType dtype) except +translate_exception

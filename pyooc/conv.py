@@ -28,7 +28,7 @@ def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dila
         x_shape = (1,) + x_shape
     check_dtype(dtype)
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend,
-                  device, pinned)
+                  device, pinned, kernel=w_shape[2:])
     return _native.plan_conv_forward(x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"],
                                      o["alpha"], o["beta"], bool(bias), o["options"])
 
@@ -39,7 +39,11 @@ def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, 
     """y = alpha * conv(x, w) + beta * out + bias, computed out of core.
 
     Like torch.nn.functional.conv1d/2d/3d (cross-correlation; x [N, C, *spatial], w [K, C/groups,
-    *kernel], bias [K], positional as torch's; x may be unbatched, [C, *spatial], as torch's), plus cuDNN's alpha/beta and a device-memory budget. x, w and bias go in
+    *kernel], bias [K], positional as torch's; x may be unbatched, [C, *spatial], as torch's), plus
+    cuDNN's alpha/beta and a device-memory budget. padding: an int, one per spatial dimension, a
+    (before, after) pair per dimension, or torch's "valid" / "same" (stride 1; an even dilated kernel
+    pads one more after than before, as torch). groups: grouped and depthwise convolution (w [K,
+    C/groups, *kernel]; K divisible by groups). x, w and bias go in
     zero-copy (float32, C-contiguous, any buffer-protocol array: numpy, memory-mapped, pinned) and
     are never written. The result is a new array, or `out` (which beta then scales; beta != 0 needs
     out). memory_limit caps device bytes for this call (int or "512MiB"; default: set_memory_limit()).
@@ -47,7 +51,8 @@ def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, 
     x, w, bias = conv_inputs(x, w, bias)
     unbatched = x.ndim == w.ndim - 1  # torch's unbatched (C, *spatial): pyooc/_unbatched.py
     x, out = as_batch_of_one(x, unbatched, out)
-    o = conv_args(spatial_dims(w.shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device)
+    o = conv_args(spatial_dims(w.shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
+                  kernel=w.shape[2:])
     # Validates the geometry (ValueError naming the argument) before anything is allocated.
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
     out = output_array(out, y_shape, {"x": x, "w": w, "bias": bias}, o["beta"], "y = alpha * conv(x, w) + beta * out")

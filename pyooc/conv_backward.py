@@ -33,7 +33,7 @@ def _plan(operation, shapes, w_shape, dtype, stride, padding, dilation, groups, 
           device, pinned):
     check_dtype(dtype)
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
-                  pinned)
+                  pinned, kernel=w_shape[2:])
     return _native.plan_conv_backward(operation, *shapes, o["stride"], o["padding"], o["dilation"], o["groups"],
                                       o["alpha"], o["beta"], o["options"])
 
@@ -79,7 +79,7 @@ def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, group
     inputs = {"dy": as_input(dy, "dy"), "w": as_input(w, "w")}
     x_shape = as_shape(x_shape, "x_shape")
     o = conv_args(spatial_dims(inputs["w"].shape), stride, padding, dilation, groups, alpha, beta, memory_limit,
-                  backend, device)
+                  backend, device, kernel=inputs["w"].shape[2:])
     return _run("conv_backward_data", inputs, x_shape, lambda: x_shape,
                 "dx = alpha * conv_transpose(dy, w) + beta * out", out, o)
 
@@ -93,7 +93,8 @@ def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, gro
     gives for x and w_shape; the result is a new array of w_shape, or `out` (which beta scales once)."""
     inputs = {"x": as_input(x, "x"), "dy": as_input(dy, "dy")}
     w_shape = as_shape(w_shape, "w_shape")
-    o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device)
+    o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
+                  kernel=w_shape[2:])
     return _run("conv_backward_filter", inputs, w_shape, lambda: w_shape, "dw = alpha * dconv(x, dy) + beta * out",
                 out, o)
 

@@ -52,23 +52,26 @@ def _forward_output(out, y_shape, x, w, bias, z, alpha2):
 
 
 def _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1, alpha2, memory_limit,
-                       backend, device, pinned):
+                       backend, device, pinned, transposed=False):
     """A fused forward's plan twin's arguments checked: (x_shape, w_shape, o as _geometry gives it);
-    z: whether the call gets a z (alpha2 != 0 needs one)."""
+    z: whether the call gets a z (alpha2 != 0 needs one); transposed: a transposed convolution
+    (no padding strings)."""
     x_shape = as_shape(x_shape, "x_shape")
     w_shape = as_shape(w_shape, "w_shape")
     check_dtype(dtype)
-    o = _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device, pinned)
+    o = _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device, pinned,
+                  None if transposed else w_shape[2:])
     if not z and o["alpha2"] != 0.0:
         raise ValueError(_NEEDS_Z)
     return x_shape, w_shape, o
 
 
 def _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device,
-              pinned=False):
-    """conv_args with cuDNN's fused names for the scales (alpha1: the convolution's, alpha2: z's)."""
+              pinned=False, kernel=None):
+    """conv_args with cuDNN's fused names for the scales (alpha1: the convolution's, alpha2: z's);
+    kernel as conv_args takes it (None: no padding strings)."""
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend,
-                  device, pinned)
+                  device, pinned, kernel)
     o["alpha1"], o["alpha2"] = o.pop("alpha"), o.pop("beta")
     return o
 
@@ -94,7 +97,8 @@ def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=Non
     `out` (which may be z itself: in place)."""
     x, w, bias = conv_inputs(x, w, bias)
     activation, coef = _activation_coef(activation, coef)
-    o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
+    o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device,
+                  kernel=w.shape[2:])
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
     z = _z_input(z, y_shape, o["alpha2"])
     out, read_z = _forward_output(out, y_shape, x, w, bias, z, o["alpha2"])
@@ -145,7 +149,8 @@ def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_s
     share are computed twice, never moved). The result is a new array, or `out`."""
     x, w, bias = conv_inputs(x, w, bias)
     activation, coef = _activation_coef(activation, coef)
-    o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
+    o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device,
+                  kernel=w.shape[2:])
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
     pool_mode = as_str(pool_mode, "pool_mode")
     pool = _pool_geometry(spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
@@ -221,7 +226,7 @@ def plan_deconv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False,
     """The Plan deconv_bias_activation_forward would run, without running it (a backward-data plan
     with the bias resident: bytes_h2d counts x, w, z where read, and bias)."""
     x_shape, w_shape, o = _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1,
-                                             alpha2, memory_limit, backend, device, pinned)
+                                             alpha2, memory_limit, backend, device, pinned, transposed=True)
     output_padding = spatial_tuple(output_padding, spatial_dims(w_shape), "output_padding")
     return _native.plan_deconv_bias_activation_forward(
         x_shape, w_shape, o["stride"], o["padding"], output_padding, o["dilation"], o["groups"], o["alpha1"],
@@ -260,7 +265,8 @@ def conv_backward_data_filter_bias(x, dy, w, *, stride=1, padding=0, dilation=1,
     two tiles share are carried on the device (see native/src/plan/fused_planner.hpp). The results
     are new arrays, or out=(dx, dw, db)."""
     x, dy, w = as_input(x, "x"), as_input(dy, "dy"), as_input(w, "w")
-    o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
+                  kernel=w.shape[2:])
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
     _native.check_conv_backward_data_filter_bias(x.shape, dy.shape, w.shape, *geometry)
     dx, dw, db = _backward_outputs(out, x, dy, w)
@@ -278,7 +284,8 @@ def plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, stride=1,
     carried dx rows take. pinned: plan for pinned arrays (as plan_conv_forward)."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
     check_dtype(dtype)
-    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device, pinned)
+    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
+                  pinned, shapes[2][2:])
     return _native.plan_conv_backward_data_filter_bias(*shapes, o["stride"], o["padding"], o["dilation"],
                                                        o["groups"], o["options"])
 
@@ -301,7 +308,8 @@ def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu",
     results are new arrays, or out=(dx, dw, db)."""
     x, dy, w = as_input(x, "x"), as_input(dy, "dy"), as_input(w, "w")
     activation, coef = _activation_coef(activation, coef)
-    o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
+                  kernel=w.shape[2:])
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
     _native.check_conv_backward_data_filter_bias(x.shape, dy.shape, w.shape, *geometry)
     inputs = {"y": as_input(y, "y"), "pre": None if pre is None else as_input(pre, "pre")}
@@ -330,7 +338,8 @@ def plan_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
     check_dtype(dtype)
     activation, coef = _activation_coef(activation, coef)
-    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device, pinned)
+    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
+                  pinned, shapes[2][2:])
     return _native.plan_activation_conv_backward_data_filter_bias(
         *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], o["options"])
 
@@ -355,7 +364,8 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
     out=(dx, dw, db)."""
     x, dq, w = as_input(x, "x"), as_input(dq, "dq"), as_input(w, "w")
     activation, coef = _activation_coef(activation, coef)
-    o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device)
+    o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
+                  kernel=w.shape[2:])
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
     pool_mode = as_str(pool_mode, "pool_mode")
     pool = _pool_geometry(spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
@@ -390,7 +400,8 @@ def plan_pooling_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
     check_dtype(dtype)
     activation, coef = _activation_coef(activation, coef)
-    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device, pinned)
+    o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
+                  pinned, shapes[2][2:])
     pool = _pool_geometry(spatial_dims(shapes[2]), pool_kernel, pool_stride, pool_padding, "max")
     return _native.plan_pooling_activation_conv_backward_data_filter_bias(
         *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], *pool,

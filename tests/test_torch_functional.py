@@ -77,11 +77,23 @@ def test_grouped_conv_bias_activation(rng):
         lambda x, w, b: F.gelu(F.conv2d(x, w, b, padding=1, groups=2)), [x, w, b])
 
 
-def test_conv_padding_strings(rng):
-    x, w = leaf(rand(rng, (2, 3, 9, 10))), leaf(rand(rng, (4, 3, 3, 5), 0.3))
+@pytest.mark.parametrize("w_shape,dilation", [((4, 3, 3, 5), 1), ((4, 3, 2, 4), 1), ((4, 3, 2, 3), (3, 2))])
+def test_conv_padding_strings(rng, w_shape, dilation):
+    """"same" with odd and even (dilated) kernels: an even one pads one more after, as torch."""
+    x, w = leaf(rand(rng, (2, 3, 9, 10))), leaf(rand(rng, w_shape, 0.3))
     for padding in ("same", "valid"):
-        compare(rng, lambda x, w, **kw: P.conv2d(x, w, padding=padding, backend="host", **kw),
-                lambda x, w: F.conv2d(x, w, padding=padding), [x, w])
+        compare(rng, lambda x, w, **kw: P.conv2d(x, w, padding=padding, dilation=dilation, backend="host", **kw),
+                lambda x, w: F.conv2d(x, w, padding=padding, dilation=dilation), [x, w])
+
+
+def test_conv3d_same_even_kernel_module(rng):
+    conv = torch.nn.Conv3d(2, 3, (2, 3, 4), padding="same")
+    ours = pt.Conv3d(2, 3, (2, 3, 4), padding="same", backend="host")
+    ours.load_state_dict(conv.state_dict())
+    x = rand(rng, (1, 2, 5, 6, 7)).float()
+    want, got = conv(x), ours(x)
+    assert got.shape == want.shape == (1, 3, 5, 6, 7)
+    assert np.abs(got.detach().numpy() - want.detach().numpy()).max() < 1e-4
 
 
 CONV_T = [  # (spatial, x shape, w shape [C_in, C_out, k...], geometry)

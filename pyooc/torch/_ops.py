@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 
 import pyooc
-from pyooc.torch._shapes import conv_output_shape, conv_transpose_output_shape, pool_output_shape
+from pyooc.torch._shapes import conv_output_shape, conv_transpose_output_shape, padding_ends, pool_output_shape
 from pyooc.torch._tensors import as_array, as_array_or_none, as_tensor, contiguous_grad
 
 Tensor = torch.Tensor
@@ -34,6 +34,16 @@ def _needs(ctx, i):
     return ctx.needs_input_grad[i]
 
 
+def _padding(padding, w):
+    """An op's padding as pyooc takes it: ints, or (before, after) pairs where the op got both ends."""
+    ends = padding_ends(padding, w.dim() - 2)
+    return [b for b, _ in ends] if all(b == a for b, a in ends) else ends
+
+
+def _symmetric(padding, w):
+    return len(padding) == w.dim() - 2
+
+
 # ------------------------------------------------------------------------------------------------
 # convolution and its gradients
 
@@ -42,8 +52,8 @@ def _needs(ctx, i):
 def conv_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],
                  dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
     return as_tensor(_run(pyooc.conv_forward, as_array(x, "input"), as_array(w, "weight"),
-                          as_array_or_none(bias, "bias"), stride=stride, padding=padding, dilation=dilation,
-                          groups=groups, memory_limit=memory_limit, backend=backend))
+                          as_array_or_none(bias, "bias"), stride=stride, padding=_padding(padding, w),
+                          dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend))
 
 
 @conv_forward.register_fake
@@ -55,7 +65,7 @@ def _(x, w, bias, stride, padding, dilation, groups, memory_limit, backend):
 def conv_backward_data(dy: Tensor, w: Tensor, x_shape: list[int], stride: list[int], padding: list[int],
                        dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
     return as_tensor(_run(pyooc.conv_backward_data, as_array(dy, "grad_output"), as_array(w, "weight"), x_shape,
-                          stride=stride, padding=padding, dilation=dilation, groups=groups,
+                          stride=stride, padding=_padding(padding, w), dilation=dilation, groups=groups,
                           memory_limit=memory_limit, backend=backend))
 
 
@@ -68,7 +78,7 @@ def _(dy, w, x_shape, stride, padding, dilation, groups, memory_limit, backend):
 def conv_backward_filter(x: Tensor, dy: Tensor, w_shape: list[int], stride: list[int], padding: list[int],
                          dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
     return as_tensor(_run(pyooc.conv_backward_filter, as_array(x, "input"), as_array(dy, "grad_output"), w_shape,
-                          stride=stride, padding=padding, dilation=dilation, groups=groups,
+                          stride=stride, padding=_padding(padding, x), dilation=dilation, groups=groups,
                           memory_limit=memory_limit, backend=backend))
 
 
@@ -115,7 +125,8 @@ def _conv_backward(ctx, dy):
     dy = contiguous_grad(dy)
     stride, padding, dilation, groups, memory_limit, backend = ctx.geometry
     want_dx, want_dw, want_db = _needs(ctx, 0), _needs(ctx, 1), ctx.has_bias and _needs(ctx, 2)
-    if want_dx and want_dw and groups == 1:  # one pass over dy serves all three (the fused backward, ungrouped)
+    # One pass over dy serves all three (the fused backward: ungrouped, cuDNN's symmetric padding).
+    if want_dx and want_dw and groups == 1 and _symmetric(padding, w):
         dx, dw, db = conv_backward_data_filter_bias(x, dy, w, stride, padding, dilation, groups, memory_limit,
                                                     backend)
         return dx, dw, db if want_db else None, None, None, None, None, None, None

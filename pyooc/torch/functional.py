@@ -58,7 +58,9 @@ def _rank(input, spatial, what):
 
 
 def _conv_padding(padding, weight, dilation, stride, spatial):
-    """torch's padding: ints, or "valid" / "same" (as explicit symmetric padding where one exists)."""
+    """torch's padding: ints, or "valid" / "same". "same" pads dilation * (kernel - 1) in all, half
+    (rounded down) before, as torch; where that is uneven the op gets every dimension's before and
+    then every dimension's after (2 * spatial ints, pyooc/torch/_shapes.py's padding_ends)."""
     if isinstance(padding, str):
         if padding == "valid":
             return [0] * spatial
@@ -66,9 +68,9 @@ def _conv_padding(padding, weight, dilation, stride, spatial):
             if any(s != 1 for s in stride):
                 raise ValueError("padding='same' is not supported for strided convolutions")
             total = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
-            if any(t % 2 for t in total):
-                _not_implemented("padding", padding, "'same' with a symmetric padding (an odd dilated kernel)")
-            return [t // 2 for t in total]
+            if all(t % 2 == 0 for t in total):
+                return [t // 2 for t in total]
+            return [t // 2 for t in total] + [t - t // 2 for t in total]
         raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
     return _tuple(padding, spatial, "padding")
 

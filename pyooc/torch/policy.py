@@ -53,7 +53,7 @@ def output_shape(module, x_shape):
     n = len(x_shape) - 2
     if isinstance(module, nn.modules.conv._ConvTransposeNd):
         return conv_transpose_output_shape(x_shape, module.weight.shape, module.stride, module.padding,
-                                           module.output_padding, module.dilation)
+                                           module.output_padding, module.dilation, module.groups)
     if isinstance(module, nn.modules.conv._ConvNd):
         if module.padding == "same":  # torch's "same" keeps the spatial size (stride 1)
             return [x_shape[0], module.out_channels, *x_shape[2:]]

@@ -49,6 +49,10 @@ struct ConvProblem {
   int spatial_dims = 2;  // 1, 2 or 3
   int64_t n = 1, c = 1, k = 1, groups = 1;
   Dims3 in{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1};
+  // The padding after each dimension's end minus `padding` (its padding before the start): 0 for
+  // cuDNN's symmetric padding; torch's padding='same' with an even dilated kernel pads one more
+  // after (1). Chunks pad such a dimension with explicit zeros, never through cuDNN.
+  Dims3 padding_extra{0, 0, 0};
   Dims3 out{1, 1, 1};  // derived by make()
   DType dtype = DType::float32;
   double alpha = 1.0, beta = 0.0;
@@ -56,27 +60,34 @@ struct ConvProblem {
 
   // Validates every field and derives `out`. Throws ooc::invalid_argument naming the argument.
   // x_shape and w_shape have the same rank, 3 to 5; stride/padding/dilation have one entry per
-  // spatial dimension.
+  // spatial dimension. padding is before each dimension's start; padding_after, at its end
+  // (empty: the same as padding, cuDNN's symmetric padding).
   static ConvProblem forward(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
                              const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                              const std::vector<int64_t>& dilation, int64_t groups, double alpha,
-                             double beta, bool has_bias, DType dtype = DType::float32);
+                             double beta, bool has_bias, DType dtype = DType::float32,
+                             const std::vector<int64_t>& padding_after = {});
 
   // backward data: dy_shape must be the forward output of x_shape and w_shape. Errors name dy,
   // w and x_shape (torch's wording where torch has one).
   static ConvProblem backward_data(const std::vector<int64_t>& dy_shape, const std::vector<int64_t>& w_shape,
                                    const std::vector<int64_t>& x_shape, const std::vector<int64_t>& stride,
                                    const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
-                                   int64_t groups, double alpha, double beta, DType dtype = DType::float32);
+                                   int64_t groups, double alpha, double beta, DType dtype = DType::float32,
+                                   const std::vector<int64_t>& padding_after = {});
   // backward filter: dy_shape must be the forward output of x_shape and w_shape.
   static ConvProblem backward_filter(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& dy_shape,
                                      const std::vector<int64_t>& w_shape, const std::vector<int64_t>& stride,
                                      const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
-                                     int64_t groups, double alpha, double beta, DType dtype = DType::float32);
+                                     int64_t groups, double alpha, double beta, DType dtype = DType::float32,
+                                     const std::vector<int64_t>& padding_after = {});
   // backward bias: dy is [n, k, out...] (rank 3 to 5); the geometry is a 1x1 convolution from one
   // channel (x: [n, 1, out...]), so that x-, y- and bias-shaped ranges all follow dy's.
   static ConvProblem backward_bias(const std::vector<int64_t>& dy_shape, double alpha, double beta,
                                    DType dtype = DType::float32);
+
+  // Whether dimension d pads alike at both ends (cuDNN can pad it itself).
+  bool symmetric_padding(int d) const { return padding_extra[d] == 0; }
 
   std::vector<int64_t> x_shape() const;
   std::vector<int64_t> w_shape() const;

@@ -11,9 +11,11 @@
 namespace ooc {
 
 // Output extent of one spatial dimension; <= 0 when the kernel does not fit the padded input.
-inline int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
+// padding_extra: what the end pads beyond `padding` (ConvProblem::padding_extra).
+inline int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation,
+                                int64_t padding_extra = 0) {
   const int64_t span = dilation * (kernel - 1) + 1;
-  const int64_t padded = in + 2 * padding;
+  const int64_t padded = in + 2 * padding + padding_extra;
   if (padded < span) return 0;
   return (padded - span) / stride + 1;
 }

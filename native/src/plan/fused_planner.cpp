@@ -321,6 +321,7 @@ Plan plan_conv_backward_data_filter_bias_for(const ConvProblem& p, const Planner
                                              const std::string& fused, const ConvProblem* pool) {
   if (p.op != Operation::backward_data) throw std::logic_error("fused backward planner: not a backward-data problem");
   require_ungrouped(p, fused.c_str(), "conv_backward_data, conv_backward_filter and conv_backward_bias");
+  require_symmetric_padding(p, fused.c_str());
   return with_grown_workspace(
       with_workspace_fallback(
           config, [&](const PlannerConfig& c) { return plan_with_workspace(p, c, y_inputs, fused, pool); }),

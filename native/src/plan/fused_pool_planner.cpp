@@ -198,6 +198,7 @@ Plan plan_conv_bias_activation_pooling_forward_for(const ConvProblem& conv, cons
     throw std::logic_error("fused pooling planner: not a forward convolution and a pooling");
   planner_parts::require_ungrouped(conv, "conv_bias_activation_pooling_forward",
                                    "conv_bias_activation_forward followed by pool_forward");
+  planner_parts::require_symmetric_padding(conv, "conv_bias_activation_pooling_forward");
   return with_grown_workspace(
       with_workspace_fallback(config, [&](const PlannerConfig& c) { return plan_with_workspace(conv, pool, c); }),
       config);

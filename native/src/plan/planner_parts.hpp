@@ -118,6 +118,15 @@ inline void require_ungrouped(const ConvProblem& p, const char* function, const 
                         std::to_string(p.groups) + "); " + instead + " take groups");
 }
 
+// The same for asymmetric padding (padding='same' with an even kernel): those planners let cuDNN
+// pad the dimensions they keep whole, and cuDNN's padding is symmetric.
+inline void require_symmetric_padding(const ConvProblem& p, const char* function) {
+  for (int d = 0; d < p.spatial_dims; ++d)
+    if (!p.symmetric_padding(d))
+      throw not_supported(std::string(function) + ": asymmetric padding (padding='same' with an even kernel) is "
+                          "not supported yet; pad explicitly or use an odd kernel");
+}
+
 // Algorithms may use workspace, but every one also has a zero-workspace fallback: when the
 // allowance leaves no room for any plan, plan again without it.
 template <typename PlanFn>

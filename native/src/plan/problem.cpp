@@ -75,7 +75,8 @@ namespace {
 ConvProblem forward_geometry(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
                              const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                              const std::vector<int64_t>& dilation, int64_t groups, double alpha, double beta,
-                             bool has_bias, DType dtype, const std::string& x_name) {
+                             bool has_bias, DType dtype, const std::string& x_name,
+                             const std::vector<int64_t>& padding_after) {
   if (w_shape.size() < 3 || w_shape.size() > 5) {
     std::ostringstream msg;
     msg << "w must be 3D, 4D or 5D ([out_channels, in_channels/groups, *kernel]), got w of size "
@@ -110,12 +111,14 @@ ConvProblem forward_geometry(const std::vector<int64_t>& x_shape, const std::vec
   p.has_bias = has_bias;
   p.stride = spatial_option(stride, spatial, "stride", 1);
   p.padding = spatial_option(padding, spatial, "padding", 0);
+  const Dims3 after = padding_after.empty() ? p.padding : spatial_option(padding_after, spatial, "padding_after", 0);
   p.dilation = spatial_option(dilation, spatial, "dilation", 1);
   for (int d = 0; d < spatial; ++d) {
     p.in[d] = x_shape[2 + d];
     p.kernel[d] = w_shape[2 + d];
     if (p.stride[d] <= 0) throw invalid_argument("non-positive stride is not supported");
-    if (p.padding[d] < 0) throw invalid_argument("negative padding is not supported");
+    if (p.padding[d] < 0 || after[d] < 0) throw invalid_argument("negative padding is not supported");
+    p.padding_extra[d] = after[d] - p.padding[d];
     if (p.dilation[d] <= 0) throw invalid_argument("dilation should be greater than zero");
     checked::kernel_int(p.stride[d], "stride");
     checked::kernel_int(p.dilation[d], "dilation");
@@ -135,13 +138,14 @@ ConvProblem forward_geometry(const std::vector<int64_t>& x_shape, const std::vec
   }
   for (int d = 0; d < spatial; ++d) {
     // conv_output_size's padded input and dilated kernel, checked before it computes them unchecked.
-    checked::add(p.in[d], checked::mul(2, p.padding[d], "padding"), "the padded input");
+    checked::add(checked::add(p.in[d], checked::mul(2, p.padding[d], "padding"), "the padded input"),
+                 p.padding_extra[d], "the padded input");
     checked::add(checked::mul(p.dilation[d], p.kernel[d] - 1, "dilation"), 1, "the dilated kernel");
-    p.out[d] = conv_output_size(p.in[d], p.kernel[d], p.stride[d], p.padding[d], p.dilation[d]);
+    p.out[d] = conv_output_size(p.in[d], p.kernel[d], p.stride[d], p.padding[d], p.dilation[d], p.padding_extra[d]);
     if (p.out[d] <= 0) {
       std::vector<int64_t> padded, span;
       for (int e = 0; e < spatial; ++e) {
-        padded.push_back(p.in[e] + 2 * p.padding[e]);
+        padded.push_back(p.in[e] + 2 * p.padding[e] + p.padding_extra[e]);
         span.push_back(p.dilation[e] * (p.kernel[e] - 1) + 1);
       }
       std::ostringstream msg;
@@ -159,8 +163,9 @@ ConvProblem forward_geometry(const std::vector<int64_t>& x_shape, const std::vec
 ConvProblem ConvProblem::forward(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
                                  const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                                  const std::vector<int64_t>& dilation, int64_t groups, double alpha, double beta,
-                                 bool has_bias, DType dtype) {
-  return forward_geometry(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta, has_bias, dtype, "x");
+                                 bool has_bias, DType dtype, const std::vector<int64_t>& padding_after) {
+  return forward_geometry(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta, has_bias, dtype, "x",
+                          padding_after);
 }
 
 namespace {
@@ -181,9 +186,10 @@ void check_dy_shape(const ConvProblem& p, const std::vector<int64_t>& dy_shape, 
 ConvProblem ConvProblem::backward_data(const std::vector<int64_t>& dy_shape, const std::vector<int64_t>& w_shape,
                                        const std::vector<int64_t>& x_shape, const std::vector<int64_t>& stride,
                                        const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
-                                       int64_t groups, double alpha, double beta, DType dtype) {
-  ConvProblem p =
-      forward_geometry(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta, false, dtype, "x_shape");
+                                       int64_t groups, double alpha, double beta, DType dtype,
+                                       const std::vector<int64_t>& padding_after) {
+  ConvProblem p = forward_geometry(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta, false, dtype,
+                                   "x_shape", padding_after);
   check_dy_shape(p, dy_shape, x_shape, w_shape, "x_shape");
   p.op = Operation::backward_data;
   return p;
@@ -192,8 +198,9 @@ ConvProblem ConvProblem::backward_data(const std::vector<int64_t>& dy_shape, con
 ConvProblem ConvProblem::backward_filter(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& dy_shape,
                                          const std::vector<int64_t>& w_shape, const std::vector<int64_t>& stride,
                                          const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
-                                         int64_t groups, double alpha, double beta, DType dtype) {
-  ConvProblem p = forward(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta, false, dtype);
+                                         int64_t groups, double alpha, double beta, DType dtype,
+                                         const std::vector<int64_t>& padding_after) {
+  ConvProblem p = forward(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta, false, dtype, padding_after);
   check_dy_shape(p, dy_shape, x_shape, w_shape, "x of size");
   p.op = Operation::backward_filter;
   return p;
@@ -276,7 +283,15 @@ std::string ConvProblem::describe() const {
   }
   std::vector<int64_t> st(stride.begin(), stride.begin() + spatial_dims),
       pa(padding.begin(), padding.begin() + spatial_dims), di(dilation.begin(), dilation.begin() + spatial_dims);
-  s << ", stride=" << format_shape(st) << " padding=" << format_shape(pa) << " dilation=" << format_shape(di);
+  s << ", stride=" << format_shape(st) << " padding=" << format_shape(pa);
+  bool asymmetric = false;
+  for (int d = 0; d < spatial_dims; ++d) asymmetric = asymmetric || !symmetric_padding(d);
+  if (asymmetric) {
+    std::vector<int64_t> after;
+    for (int d = 0; d < spatial_dims; ++d) after.push_back(padding[d] + padding_extra[d]);
+    s << " padding_after=" << format_shape(after);
+  }
+  s << " dilation=" << format_shape(di);
   if (groups != 1) s << " groups=" << groups;
   if (alpha != 1.0 || beta != 0.0) s << " alpha=" << alpha << " beta=" << beta;
   if (has_bias) s << " +bias";

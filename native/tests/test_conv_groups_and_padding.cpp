@@ -1,10 +1,12 @@
-// Grouped and depthwise convolution (groups > 1): forward, backward data and backward filter
+// Grouped and depthwise convolution (groups > 1) and asymmetric padding (torch's padding='same'
+// with an even kernel): forward, backward data and backward filter
 // against the float64 references' grouped products (backward_plan_checks.hpp's for_each_product),
 // on fresh random inputs with NaN-poisoned outputs, under budgets from the tightest to one that
 // needs no split, pageable and host-direct memory; and the plans' own properties: every chunk's
 // channels are whole groups or lie inside one group, the split kinds along g, k and c inside a
-// group all occur, the measured traffic is the planned one. The cuda backend runs the same cases
-// (skipped without a GPU).
+// group all occur, the measured traffic is the planned one, and no chunk leaves an asymmetrically
+// padded dimension to cuDNN's (symmetric) padding. The cuda backend runs the same cases (skipped
+// without a GPU).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -26,11 +28,12 @@ using namespace ooc_test;
 using ooc::ConvProblem;
 using ooc::Operation;
 
-// A grouped convolution's geometry.
+// A convolution's geometry: groups, and the padding after each dimension (empty: as before).
 struct GroupedCase {
   const char* name;
   Shape x, w, stride{1}, padding{0}, dilation{1};
   int64_t groups;
+  Shape padding_after{};
 };
 
 std::vector<GroupedCase> grouped_cases() {
@@ -40,11 +43,17 @@ std::vector<GroupedCase> grouped_cases() {
       {"five_groups_3d", {2, 10, 5, 6, 7}, {10, 2, 3, 3, 3}, {1}, {1}, {1}, 5},
       {"depthwise_2d", {2, 7, 12, 10}, {7, 1, 3, 3}, {1}, {1}, {1}, 7},
       {"depthwise_multiplier_3d", {1, 4, 6, 7, 8}, {12, 1, 3, 3, 3}, {1, 2, 1}, {1}, {1}, 4},
+      // padding='same' with even kernels: one more after than before.
+      {"same_even_kernel_1d", {2, 3, 30}, {4, 3, 4}, {1}, {1}, {1}, 1, {2}},
+      {"same_even_kernel_grouped_2d", {2, 4, 10, 9}, {4, 2, 2, 4}, {1}, {0, 1}, {1}, 2, {1, 2}},
+      // less after than before, with dilation and stride
+      {"asymmetric_3d_dilated_strided", {1, 2, 6, 7, 9}, {3, 2, 2, 3, 2}, {1, 1, 2}, {0, 1, 1}, {1, 1, 2}, 1, {1, 1, 0}},
   };
 }
 
 ConvProblem forward_problem(const GroupedCase& c, double alpha = 1.0, double beta = 0.0, bool bias = false) {
-  return ConvProblem::forward(c.x, c.w, c.stride, c.padding, c.dilation, c.groups, alpha, beta, bias);
+  return ConvProblem::forward(c.x, c.w, c.stride, c.padding, c.dilation, c.groups, alpha, beta, bias,
+                              ooc::DType::float32, c.padding_after);
 }
 
 ConvProblem problem_of(const GroupedCase& c, Operation op, double alpha, double beta) {
@@ -53,10 +62,10 @@ ConvProblem problem_of(const GroupedCase& c, Operation op, double alpha, double 
     case Operation::forward: return forward_problem(c, alpha, beta, true);
     case Operation::backward_data:
       return ConvProblem::backward_data(fwd.y_shape(), c.w, c.x, c.stride, c.padding, c.dilation, c.groups, alpha,
-                                        beta);
+                                        beta, ooc::DType::float32, c.padding_after);
     default:
       return ConvProblem::backward_filter(c.x, fwd.y_shape(), c.w, c.stride, c.padding, c.dilation, c.groups, alpha,
-                                          beta);
+                                          beta, ooc::DType::float32, c.padding_after);
   }
 }
 
@@ -118,6 +127,8 @@ GroupSplits check_group_ranges(const ooc::Plan& plan) {
                             ch.k.begin / kg == ch.c.begin / cg;
     EXPECT_TRUE(whole_groups || inside_one) << "chunk k [" << ch.k.begin << ", " << ch.k.end << ") c [" << ch.c.begin
                                             << ", " << ch.c.end << ") mixes groups";
+    for (int d = 0; d < p.spatial_dims; ++d)
+      if (!p.symmetric_padding(d)) EXPECT_EQ(ch.compute_padding[d], 0) << "cuDNN asked to pad asymmetric dim " << d;
     if (ch.k.size() > kg) s.several_groups = true;
     if (ch.k.size() < kg) s.part_of_k = true;
     if (ch.c.size() < cg) s.part_of_c = true;
