@@ -11,6 +11,7 @@ import numpy as np
 
 from pyooc._arrays import as_float, as_input, as_int, as_output, spatial_tuple
 from pyooc._loader import load_native
+from pyooc.devices import call_devices
 from pyooc.machine import planning_machine
 from pyooc.memory import parse_memory_limit
 from pyooc.progress import call_observer
@@ -24,15 +25,16 @@ def check_backend(backend):
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
-def call_options(memory_limit, backend, device, pinned=False):
+def call_options(memory_limit, backend, device, pinned=False, devices=None):
     """The CallOptions of one call from its public arguments: memory_limit (bytes or "512MiB";
     None: the process default), backend, device; pinned (plan_* only): plan as if every array
-    were pinned. Its observer (Ctrl-C, the call's progress= and cancel=: pyooc/progress.py) comes
+    were pinned; devices: the devices it spreads over (pyooc/devices.py; None: the process
+    default). Its observer (Ctrl-C, the call's progress= and cancel=: pyooc/progress.py) comes
     from the call's context, so that no function passes them."""
     check_backend(backend)
     # machine: the model a plan_* call was given (pyooc/machine.py's accepts_machine), else None.
     return _native.CallOptions(parse_memory_limit(memory_limit) or 0, backend, as_device(device), bool(pinned),
-                               call_observer(), planning_machine())
+                               call_observer(), planning_machine(), call_devices(devices))
 
 
 def as_device(device):
@@ -41,7 +43,7 @@ def as_device(device):
 
 
 def conv_args(spatial, stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
-              pinned=False, kernel=None):
+              pinned=False, kernel=None, devices=None):
     """A convolution-shaped call's scalars checked, as a dict: stride, padding (conv_padding's),
     dilation (tuples of `spatial` ints), groups, alpha, beta, and "options" (a CallOptions).
     kernel: w's spatial sizes, for padding strings (None: the call takes none, e.g. a transposed
@@ -56,7 +58,7 @@ def conv_args(spatial, stride, padding, dilation, groups, alpha, beta, memory_li
         groups=as_int(groups, "groups"),
         alpha=as_float(alpha, "alpha"),
         beta=as_float(beta, "beta"),
-        options=call_options(memory_limit, backend, device, pinned),
+        options=call_options(memory_limit, backend, device, pinned, devices),
     )
 
 

@@ -283,10 +283,11 @@ cdef class CallOptions:
     cdef ooc.MachineModel machine_model  # what c_obj.machine points to when a model was given
 
     def __cinit__(self, size_t memory_limit, str backend, int device, bint assume_pinned=False,
-                  CallObserver observer=None, machine=None):
+                  CallObserver observer=None, machine=None, tuple devices=()):
         self.c_obj.memory_limit = memory_limit
         self.c_obj.backend = _BACKENDS[backend]
         self.c_obj.device = device
+        self.c_obj.devices = list(devices)
         self.c_obj.assume_pinned = assume_pinned
         self.observer = observer
         self.c_obj.observer = observer.native() if observer is not None else NULL
@@ -317,6 +318,10 @@ cdef class CallOptions:
     @property
     def assume_pinned(self):
         return self.c_obj.assume_pinned
+
+    @property
+    def devices(self):
+        return tuple(self.c_obj.devices)
 
     def __repr__(self):
         return (f"<pyooc.CallOptions memory_limit={self.memory_limit} backend={self.backend!r} "

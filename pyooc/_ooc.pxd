@@ -182,6 +182,7 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
         size_t memory_limit
         BackendKind backend
         int device
+        vector[int] devices
         bool assume_pinned
         const CallObserver* observer
         const MachineModel* machine

@@ -35,7 +35,7 @@ def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dila
 
 @observed
 def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
-                 memory_limit=None, backend="auto", device=0):
+                 memory_limit=None, backend="auto", device=0, devices=None):
     """y = alpha * conv(x, w) + beta * out + bias, computed out of core.
 
     Like torch.nn.functional.conv1d/2d/3d (cross-correlation; x [N, C, *spatial], w [K, C/groups,
@@ -47,12 +47,14 @@ def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, 
     zero-copy (float32, C-contiguous, any buffer-protocol array: numpy, memory-mapped, pinned) and
     are never written. The result is a new array, or `out` (which beta then scales; beta != 0 needs
     out). memory_limit caps device bytes for this call (int or "512MiB"; default: set_memory_limit()).
-    backend: "auto" (GPU when present), "cuda" or "host" (CPU reference, same chunking)."""
+    backend: "auto" (GPU when present), "cuda" or "host" (CPU reference, same chunking). devices:
+    spread the chunks over several GPUs ("all" or a list of ordinals; None: pyooc.set_devices'
+    default, else `device` alone; pyooc/devices.py)."""
     x, w, bias = conv_inputs(x, w, bias)
     unbatched = x.ndim == w.ndim - 1  # torch's unbatched (C, *spatial): pyooc/_unbatched.py
     x, out = as_batch_of_one(x, unbatched, out)
     o = conv_args(spatial_dims(w.shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
-                  kernel=w.shape[2:])
+                  kernel=w.shape[2:], devices=devices)
     # Validates the geometry (ValueError naming the argument) before anything is allocated.
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
     out = output_array(out, y_shape, {"x": x, "w": w, "bias": bias}, o["beta"], "y = alpha * conv(x, w) + beta * out")

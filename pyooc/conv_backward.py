@@ -71,7 +71,7 @@ def plan_conv_backward_bias(dy_shape, *, alpha=1.0, beta=0.0, dtype="float32", m
 
 @observed
 def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
-                       memory_limit=None, backend="auto", device=0):
+                       memory_limit=None, backend="auto", device=0, devices=None):
     """dx = alpha * conv_transpose(dy, w) + beta * out: the gradient of conv_forward with respect to
     its input x (cuDNN's ConvolutionBackwardData, torch.nn.grad.conv{1,2,3}d_input), computed out of
     core. dy must have the shape conv_forward gives for x_shape and w with these options. Arrays and
@@ -79,14 +79,14 @@ def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, group
     inputs = {"dy": as_input(dy, "dy"), "w": as_input(w, "w")}
     x_shape = as_shape(x_shape, "x_shape")
     o = conv_args(spatial_dims(inputs["w"].shape), stride, padding, dilation, groups, alpha, beta, memory_limit,
-                  backend, device, kernel=inputs["w"].shape[2:])
+                  backend, device, kernel=inputs["w"].shape[2:], devices=devices)
     return _run("conv_backward_data", inputs, x_shape, lambda: x_shape,
                 "dx = alpha * conv_transpose(dy, w) + beta * out", out, o)
 
 
 @observed
 def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
-                         memory_limit=None, backend="auto", device=0):
+                         memory_limit=None, backend="auto", device=0, devices=None):
     """dw = alpha * (gradient of conv_forward with respect to w, for dy) + beta * out (cuDNN's
     ConvolutionBackwardFilter, torch.nn.grad.conv{1,2,3}d_weight), computed out of core: the sum over
     samples and positions accumulates on the device in fp32. dy must have the shape conv_forward
@@ -94,16 +94,17 @@ def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, gro
     inputs = {"x": as_input(x, "x"), "dy": as_input(dy, "dy")}
     w_shape = as_shape(w_shape, "w_shape")
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
-                  kernel=w_shape[2:])
+                  kernel=w_shape[2:], devices=devices)
     return _run("conv_backward_filter", inputs, w_shape, lambda: w_shape, "dw = alpha * dconv(x, dy) + beta * out",
                 out, o)
 
 
 @observed
-def conv_backward_bias(dy, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, backend="auto", device=0):
+def conv_backward_bias(dy, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, backend="auto", device=0,
+                       devices=None):
     """db = alpha * dy summed over samples and positions + beta * out (cuDNN's
     ConvolutionBackwardBias), computed out of core; dy is [N, K, *spatial], db has K elements."""
     inputs = {"dy": as_input(dy, "dy"), "": None}
-    o = conv_args(1, 1, 0, 1, 1, alpha, beta, memory_limit, backend, device)
+    o = conv_args(1, 1, 0, 1, 1, alpha, beta, memory_limit, backend, device, devices=devices)
     return _run("conv_backward_bias", inputs, (), lambda: inputs["dy"].shape[1:2], "db = alpha * sum(dy) + beta * out",
                 out, o)

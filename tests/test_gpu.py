@@ -324,3 +324,17 @@ def test_queue_busy_time_is_measured_on_request(rng, monkeypatch):
         busy = stats[f"{queue}_busy_seconds"]
         assert 0 < busy <= stats["seconds"] * 1.05, (queue, busy, stats["seconds"])
     assert rel_err(y, reference_conv(x, w, padding=1)) < TOL
+
+
+def test_the_gpu_listed_twice_gives_the_one_device_results(rng):
+    """devices=[0, 0]: two pipelines on the one GPU, each under memory_limit; the same results as one."""
+    x, w, b = random_problem(rng, (4, 16, 48, 40), (24, 16, 3, 3), bias=True)
+    limit = 2 * smallest_budget(x.shape, w.shape, backend="cuda", padding=1)
+    one = pyooc.conv_forward(x, w, b, padding=1, memory_limit=limit, backend="cuda")
+    spread = pyooc.conv_forward(x, w, b, padding=1, memory_limit=limit, backend="cuda", devices=[0, 0])
+    np.testing.assert_array_equal(spread, one)
+    dy = rng.standard_normal(one.shape, dtype=np.float32)
+    dw_one = pyooc.conv_backward_filter(x, dy, w.shape, padding=1, memory_limit=limit, backend="cuda")
+    dw_two = pyooc.conv_backward_filter(x, dy, w.shape, padding=1, memory_limit=limit, backend="cuda",
+                                        devices=[0, 0])
+    assert rel_err(dw_two, dw_one) < 1e-5

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace ooc {
 
@@ -39,6 +40,11 @@ struct Options {
   size_t memory_limit = 0;  // bytes of device memory the call may use; 0: the process default
   BackendKind backend = BackendKind::automatic;
   int device = 0;
+  // Two or more: the call's chunks spread over these devices, each running its own pipeline under
+  // memory_limit (plan/device_shares.hpp; operations that cannot spread run on the first). A device
+  // listed twice gets two pipelines. With the host backend they are virtual devices, separate host
+  // backends, which is how CI tests the spreading. Empty or one entry: `device` alone.
+  std::vector<int> devices;
   // plan_* only (runs see the pointers): plan as if every tensor were pinned, i.e. moved by DMA
   // with no host gather/scatter.
   bool assume_pinned = false;

@@ -57,8 +57,20 @@ OperationCall conv_call(const ConvProblem& problem, Operation op, std::vector<co
   if (problem.op != op)
     throw invalid_argument(std::string(operation_name(op)) + ": the problem describes " +
                            operation_name(problem.op) + " (make it with the matching ConvProblem factory)");
-  return {PlanKey("conv").add(problem), [&problem](const PlannerConfig& c) { return plan_for(problem, c); },
-          std::move(tensors), std::move(run)};
+  OperationCall call{PlanKey("conv").add(problem), [&problem](const PlannerConfig& c) { return plan_for(problem, c); },
+                     std::move(tensors), std::move(run)};
+  call.spreads = true;  // each reduction group writes its own output tile
+  return call;
+}
+
+// A gradient reduced over every chunk (dw, db) may also split its one reduction over devices, each
+// device's part summed into a buffer of its own: `run_into`, the same run into another output.
+OperationCall reduced_call(OperationCall call, float* output, int64_t elements,
+                           std::function<RunStats(const Plan&, Backend&, void*)> run_into) {
+  call.run_into = std::move(run_into);
+  call.output = output;
+  call.output_elements = elements;
+  return call;
 }
 
 }  // namespace
@@ -99,20 +111,24 @@ void conv_backward_data(const ConvProblem& problem, const float* dy, const float
 void conv_backward_filter(const ConvProblem& problem, const float* x, const float* dy, float* dw,
                           const Options& options, Plan* used, RunStats* stats) {
   require_data({x, dy, dw}, "conv_backward_filter");
-  run_operation(conv_call(problem, Operation::backward_filter, {x, dy, dw},
-                          [&](const Plan& plan, Backend& backend) {
-                            return run_conv_backward_filter(plan, backend, x, dy, dw, ThreadPool::shared());
-                          }),
+  auto run_into = [&](const Plan& plan, Backend& backend, void* out) {
+    return run_conv_backward_filter(plan, backend, x, dy, out, ThreadPool::shared());
+  };
+  run_operation(reduced_call(conv_call(problem, Operation::backward_filter, {x, dy, dw},
+                                       [&](const Plan& plan, Backend& backend) { return run_into(plan, backend, dw); }),
+                             dw, problem.w_elements(), run_into),
                 options, used, stats);
 }
 
 void conv_backward_bias(const ConvProblem& problem, const float* dy, float* db, const Options& options, Plan* used,
                         RunStats* stats) {
   require_data({dy, db}, "conv_backward_bias");
-  run_operation(conv_call(problem, Operation::backward_bias, {dy, db},
-                          [&](const Plan& plan, Backend& backend) {
-                            return run_conv_backward_bias(plan, backend, dy, db, ThreadPool::shared());
-                          }),
+  auto run_into = [&](const Plan& plan, Backend& backend, void* out) {
+    return run_conv_backward_bias(plan, backend, dy, out, ThreadPool::shared());
+  };
+  run_operation(reduced_call(conv_call(problem, Operation::backward_bias, {dy, db},
+                                       [&](const Plan& plan, Backend& backend) { return run_into(plan, backend, db); }),
+                             db, problem.k, run_into),
                 options, used, stats);
 }
 

@@ -1,14 +1,19 @@
 #include "api/run_operation.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <exception>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <tuple>
 
 #include "exec/observed_call.hpp"
 #include "backend/cuda/cuda_machine_model.hpp"
+#include "plan/device_shares.hpp"
 #include "plan/staging_cost.hpp"
 
 namespace ooc {
@@ -21,11 +26,16 @@ struct BackendSlot {
   std::unique_ptr<Backend> backend;
 };
 
-BackendSlot& backend_slot(const Options& options) {
+// Virtual host devices a call may list (Options::devices with the host backend).
+constexpr int kMaxHostDevices = 64;
+
+// The backend of options.device; `instance` > 0: another pipeline on the same device (a device
+// listed twice in Options::devices).
+BackendSlot& backend_slot(const Options& options, int instance = 0) {
   static std::mutex registry_mutex;
   // Never destroyed: at process exit the CUDA runtime may already be gone (as torch does with its
-  // cuDNN handles, we let the OS reclaim them).
-  static auto& slots = *new std::map<int, BackendSlot>;  // -1: host, d >= 0: cuda device d
+  // cuDNN handles, we let the OS reclaim them). Keyed by (cuda?, device, instance).
+  static auto& slots = *new std::map<std::tuple<bool, int, int>, BackendSlot>;
   BackendKind kind = options.backend;
   if (kind == BackendKind::automatic) kind = device_count() > 0 ? BackendKind::cuda : BackendKind::host;
   if (kind == BackendKind::cuda) {
@@ -35,10 +45,13 @@ BackendSlot& backend_slot(const Options& options) {
       throw invalid_argument("device " + std::to_string(options.device) + " is out of range: " + std::to_string(n) +
                              " CUDA device(s) present");
   }
-  const int key = kind == BackendKind::cuda ? options.device : -1;
+  const bool cuda = kind == BackendKind::cuda;
+  if (!cuda && (options.device < 0 || options.device >= kMaxHostDevices))
+    throw invalid_argument("device " + std::to_string(options.device) + " is out of range for the host backend: its " +
+                           "virtual devices are 0 to " + std::to_string(kMaxHostDevices - 1));
   std::lock_guard<std::mutex> lock(registry_mutex);
-  BackendSlot& slot = slots[key];
-  if (!slot.backend) slot.backend = key < 0 ? make_host_backend() : make_cuda_backend(key);
+  BackendSlot& slot = slots[{cuda, options.device, instance}];
+  if (!slot.backend) slot.backend = cuda ? make_cuda_backend(options.device) : make_host_backend();
   return slot;
 }
 
@@ -93,8 +106,113 @@ Plan plan_operation(const OperationCall& call, const Options& options) {
   return *cached(call, config);
 }
 
+namespace {
+
+// A worker device's share stops when the user's cancel flag is set (context) or another share
+// failed (the observer's cancel flag): never the user's on_chunk, which runs on the calling thread.
+bool user_did_not_cancel(void* context, const ChunkProgress*) {
+  const auto* cancel = static_cast<const std::atomic<bool>*>(context);
+  return !(cancel && cancel->load(std::memory_order_relaxed));
+}
+
+// What several shares measured, as one run: bytes and chunks add up, the rest is the slowest's.
+RunStats combined(const std::vector<RunStats>& runs) {
+  RunStats total = runs.front();
+  for (size_t i = 1; i < runs.size(); ++i) {
+    const RunStats& r = runs[i];
+    total.bytes_h2d += r.bytes_h2d;
+    total.bytes_d2h += r.bytes_d2h;
+    total.chunks += r.chunks;
+    total.device_bytes_reserved = std::max(total.device_bytes_reserved, r.device_bytes_reserved);
+    total.seconds = std::max(total.seconds, r.seconds);
+    total.gather_seconds += r.gather_seconds;
+    total.scatter_seconds += r.scatter_seconds;
+    total.host_wait_seconds += r.host_wait_seconds;
+  }
+  return total;
+}
+
+// Options::devices: the plan (made for the first device's backend) cut into shares
+// (plan/device_shares.hpp), each run by its own device's pipeline on its own thread, the first on
+// this one; partial sums added to the output once every share has run. Every share finishes or
+// drains before this returns or throws, so no buffer is freed while a copy uses it.
+void run_spread(const OperationCall& call, const Options& options, Plan* used, RunStats* stats) {
+  std::vector<BackendSlot*> slots;
+  std::map<int, int> listed;
+  for (int d : options.devices) {
+    Options one = options;
+    one.device = d;
+    one.devices.clear();
+    slots.push_back(&backend_slot(one, listed[d]++));
+  }
+  // Locked in one global order, so that concurrent spread calls cannot deadlock.
+  std::vector<BackendSlot*> order = slots;
+  std::sort(order.begin(), order.end());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (BackendSlot* s : order) locks.emplace_back(s->mutex);
+
+  Backend& first = *slots.front()->backend;
+  const PlannerConfig config = with_host_staging(planner_config(first, options), call.tensors,
+                                                 [&](const void* t) { return first.host_is_device_accessible(t); });
+  const std::shared_ptr<const Plan> plan = cached(call, config);
+  const std::vector<DeviceShare> shares =
+      device_shares(*plan, static_cast<int>(slots.size()), static_cast<bool>(call.run_into));
+  ObservedCall observed(options.observer, static_cast<int64_t>(plan->num_chunks()) * plan->passes,
+                        plan->predicted_seconds);
+  if (const PlanObserver observe = g_plan_observer.load()) observe(*plan, false);
+
+  std::atomic<bool> failed{false};
+  std::vector<RunStats> runs(shares.size());
+  std::vector<std::exception_ptr> errors(shares.size());
+  std::vector<std::vector<float>> partial_sums(shares.size());
+  auto run_share = [&](size_t i) {
+    try {
+      Backend& backend = *slots[i]->backend;
+      if (shares[i].partial) {
+        partial_sums[i].assign(static_cast<size_t>(call.output_elements), 0.0f);
+        runs[i] = call.run_into(shares[i].plan, backend, partial_sums[i].data());
+      } else {
+        runs[i] = call.run(shares[i].plan, backend);
+      }
+    } catch (...) {
+      errors[i] = std::current_exception();
+      failed = true;
+    }
+  };
+  const std::atomic<bool>* user_cancel = options.observer ? options.observer->cancel : nullptr;
+  std::vector<std::thread> workers;
+  for (size_t i = 1; i < shares.size(); ++i)
+    workers.emplace_back([&, i] {
+      CallObserver watch;
+      watch.cancel = &failed;
+      watch.on_chunk = user_did_not_cancel;
+      watch.context = const_cast<std::atomic<bool>*>(user_cancel);
+      try {
+        ObservedCall worker(&watch, static_cast<int64_t>(shares[i].plan.num_chunks()), 0.0);
+        run_share(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        failed = true;
+      }
+    });
+  run_share(0);
+  for (std::thread& t : workers) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (const std::vector<float>& sum : partial_sums)
+    for (size_t j = 0; j < sum.size(); ++j) call.output[j] += sum[j];
+  observed.finish();
+  if (stats) *stats = combined(runs);
+  if (used) *used = *plan;
+}
+
+}  // namespace
+
 void run_operation(const OperationCall& call, const Options& options, Plan* used, RunStats* stats) {
-  BackendSlot& slot = backend_slot(options);
+  if (options.devices.size() > 1 && call.spreads) return run_spread(call, options, used, stats);
+  Options one = options;
+  if (!options.devices.empty()) one.device = options.devices.front();  // an operation that does not spread
+  BackendSlot& slot = backend_slot(one);
   std::lock_guard<std::mutex> lock(slot.mutex);
   Backend& backend = *slot.backend;
   const PlannerConfig config = with_host_staging(planner_config(backend, options), call.tensors,

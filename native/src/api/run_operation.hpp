@@ -27,6 +27,14 @@ struct OperationCall {
   std::vector<const void*> tensors;
   // Executes the plan on the backend and returns what it measured (run_operation only).
   std::function<RunStats(const Plan&, Backend&)> run;
+  // Options::devices: whether the plan's chunks may be spread over several devices (its reduction
+  // groups write disjoint output tiles), and, for an operation whose one output is reduced over
+  // every chunk (dw, db), run_into: the run writing into another float32 buffer of
+  // output_elements, for a device's partial sum (plan/device_shares.hpp). Absent: whole groups only.
+  bool spreads = false;
+  std::function<RunStats(const Plan&, Backend&, void* out)> run_into;
+  int64_t output_elements = 0;
+  float* output = nullptr;  // the caller's reduced output, which the partial sums are added to
 };
 
 // The plan the call would run, for tensors the caller does not show: pageable ones, or pinned ones

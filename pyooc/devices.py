@@ -1,0 +1,51 @@
+"""Which devices a call spreads its chunks over (libooc's Options::devices): per call
+(`devices=` of the convolutions) and the process default (set_devices). Each device runs its own
+pipeline under the call's memory_limit; the plan's reduction groups are shared out by chunk count,
+and a reduction over every chunk (dw, db) is split into partial sums added once at the end
+(native/src/plan/device_shares.hpp). Operations that do not spread run on the first device."""
+
+from pyooc._arrays import as_int
+from pyooc._loader import load_native
+
+_native = load_native()
+_default = None
+
+
+def _checked(devices):
+    """devices as a tuple of ordinals: None (one device: the call's `device`), "all" (every CUDA
+    device present) or a sequence of ints (a device listed twice gets two pipelines; with
+    backend="host", virtual devices 0 to 63)."""
+    if devices is None:
+        return None
+    if isinstance(devices, str):
+        if devices != "all":
+            raise ValueError(f"devices must be None, 'all' or a list of device ordinals, got {devices!r}")
+        return "all"
+    try:
+        items = tuple(devices)
+    except TypeError:
+        raise TypeError(f"devices must be None, 'all' or a list of device ordinals, got {type(devices).__name__}") \
+            from None
+    if not items:
+        raise ValueError("devices must list at least one device")
+    return tuple(as_int(d, "devices", 0, 2**31 - 1) for d in items)
+
+
+def set_devices(devices):
+    """The process default of every call's `devices=` (None: one device, as before)."""
+    global _default
+    _default = _checked(devices)
+
+
+def get_devices():
+    return _default
+
+
+def call_devices(devices):
+    """The ordinals a call runs on: its own devices=, else the process default; () for one device."""
+    chosen = _checked(devices) if devices is not None else _default
+    if chosen is None:
+        return ()
+    if chosen == "all":
+        return tuple(range(max(_native.device_count(), 1)))
+    return chosen

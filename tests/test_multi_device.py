@@ -1,0 +1,90 @@
+"""devices= (and pyooc.set_devices) through the public API, on virtual host devices: a
+convolution's chunks spread over several devices give the one-device result (forward and backward
+data bit for bit, the reductions over every chunk within float32 rounding, beta applied once);
+bad device lists are refused naming the argument. The GPU twins are in tests/test_gpu.py's
+multi-device tests (the one GPU listed twice)."""
+
+import numpy as np
+import pytest
+
+import pyooc
+from conftest import needed_budget, random_problem, rel_err
+
+X, W = (4, 3, 18, 16), (5, 3, 3, 3)
+DEVICE_LISTS = [[0, 1], [0, 1, 2], [1, 1], [5, 3, 0, 2]]
+
+
+def _tight(plan_at, factor=1.3):
+    return int(needed_budget(plan_at) * factor)
+
+
+@pytest.mark.parametrize("devices", DEVICE_LISTS)
+def test_forward_and_backward_data_equal_one_device_bit_for_bit(rng, devices):
+    x, w, b = random_problem(rng, X, W, bias=True)
+    limit = _tight(lambda m: pyooc.plan_conv_forward(X, W, bias=True, padding=1, memory_limit=m, backend="host"))
+    one = pyooc.conv_forward(x, w, b, padding=1, memory_limit=limit, backend="host")
+    chunks = pyooc.last_stats()["chunks"]
+    assert chunks > len(devices)
+    spread = pyooc.conv_forward(x, w, b, padding=1, memory_limit=limit, backend="host", devices=devices)
+    np.testing.assert_array_equal(spread, one)
+    assert pyooc.last_stats()["chunks"] == chunks
+    dy = rng.standard_normal(one.shape, dtype=np.float32)
+    limit = _tight(lambda m: pyooc.plan_conv_backward_data(dy.shape, W, X, padding=1, memory_limit=m,
+                                                           backend="host"))
+    np.testing.assert_array_equal(
+        pyooc.conv_backward_data(dy, w, X, padding=1, memory_limit=limit, backend="host", devices=devices),
+        pyooc.conv_backward_data(dy, w, X, padding=1, memory_limit=limit, backend="host"))
+
+
+@pytest.mark.parametrize("devices", DEVICE_LISTS)
+def test_reductions_split_into_partial_sums(rng, devices):
+    """dw and db reduce over every chunk: split over the devices, summed once, beta applied once."""
+    x_shape, w_shape = (8, 2, 30, 26), (3, 2, 3, 3)
+    x, _, _ = random_problem(rng, x_shape, w_shape)
+    dy = rng.standard_normal((8, 3, 28, 24), dtype=np.float32)
+    dw_old = rng.standard_normal(w_shape, dtype=np.float32)
+    limit = _tight(lambda m: pyooc.plan_conv_backward_filter(x_shape, dy.shape, w_shape, beta=0.5, memory_limit=m,
+                                                             backend="host"), 6)
+    one = dw_old.copy()
+    pyooc.conv_backward_filter(x, dy, w_shape, alpha=0.75, beta=0.5, out=one, memory_limit=limit, backend="host")
+    spread = dw_old.copy()
+    pyooc.conv_backward_filter(x, dy, w_shape, alpha=0.75, beta=0.5, out=spread, memory_limit=limit, backend="host",
+                               devices=devices)
+    assert rel_err(spread, one) < 1e-6
+    db_old = rng.standard_normal(3, dtype=np.float32)
+    limit = _tight(lambda m: pyooc.plan_conv_backward_bias(dy.shape, beta=1.0, memory_limit=m, backend="host"), 6)
+    one, spread = db_old.copy(), db_old.copy()
+    pyooc.conv_backward_bias(dy, beta=1.0, out=one, memory_limit=limit, backend="host")
+    pyooc.conv_backward_bias(dy, beta=1.0, out=spread, memory_limit=limit, backend="host", devices=devices)
+    assert rel_err(spread, one) < 1e-6
+
+
+def test_the_process_default(rng):
+    x, w, _ = random_problem(rng, X, W)
+    limit = _tight(lambda m: pyooc.plan_conv_forward(X, W, memory_limit=m, backend="host"))
+    one = pyooc.conv_forward(x, w, memory_limit=limit, backend="host")
+    try:
+        pyooc.set_devices([0, 1, 2])
+        assert pyooc.get_devices() == (0, 1, 2)
+        np.testing.assert_array_equal(pyooc.conv_forward(x, w, memory_limit=limit, backend="host"), one)
+        pyooc.set_devices("all")  # every CUDA device; without one, a single device
+        np.testing.assert_array_equal(pyooc.conv_forward(x, w, memory_limit=limit, backend="host"), one)
+    finally:
+        pyooc.set_devices(None)
+    assert pyooc.get_devices() is None
+
+
+@pytest.mark.parametrize("devices,exc,pattern", [
+    ("some", ValueError, r"devices must be None, 'all' or a list of device ordinals"),
+    ([], ValueError, r"devices must list at least one device"),
+    ([0, -1], ValueError, r"devices"),
+    ([0, 1.5], TypeError, r"devices must be an int"),
+    (3, TypeError, r"devices must be None, 'all' or a list"),
+    ([0, 64], ValueError, r"device 64 is out of range for the host backend"),
+])
+def test_bad_devices_are_refused_naming_them(rng, devices, exc, pattern):
+    x, w, _ = random_problem(rng, X, W)
+    with pytest.raises(exc, match=pattern):
+        pyooc.conv_forward(x, w, backend="host", devices=devices)
+    with pytest.raises((ValueError, TypeError)):
+        pyooc.set_devices("some")
