@@ -40,15 +40,22 @@ def spatial(draw, lo=1, hi=7):
 
 
 @st.composite
-def conv_geometry(draw):
-    """Shapes and options of a small valid-looking convolution (sometimes invalid: ValueError)."""
+def conv_geometry(draw, grouped=False):
+    """Shapes and options of a small valid-looking convolution (sometimes invalid: ValueError).
+    grouped: also groups (x's channels and w's filters a multiple of them) and torch's padding
+    strings ("same" with a stride is refused: ValueError)."""
     sp = draw(spatial(2, 8))
+    groups = draw(st.sampled_from([1, 1, 2, 3])) if grouped else 1
     n, c, k = draw(dims), draw(dims), draw(dims)
-    kernel = [draw(st.integers(1, 3)) for _ in sp]
+    kernel = [draw(st.integers(1, 4 if grouped else 3)) for _ in sp]
     stride = draw(st.sampled_from([1, 2, [1] * len(sp)]))
-    padding = draw(st.sampled_from([0, 1]))
+    padding = draw(st.sampled_from([0, 1, "same", "valid"] if grouped else [0, 1]))
     dilation = draw(st.sampled_from([1, 2]))
-    return {"x": [n, c] + sp, "w": [k, c] + kernel, "stride": stride, "padding": padding, "dilation": dilation}
+    g = {"x": [n, c * groups] + sp, "w": [k * groups, c] + kernel, "stride": stride, "padding": padding,
+         "dilation": dilation}
+    if grouped:
+        g["groups"] = groups
+    return g
 
 
 def conv_out(g):
@@ -56,7 +63,9 @@ def conv_out(g):
     stride = g["stride"] if isinstance(g["stride"], list) else [g["stride"]] * (len(g["x"]) - 2)
     for i, e in enumerate(g["x"][2:]):
         span = g["dilation"] * (g["w"][2 + i] - 1) + 1
-        out.append((e + 2 * g["padding"] - span) // stride[i] + 1)
+        padding = {"same": span - 1, "valid": 0}.get(g["padding"], None)
+        padded = e + (2 * g["padding"] if padding is None else padding)
+        out.append((padded - span) // stride[i] + 1)
     return [g["x"][0], g["w"][0]] + out
 
 
@@ -77,8 +86,17 @@ def valid_cases(draw, backend="host"):
         "deconv_bias_activation_forward", "conv_backward_data_filter_bias", "activation_conv_backward_data_filter_bias",
         "pooling_activation_conv_backward_data_filter_bias"]))
     if kind.startswith("conv") or kind.endswith("filter_bias") or kind.startswith("deconv"):
-        g = draw(conv_geometry())
+        # The convolution and its separate gradients also take groups, padding strings and
+        # several (virtual) devices.
+        grouped = kind in ("conv_forward", "conv_backward_data", "conv_backward_filter")
+        g = draw(conv_geometry(grouped))
         geo = {"stride": g["stride"], "padding": g["padding"], "dilation": g["dilation"]}
+        if grouped:
+            geo["groups"] = g["groups"]
+        if kind in ("conv_forward", "conv_backward_data", "conv_backward_filter", "conv_backward_bias"):
+            geo_devices = draw(st.sampled_from([None, None, [0, 1], [0, 0, 2]]))
+            if geo_devices is not None and backend == "host":
+                opts = {**opts, "devices": geo_devices}
         y = conv_out(g)
         if min(y) <= 0:  # an impossible geometry: ValueError expected, still a case
             y = [max(1, v) for v in y]

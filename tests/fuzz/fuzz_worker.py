@@ -109,7 +109,8 @@ def reference(fn, args, kwargs):
         return trimmed.reshape(shape).max(axis=tuple(3 + 2 * i for i in range(sd)))
     if fn == "conv_forward":
         x, w = a[0], a[1]
-        if kwargs["stride"] != 1 or kwargs["padding"] != 0 or kwargs["dilation"] != 1 or x.ndim != 3:
+        if (kwargs["stride"] != 1 or kwargs["padding"] != 0 or kwargs["dilation"] != 1 or kwargs.get("groups", 1) != 1
+                or x.ndim != 3):
             return None
         n, c, length = x.shape
         k, _, kw = w.shape
