@@ -99,6 +99,42 @@ TEST_F(Capi, GroupCountIsHonoured) {
   EXPECT_EQ(ys, expected);
 }
 
+// oocSetDevices spreads the out-of-core path over (here virtual host) devices: the same forward
+// output bit for bit, the same dw within float32 rounding, under a budget that splits both.
+TEST_F(Capi, DevicesSpreadTheCallAndGiveTheSameResults) {
+  std::mt19937 rng(23);
+  x = random_vector(x.size(), rng);
+  w = random_vector(w.size(), rng);
+  const size_t limit = oocGetMemoryLimit();
+  oocSetMemoryLimit(2 * needed_bytes(d.problem, ooc::BackendKind::host));
+  ASSERT_EQ(forward(), CUDNN_STATUS_SUCCESS) << last_error();
+  const std::vector<float> y_one = y;
+  std::vector<float> dw_one(w.size());
+  ASSERT_EQ(backward_filter(d.w.get(), dw_one.data()), CUDNN_STATUS_SUCCESS) << last_error();
+  const int devices[] = {0, 1, 1};
+  ASSERT_EQ(oocSetDevices(devices, 3), CUDNN_STATUS_SUCCESS);
+  int listed[4] = {};
+  EXPECT_EQ(oocGetDevices(listed, 4), 3);
+  EXPECT_EQ(listed[2], 1);
+  std::fill(y.begin(), y.end(), std::nanf(""));
+  const cudnnStatus_t spread_forward = forward();
+  std::vector<float> dw_spread(w.size(), std::nanf(""));
+  const cudnnStatus_t spread_filter = backward_filter(d.w.get(), dw_spread.data());
+  EXPECT_EQ(oocSetDevices(nullptr, 0), CUDNN_STATUS_SUCCESS);
+  oocSetMemoryLimit(limit);
+  ASSERT_EQ(spread_forward, CUDNN_STATUS_SUCCESS) << last_error();
+  ASSERT_EQ(spread_filter, CUDNN_STATUS_SUCCESS) << last_error();
+  EXPECT_EQ(y, y_one);
+  const Comparison c = compare(dw_spread, std::vector<double>(dw_one.begin(), dw_one.end()));
+  EXPECT_EQ(c.non_finite, 0);
+  EXPECT_LT(c.relative_error, 1e-6);
+  EXPECT_EQ(oocSetDevices(devices, -1), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(oocSetDevices(nullptr, 2), CUDNN_STATUS_BAD_PARAM);
+  const int negative[] = {0, -3};
+  EXPECT_EQ(oocSetDevices(negative, 2), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(oocGetDevices(listed, 4), 0);
+}
+
 TEST_F(Capi, NullDescriptorsAreBadParam) {
   EXPECT_EQ(forward(kDummyHandle, nullptr, d.w.get(), d.conv.get(), d.y.get()), CUDNN_STATUS_BAD_PARAM);
   EXPECT_TRUE(names_argument(last_error(), "xDesc")) << last_error();

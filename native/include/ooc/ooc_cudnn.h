@@ -447,6 +447,16 @@ cudaError_t ooc_cudaMemGetInfo(size_t *free, size_t *total);
 void oocSetMemoryLimit(size_t bytes);
 size_t oocGetMemoryLimit(void);
 
+/* The devices every out-of-core call spreads its chunks over, each running its own pipeline under
+ * oocSetMemoryLimit's budget (count 0: the calling thread's current device alone, the default).
+ * Convolutions spread (their output tiles shared out, dw and db summed from partial sums); the
+ * other calls run on the first device listed. A device listed twice gets two pipelines.
+ * CUDNN_STATUS_BAD_PARAM for a negative count or ordinal, or null devices with count > 0; ordinals
+ * past the devices present fail the next call. oocGetDevices copies up to `capacity` of them and
+ * returns how many are set. Process-wide, like oocSetMemoryLimit. */
+cudnnStatus_t oocSetDevices(const int *devices, int count);
+int oocGetDevices(int *devices, int capacity);
+
 /* The most bytes ooc_cudaMalloc places on the device in total (default: no cap); beyond it,
  * allocations are pinned host memory. Lets a large GPU act as a small one. */
 void oocSetDeviceAllocationLimit(size_t bytes);

@@ -2,6 +2,8 @@
 // memory limit, else the out-of-core path with options that first wait for the caller's stream.
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "api/cuda_status.hpp"
 #include "api/memory_kind.hpp"
@@ -40,8 +42,18 @@ std::optional<std::string> in_core(const char* call, std::initializer_list<Tenso
 // stream, which a blocking caller stream would be ordered after (ooc_cudaMemcpy's device-to-device
 // copies land there). The run returns when the output is in place, so later work on either
 // stream sees it.
+// oocSetDevices' list, for every out-of-core call of the process (empty: the current device alone).
+std::mutex g_devices_mutex;
+std::vector<int> g_devices;
+
+std::vector<int> call_devices() {
+  std::lock_guard<std::mutex> lock(g_devices_mutex);
+  return g_devices;
+}
+
 Options out_of_core_options(const std::function<cudaStream_t()>& caller_stream) {
   Options options;
+  options.devices = call_devices();
   if (g_host_backend) {
     options.backend = BackendKind::host;
     return options;
@@ -93,4 +105,19 @@ void write_floats(void* dst, const std::vector<float>& values) {
 }  // namespace ooc::capi
 
 extern "C" void oocSetMemoryLimit(size_t bytes) { ooc::set_default_memory_limit(bytes); }
+
+extern "C" cudnnStatus_t oocSetDevices(const int* devices, int count) {
+  if (count < 0 || (count > 0 && !devices)) return CUDNN_STATUS_BAD_PARAM;
+  for (int i = 0; i < count; ++i)
+    if (devices[i] < 0) return CUDNN_STATUS_BAD_PARAM;
+  std::lock_guard<std::mutex> lock(ooc::capi::g_devices_mutex);
+  ooc::capi::g_devices.assign(devices, devices + count);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+extern "C" int oocGetDevices(int* devices, int capacity) {
+  const std::vector<int> listed = ooc::capi::call_devices();
+  for (int i = 0; i < capacity && i < static_cast<int>(listed.size()); ++i) devices[i] = listed[i];
+  return static_cast<int>(listed.size());
+}
 extern "C" size_t oocGetMemoryLimit(void) { return ooc::default_memory_limit(); }
