@@ -88,3 +88,48 @@ def test_bad_devices_are_refused_naming_them(rng, devices, exc, pattern):
         pyooc.conv_forward(x, w, backend="host", devices=devices)
     with pytest.raises((ValueError, TypeError)):
         pyooc.set_devices("some")
+
+
+def _layer_calls(rng):
+    """(name, call(memory_limit)) of every other operation, on inputs drawn once."""
+    x = rng.standard_normal((4, 6, 40, 36), dtype=np.float32)
+    y = pyooc.pool_forward(x, 2, backend="host")
+    dy_pool = rng.standard_normal(y.shape, dtype=np.float32)
+    a, b = rng.standard_normal((140, 90), dtype=np.float32), rng.standard_normal((90, 120), dtype=np.float32)
+    w, bias = rng.standard_normal((5, 6, 3, 3), dtype=np.float32) / 8, rng.standard_normal(5, dtype=np.float32)
+    wt = rng.standard_normal((6, 4, 3, 3), dtype=np.float32) / 8
+    scale, shift = rng.standard_normal(6, dtype=np.float32), rng.standard_normal(6, dtype=np.float32)
+    h = dict(backend="host")
+    return [
+        ("pool_forward", lambda m: pyooc.pool_forward(x, 3, stride=2, padding=1, memory_limit=m, **h)),
+        ("pool_backward", lambda m: pyooc.pool_backward(y, dy_pool, x, 2, memory_limit=m, **h)),
+        ("activation_forward", lambda m: pyooc.activation_forward(x, "gelu", memory_limit=m, **h)),
+        ("activation_backward", lambda m: pyooc.activation_backward(x, x, x, "elu", coef=0.5, memory_limit=m, **h)),
+        ("softmax_forward", lambda m: pyooc.softmax_forward(x, log=True, memory_limit=m, **h)),
+        ("add_tensor", lambda m: pyooc.add_tensor(scale.reshape(1, 6, 1, 1), x, memory_limit=m, **h)),
+        ("matmul", lambda m: pyooc.matmul(a, b, memory_limit=m, **h)),
+        ("conv_bias_activation_forward", lambda m: pyooc.conv_bias_activation_forward(x, w, bias, padding=1,
+                                                                                      memory_limit=m, **h)),
+        ("deconv_bias_activation_forward", lambda m: pyooc.deconv_bias_activation_forward(
+            x, wt, None, activation="identity", stride=2, memory_limit=m, **h)),
+        ("batchnorm_forward_training (runs on the first device)", lambda m: pyooc.batchnorm_forward_training(
+            x, scale, shift, memory_limit=m, **h)[0]),
+    ]
+
+
+@pytest.mark.parametrize("index", range(10))
+def test_every_other_operation_under_set_devices(rng, index):
+    """Layers, matmul and the fused forward forms spread too (their chunks write disjoint tiles):
+    bit for bit the one-device result; batch norm runs on the first device."""
+    name, call = _layer_calls(rng)[index]
+    limit = 64 << 10
+    one = call(limit)
+    chunks = pyooc.last_stats()["chunks"]
+    assert chunks > 3, f"{name}: {chunks} chunks, nothing to spread"
+    try:
+        pyooc.set_devices([0, 1, 2])
+        spread = call(limit)
+    finally:
+        pyooc.set_devices(None)
+    np.testing.assert_array_equal(spread, one, err_msg=name)
+    assert pyooc.last_stats()["chunks"] == chunks, name

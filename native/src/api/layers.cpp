@@ -28,8 +28,10 @@ void check_eps(double eps) {
 
 OperationCall matmul_call(const ConvProblem& p, std::vector<const void*> tensors,
                           std::function<RunStats(const Plan&, Backend&)> run) {
-  return {PlanKey("matmul").add(p), [&p](const PlannerConfig& c) { return plan_matmul_for(p, c); },
-          std::move(tensors), std::move(run)};
+  OperationCall call{PlanKey("matmul").add(p), [&p](const PlannerConfig& c) { return plan_matmul_for(p, c); },
+                     std::move(tensors), std::move(run)};
+  call.spreads = true;  // each reduction over K writes its own tile of C
+  return call;
 }
 
 OperationCall batchnorm_call(const ConvProblem& p, const BatchnormTensors& t) {
