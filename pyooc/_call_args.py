@@ -15,6 +15,7 @@ from pyooc.devices import call_devices
 from pyooc.machine import planning_machine
 from pyooc.memory import parse_memory_limit
 from pyooc.progress import call_observer
+from pyooc.pinned_cache import new_result
 
 _native = load_native()
 BACKENDS = ("auto", "cuda", "host")
@@ -141,5 +142,5 @@ def output_array(out, shape, inputs, beta, formula):
     if out is None:
         if beta != 0.0:
             raise ValueError(f"beta != 0 needs out= ({formula})")
-        return np.empty(shape, dtype=np.float32)
+        return new_result(shape)
     return as_output(out, shape, inputs)

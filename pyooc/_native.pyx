@@ -15,6 +15,7 @@ What lives where:
 - the layers' and the fused functions' bindings: _layers.pxi and _fused.pxi; the declarations of
   libooc's headers: _ooc.pxd."""
 
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int64_t, uintptr_t
 from libcpp cimport bool
 from libcpp.memory cimport unique_ptr, make_unique
@@ -602,6 +603,61 @@ def set_host_direct_access(bint enabled):
     ooc.set_host_direct_access(enabled)
 
 
+cdef void _export_bytes(Py_buffer* view, object owner, void* buf, Py_ssize_t nbytes, Py_ssize_t* shape,
+                        Py_ssize_t* strides):
+    """Fills `view` with `nbytes` writable bytes at `buf`, owned by `owner` (whose shape and
+    strides arrays of one element outlive the view)."""
+    shape[0] = nbytes
+    strides[0] = 1
+    view.buf = buf
+    view.obj = owner
+    view.len = nbytes
+    view.readonly = 0
+    view.itemsize = 1
+    view.format = "B"
+    view.ndim = 1
+    view.shape = shape
+    view.strides = strides
+    view.suboffsets = NULL
+    view.internal = NULL
+
+
+cdef class BufferLease:
+    """A writable buffer over another exporter's memory (a pinned block of pyooc/pinned_cache.py)
+    that calls on_release(block) once the last array viewing it is gone: every numpy view of a
+    result keeps its lease, so the block is reused only when nothing can read or write it."""
+    cdef Py_buffer source
+    cdef bint has_source
+    cdef object block
+    cdef object on_release
+    cdef Py_ssize_t nbytes
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __cinit__(self, block, Py_ssize_t nbytes, on_release):
+        PyObject_GetBuffer(block, &self.source, PyBUF_WRITABLE)
+        self.has_source = True
+        if nbytes < 0 or nbytes > self.source.len:
+            PyBuffer_Release(&self.source)
+            self.has_source = False
+            raise ValueError(f"a lease of {nbytes} bytes does not fit a block of {self.source.len}")
+        self.block = block
+        self.nbytes = nbytes
+        self.on_release = on_release
+
+    def __dealloc__(self):
+        if self.has_source:
+            PyBuffer_Release(&self.source)
+        if self.on_release is not None:
+            self.on_release(self.block)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        _export_bytes(view, self, self.source.buf, self.nbytes, self.shape, self.strides)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+
 cdef class PinnedAllocation:
     """Page-locked host memory, exposed through the buffer protocol; freed when the last array
     viewing it goes away."""
@@ -622,19 +678,7 @@ cdef class PinnedAllocation:
                 ooc.free_pinned(self.ptr)
 
     def __getbuffer__(self, Py_buffer* view, int flags):
-        self.shape[0] = self.nbytes
-        self.strides[0] = 1
-        view.buf = self.ptr
-        view.obj = self
-        view.len = self.nbytes
-        view.readonly = 0
-        view.itemsize = 1
-        view.format = "B"
-        view.ndim = 1
-        view.shape = self.shape
-        view.strides = self.strides
-        view.suboffsets = NULL
-        view.internal = NULL
+        _export_bytes(view, self, self.ptr, self.nbytes, self.shape, self.strides)
 
     def __releasebuffer__(self, Py_buffer* view):
         pass

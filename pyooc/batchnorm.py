@@ -10,6 +10,7 @@ from pyooc._call_args import call_options, check_dtype
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
+from pyooc.pinned_cache import new_result
 
 _native = load_native()
 
@@ -44,7 +45,7 @@ def _eps(eps):
 
 def _output(out, x, inputs):
     if out is None:
-        return np.empty(x.shape, dtype=np.float32)
+        return new_result(x.shape)
     return as_output(out, x.shape, inputs)
 
 

@@ -14,6 +14,7 @@ from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.layers import _coef
 from pyooc.machine import accepts_machine
+from pyooc.pinned_cache import new_result
 
 _native = load_native()
 _NEEDS_Z = "alpha2 != 0 needs z (y = act(alpha1 * conv(x, w) + alpha2 * z + bias))"
@@ -42,7 +43,7 @@ def _z_input(z, y_shape, alpha2):
 def _forward_output(out, y_shape, x, w, bias, z, alpha2):
     """(out, whether z is read): a new y, or the caller's out checked (it may be z: in place)."""
     if out is None:
-        out = np.empty(y_shape, dtype=np.float32)
+        out = new_result(y_shape)
     else:
         inputs = {"x": x, "w": w, "bias": bias}
         if z is not None and out is not z:
@@ -158,7 +159,7 @@ def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_s
     y_shape = _native.conv_output_shape(x.shape, w.shape, *geometry)
     z = _z_input(z, y_shape, o["alpha2"])
     if out is None:
-        out = np.empty(out_shape, dtype=np.float32)
+        out = new_result(out_shape)
     else:
         as_output(out, out_shape, {"x": x, "w": w, "bias": bias, "z": z})
     read_z = z is not None and o["alpha2"] != 0.0
@@ -238,7 +239,7 @@ def _backward_outputs(out, x, dy, w, more_inputs=None):
     or each other)."""
     shapes = (x.shape, w.shape, (w.shape[0],))
     if out is None:
-        return tuple(np.empty(s, dtype=np.float32) for s in shapes)
+        return tuple(new_result(s) for s in shapes)
     if not isinstance(out, (tuple, list)) or len(out) != 3:
         raise TypeError(f"out must be a tuple (dx, dw, db), got {type(out).__name__}")
     inputs = {"x": x, "dy": dy, "w": w, **(more_inputs or {})}

@@ -13,6 +13,7 @@ from pyooc._call_args import call_options, check_dtype
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
+from pyooc.pinned_cache import new_result
 
 _native = load_native()
 
@@ -60,7 +61,7 @@ def _coef(mode, coef):
 def _out(out, shape, inputs, in_place_ok):
     """A new array, or the caller's out checked; out may be the input in_place_ok itself (in place)."""
     if out is None:
-        return np.empty(shape, dtype=np.float32)
+        return new_result(shape)
     others = {name: a for name, a in inputs.items() if not (out is in_place_ok and a is out)}
     return as_output(out, shape, others)
 
@@ -191,7 +192,7 @@ def add_tensor(a, c, *, alpha=1.0, beta=1.0, out=None, memory_limit=None, backen
     a_shape, c_shape = _add_shapes(a.shape, c.shape)
     options = call_options(memory_limit, backend, device)
     if out is None:
-        out = np.empty(c.shape, dtype=np.float32)
+        out = new_result(c.shape)
     else:
         _out(out, c.shape, {"a": a, "c": c}, c)
     _last_stats.record(_native.add_tensor(a_shape, c_shape, alpha, a.reshape(-1), beta, c.reshape(-1), out.reshape(-1),

@@ -12,6 +12,7 @@ from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc._unbatched import as_batch_of_one, without_batch
 from pyooc.machine import accepts_machine
+from pyooc.pinned_cache import new_result
 
 _native = load_native()
 
@@ -39,7 +40,7 @@ def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, mem
     kernel, stride, padding = _geometry(x.shape, kernel, stride, padding)
     y_shape = _native.pool_output_shape(x.shape, kernel, stride, padding)
     options = call_options(memory_limit, backend, device)
-    y = np.empty(y_shape, dtype=np.float32) if out is None else as_output(out, y_shape, {"x": x})
+    y = new_result(y_shape) if out is None else as_output(out, y_shape, {"x": x})
     _last_stats.record(_native.pool_forward(x.shape, kernel, stride, padding, mode, x.reshape(-1), y.reshape(-1),
                                             options))
     return without_batch(y, unbatched)
@@ -75,7 +76,7 @@ def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=N
             raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(y_shape)} (pool_forward's output "
                              f"for x of shape {list(x.shape)})")
     options = call_options(memory_limit, backend, device)
-    dx = np.empty(x.shape, dtype=np.float32) if out is None else as_output(out, x.shape, {"y": y, "dy": dy, "x": x})
+    dx = new_result(x.shape) if out is None else as_output(out, x.shape, {"y": y, "dy": dy, "x": x})
     _last_stats.record(_native.pool_backward(x.shape, kernel, stride, padding, mode, y.reshape(-1), dy.reshape(-1),
                                              x.reshape(-1), dx.reshape(-1), options))
     return dx

@@ -338,3 +338,26 @@ def test_the_gpu_listed_twice_gives_the_one_device_results(rng):
     dw_two = pyooc.conv_backward_filter(x, dy, w.shape, padding=1, memory_limit=limit, backend="cuda",
                                         devices=[0, 0])
     assert rel_err(dw_two, dw_one) < 1e-5
+
+
+def test_results_are_pinned_and_their_blocks_reused(rng):
+    """A result without out= is cut from the pinned cache (pyooc/pinned_cache.py) and its block
+    serves the next result once the array is gone; a chain of calls reads the pinned result."""
+    import gc
+
+    from test_pinned_cache import leased
+
+    x, w, _ = random_problem(rng, (4, 16, 96, 96), (16, 16, 3, 3))
+    before = pyooc.pinned_results()
+    assert before["enabled"]
+    y1 = pyooc.conv_forward(x, w, padding=1, backend="cuda")
+    assert leased(y1)
+    y2 = pyooc.conv_forward(y1, w, padding=1, backend="cuda")  # the chain: y1 is this call's pinned input
+    assert leased(y2) and not np.shares_memory(y1, y2)
+    ref = pyooc.conv_forward(pyooc.conv_forward(x, w, padding=1, backend="host"), w, padding=1, backend="host")
+    assert rel_err(y2, ref) < 1e-5
+    del y1
+    gc.collect()
+    y3 = pyooc.conv_forward(x, w, padding=1, backend="cuda")
+    assert pyooc.pinned_results()["reused"] > before["reused"]
+    del y2, y3
