@@ -36,7 +36,7 @@ from pyooc.fused import (  # noqa: E402
 from pyooc.memory import get_memory_limit, parse_memory_limit, set_memory_limit  # noqa: E402
 from pyooc.devices import get_devices, set_devices  # noqa: E402
 from pyooc.pinned_cache import pinned_results, set_pinned_results  # noqa: E402
-from pyooc.pinned import pinned_empty  # noqa: E402
+from pyooc.pinned import pin, pinned_empty, unpin  # noqa: E402
 from pyooc.progress import CancelToken, get_progress, set_progress  # noqa: E402
 from pyooc._plan_log import HostFallbackWarning, install as _install_plan_observer  # noqa: E402
 from pyooc.machine import BUILTIN_MODELS, save_machine_model  # noqa: E402
@@ -110,7 +110,7 @@ __all__ = [
     "matmul", "plan_matmul", "linear_forward", "plan_linear_forward", "linear_backward",
     "batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
     "plan_batchnorm_forward_training", "plan_batchnorm_forward_inference", "plan_batchnorm_backward",
-    "get_memory_limit", "parse_memory_limit", "pinned_empty", "cudnn_version", "device_count", "info",
+    "get_memory_limit", "parse_memory_limit", "pinned_empty", "pin", "unpin", "cudnn_version", "device_count", "info",
     "measure_link_bandwidth", "roofline_seconds", "get_include", "get_library_dir", "get_cmake_dir",
     "CancelToken", "CancelledError", "set_progress", "get_progress", "__version__", "HostFallbackWarning",
     "BUILTIN_MODELS", "save_machine_model",

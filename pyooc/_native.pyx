@@ -583,6 +583,16 @@ def device_count():
     return ooc.device_count()
 
 
+def register_pinned(uintptr_t address, size_t nbytes):
+    with nogil:
+        ooc.register_pinned(<void*>address, nbytes)
+
+
+def unregister_pinned(uintptr_t address):
+    with nogil:
+        ooc.unregister_pinned(<void*>address)
+
+
 def cudnn_versions():
     return ooc.cudnn_version_build(), ooc.cudnn_version_runtime()
 

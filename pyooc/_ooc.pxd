@@ -221,6 +221,8 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
     LinkBandwidth measure_link_bandwidth(int device, size_t nbytes) except +translate_exception
     void* alloc_pinned(size_t bytes) except +translate_exception
     void free_pinned(void* ptr)
+    void register_pinned(void* ptr, size_t bytes) except +translate_exception
+    void unregister_pinned(void* ptr) except +translate_exception
 
 
 cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:

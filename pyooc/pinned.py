@@ -1,6 +1,8 @@
 """Page-locked host arrays: the GPU reads them by DMA at full link speed, without staging."""
 
 import math
+import threading
+import weakref
 
 import numpy as np
 
@@ -32,3 +34,56 @@ def pinned_empty(shape, dtype=np.float32):
         # Without a GPU, CUDA reports its driver ("insufficient for CUDA runtime version"): say what it means.
         raise CudaError(f"pinned_empty needs a CUDA GPU, and none is present ({e})", e.status) from None
     return np.frombuffer(allocation, dtype=dtype, count=count).reshape(shape)
+
+
+# The arrays pin() registered, by data address: (bytes, the finalizer that unregisters them when
+# the memory's owner dies, so that no freed memory stays registered).
+_registered = {}
+_registered_lock = threading.Lock()
+
+
+def _owner(array):
+    """The array that owns `array`'s memory (views keep it alive; when it dies, the memory goes)."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def pin(array):
+    """Page-locks an existing C-contiguous numpy array in place (cudaHostRegister), so pyooc's
+    calls move it by DMA at the link's speed, as pinned_empty's arrays; returns the array. It stays
+    pinned until unpin(array) or until its memory's owner is freed. Registering takes a fraction of
+    allocating pinned memory (0.16 s for 4 GiB on the H200's host), but still pays only for an
+    array a call reads more than once or a chain of calls shares. Raises pyooc.CudaError where no
+    GPU is present."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"array must be a numpy.ndarray, got {type(array).__name__}")
+    if not array.flags.c_contiguous:
+        raise ValueError("array must be C-contiguous to be pinned in place")
+    address, nbytes = array.__array_interface__["data"][0], array.nbytes
+    with _registered_lock:
+        if address in _registered:
+            return array
+        try:
+            _native.register_pinned(address, nbytes)
+        except CudaError as e:
+            if _native.device_count() > 0:
+                raise
+            raise CudaError(f"pin needs a CUDA GPU, and none is present ({e})", e.status) from None
+        _registered[address] = (nbytes, weakref.finalize(_owner(array), _release, address))
+    return array
+
+
+def unpin(array):
+    """Undoes pin(array); an array that is not pinned is left alone."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"array must be a numpy.ndarray, got {type(array).__name__}")
+    entry = _registered.get(array.__array_interface__["data"][0])
+    if entry is not None:
+        entry[1]()  # the finalizer: unregisters once, and never again at the owner's death
+
+
+def _release(address):
+    with _registered_lock:
+        if _registered.pop(address, None) is not None:
+            _native.unregister_pinned(address)

@@ -361,3 +361,23 @@ def test_results_are_pinned_and_their_blocks_reused(rng):
     y3 = pyooc.conv_forward(x, w, padding=1, backend="cuda")
     assert pyooc.pinned_results()["reused"] > before["reused"]
     del y2, y3
+
+
+def test_pin_registers_in_place_and_unpin_undoes_it(rng):
+    """pin(x) page-locks x where it is: the next call plans it as pinned (no host staging)."""
+    x, w, _ = random_problem(rng, (2, 8, 64, 64), (8, 8, 3, 3))
+    y = pyooc.pinned_empty((2, 8, 64, 64))
+    limit = 4 * smallest_budget(x.shape, w.shape, backend="cuda", padding=1)
+    assert pyooc.pin(x) is x
+    assert pyooc.pin(x) is x  # twice: once registered
+    pyooc.conv_forward(x, w, padding=1, out=y, memory_limit=limit, backend="cuda")
+    ref = reference_conv(x, w, padding=1)
+    assert rel_err(y, ref) < TOL
+    pyooc.pin(w)
+    pyooc.conv_forward(x, w, padding=1, out=y, memory_limit=limit, backend="cuda")
+    stats = pyooc.last_stats()
+    assert stats["gather_seconds"] == 0.0 and stats["scatter_seconds"] == 0.0, "every tensor pinned: direct DMA"
+    pyooc.unpin(x)
+    pyooc.unpin(w)
+    pyooc.conv_forward(x, w, padding=1, out=y, memory_limit=limit, backend="cuda")
+    assert rel_err(y, ref) < TOL

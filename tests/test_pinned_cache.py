@@ -175,3 +175,15 @@ def test_granule_rounding():
     assert alloc.sizes == [2 * GRANULE]
     assert a.nbytes == GRANULE + 1
     del a
+
+
+def test_pin_names_what_it_needs(rng):
+    x = rng.standard_normal((4, 5), dtype=np.float32)
+    with pytest.raises(TypeError, match="array must be a numpy.ndarray"):
+        pyooc.pin([1.0, 2.0])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        pyooc.pin(x[:, ::2])
+    if pyooc.device_count() == 0:
+        with pytest.raises(pyooc.CudaError, match="pin needs a CUDA GPU, and none is present"):
+            pyooc.pin(x)
+        pyooc.unpin(x)  # not pinned: left alone

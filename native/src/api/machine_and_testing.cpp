@@ -10,6 +10,8 @@ namespace ooc {
 
 void* alloc_pinned(size_t bytes) { return pinned_host_alloc(bytes); }
 void free_pinned(void* ptr) noexcept { pinned_host_free(ptr); }
+void register_pinned(void* ptr, size_t bytes) { pinned_host_register(ptr, bytes); }
+void unregister_pinned(void* ptr) { pinned_host_unregister(ptr); }
 
 LinkBandwidth measure_link_bandwidth(int device, size_t bytes) { return measure_pinned_link_bandwidth(device, bytes); }
 

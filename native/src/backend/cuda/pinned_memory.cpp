@@ -16,5 +16,11 @@ void pinned_host_free(void* ptr) noexcept {
   if (ptr) cuda_detail::ignore_cuda_error(cudaFreeHost(ptr));
 }
 
+void pinned_host_register(void* ptr, size_t bytes) {
+  OOC_CUDA_CHECK(cudaHostRegister(ptr, std::max<size_t>(bytes, 1), cudaHostRegisterPortable));
+}
+
+void pinned_host_unregister(void* ptr) { OOC_CUDA_CHECK(cudaHostUnregister(ptr)); }
+
 
 }  // namespace ooc
