@@ -1,14 +1,26 @@
-"""Checks that turn caller arrays into zero-copy float32 views, with errors that name the argument."""
+"""Checks that turn caller arrays into zero-copy views of their dtype, with errors that name the argument."""
 
 import operator
 
+import ml_dtypes
 import numpy as np
 
 from pyooc._foreign_arrays import host_array
 
 
-def as_input(array, name):
-    """A C-contiguous float32 ndarray viewing the caller's memory (buffer protocol, no copy)."""
+FLOAT32 = (np.dtype(np.float32),)
+# What the convolutions and their gradients compute in (half precision: numpy's float16 and
+# ml_dtypes' bfloat16, computed in float32 by libooc).
+CONV_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def dtype_names(dtypes):
+    names = [str(d) for d in dtypes]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def as_input(array, name, dtypes=FLOAT32):
+    """A C-contiguous ndarray of one of `dtypes` viewing the caller's memory (buffer protocol, no copy)."""
     if array is None:
         raise TypeError(f"{name} must be an array, got None")
     try:
@@ -21,8 +33,8 @@ def as_input(array, name):
     except Exception as exc:  # objects numpy cannot view at all
         raise TypeError(f"{name} must be an array supporting the buffer protocol or DLPack, "
                         f"got {type(array).__name__}") from exc
-    if view.dtype != np.float32:
-        raise TypeError(f"{name} must have dtype float32, got {view.dtype} "
+    if view.dtype not in dtypes:
+        raise TypeError(f"{name} must have dtype {dtype_names(dtypes)}, got {view.dtype} "
                         f"(pyooc does not convert silently: that would copy the whole tensor)")
     if not view.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (np.ascontiguousarray({name}) makes a copy that is)")
@@ -31,15 +43,16 @@ def as_input(array, name):
     return view
 
 
-def as_output(out, shape, inputs):
-    """Checks the caller's `out=` array: shape, dtype, writable, contiguous, not sharing memory with inputs."""
+def as_output(out, shape, inputs, dtype=np.float32):
+    """Checks the caller's `out=` array: shape, dtype (the inputs'), writable, contiguous, not
+    sharing memory with inputs."""
     if out is not None and not isinstance(out, np.ndarray) and (
             hasattr(out, "__dlpack__") or hasattr(out, "__cuda_array_interface__")):
         out = host_array(out, "out")  # a CPU DLPack array (torch CPU, ...) viewed in place
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy.ndarray or a CPU DLPack array, got {type(out).__name__}")
-    if out.dtype != np.float32:
-        raise TypeError(f"out must have dtype float32, got {out.dtype}")
+    if out.dtype != dtype:
+        raise TypeError(f"out must have dtype {np.dtype(dtype)}, got {out.dtype}")
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"out has shape {list(out.shape)}, expected {list(shape)}")
     if not out.flags.writeable:

@@ -9,7 +9,7 @@ the argument."""
 
 import numpy as np
 
-from pyooc._arrays import as_float, as_input, as_int, as_output, spatial_tuple
+from pyooc._arrays import CONV_DTYPES, FLOAT32, as_float, as_input, as_int, as_output, dtype_names, spatial_tuple
 from pyooc._loader import load_native
 from pyooc.devices import call_devices
 from pyooc.machine import planning_machine
@@ -112,35 +112,59 @@ def spatial_dims(shape):
     return min(max(len(shape) - 2, 1), 3)
 
 
-def check_dtype(dtype):
-    if np.dtype(dtype) != np.float32:
-        raise TypeError(f"dtype must be float32 (other dtypes are planned), got {np.dtype(dtype)}")
+def check_dtype(dtype, allowed=FLOAT32):
+    """The plan twins' dtype= (a numpy dtype or its name; "bfloat16" is ml_dtypes') as its name."""
+    try:
+        resolved = np.dtype(dtype)
+    except TypeError:
+        if str(dtype) != "bfloat16":
+            raise TypeError(f"dtype must be {dtype_names(allowed)}, got {dtype!r}") from None
+        resolved = CONV_DTYPES[2]
+    if resolved not in allowed:
+        more = "" if allowed != FLOAT32 else " (other dtypes are planned)"
+        raise TypeError(f"dtype must be {dtype_names(allowed)}{more}, got {resolved}")
+    return str(resolved)
 
 
-def conv_inputs(x, w, bias):
-    """x, w and bias (or None) as zero-copy views, bias checked against w's output channels."""
-    x = as_input(x, "x")
-    w = as_input(w, "w")
+def raw_bytes(array):
+    """The bytes of a C-contiguous array, flat, as the bindings of every dtype take them (no copy)."""
+    return None if array is None else array.reshape(-1).view(np.uint8)
+
+
+def conv_inputs(x, w, bias, names=("x", "w")):
+    """x, w and bias (or None) as zero-copy views of one dtype (float32, float16 or bfloat16), bias
+    checked against w's output channels. names: how the call calls its two arrays."""
+    x = as_input(x, names[0], CONV_DTYPES)
+    w = same_dtype(as_input(w, names[1], CONV_DTYPES), names[1], x, names[0])
     # A w without dimensions is refused by libooc, naming its rank; its bias is checked for rank alone.
-    return x, w, bias_input(bias, w.shape[0] if w.ndim else None, "output channel")
+    bias = bias_input(bias, w.shape[0] if w.ndim else None, "output channel", CONV_DTYPES)
+    return x, w, None if bias is None else same_dtype(bias, "bias", x, names[0])
 
 
-def bias_input(bias, count, per):
-    """bias (or None) as a zero-copy view of `count` floats (None: any), one per `per` ("output
+def same_dtype(array, name, first, first_name):
+    """array, when it has first's dtype: one call computes in one dtype (as torch's convolutions)."""
+    if array.dtype != first.dtype:
+        raise TypeError(f"{name} must have the dtype of {first_name} ({first.dtype}), got {array.dtype}: "
+                        "mixed dtypes in one call are not supported")
+    return array
+
+
+def bias_input(bias, count, per, dtypes=FLOAT32):
+    """bias (or None) as a zero-copy view of `count` elements (None: any), one per `per` ("output
     channel", ...)."""
     if bias is None:
         return None
-    bias = as_input(bias, "bias")
+    bias = as_input(bias, "bias", dtypes)
     if bias.ndim != 1 or (count is not None and bias.shape[0] != count):
         raise ValueError(f"bias must have shape [{count}] (one per {per}), got {list(bias.shape)}")
     return bias
 
 
-def output_array(out, shape, inputs, beta, formula):
-    """The array a scaled op writes: a new one, or the caller's out checked against the inputs;
-    beta != 0 scales out, so it needs one (formula: the op's, for the error)."""
+def output_array(out, shape, inputs, beta, formula, dtype=np.float32):
+    """The array a scaled op writes: a new one of `dtype` (the inputs'), or the caller's out checked
+    against the inputs; beta != 0 scales out, so it needs one (formula: the op's, for the error)."""
     if out is None:
         if beta != 0.0:
             raise ValueError(f"beta != 0 needs out= ({formula})")
-        return new_result(shape)
-    return as_output(out, shape, inputs)
+        return new_result(shape, dtype)
+    return as_output(out, shape, inputs, dtype)

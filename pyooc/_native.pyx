@@ -339,11 +339,15 @@ cdef tuple _padding_ends(tuple padding):
     return [b for b, _ in pairs], [a for _, a in pairs]
 
 
+_DTYPES = {"float32": ooc.DType.float32, "float16": ooc.DType.float16, "bfloat16": ooc.DType.bfloat16}
+
+
 cdef ooc.ConvProblem _conv_problem(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation,
-                                   int64_t groups, double alpha, double beta, bint has_bias) except *:
+                                   int64_t groups, double alpha, double beta, bint has_bias,
+                                   str dtype="float32") except *:
     before, after = _padding_ends(padding)
     return ooc.ConvProblem.forward(list(x_shape), list(w_shape), list(stride), before, list(dilation),
-                                   groups, alpha, beta, has_bias, ooc.DType.float32, after)
+                                   groups, alpha, beta, has_bias, _DTYPES[dtype], after)
 
 
 def conv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups):
@@ -351,26 +355,26 @@ def conv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
 
 
 def plan_conv_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups,
-                      double alpha, double beta, bint has_bias, CallOptions options not None):
+                      double alpha, double beta, bint has_bias, CallOptions options not None, str dtype="float32"):
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta,
-                                                 has_bias)
+                                                 has_bias, dtype)
     cdef ooc.Plan plan
     with nogil:
         plan = ooc.plan_conv_forward(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
-def conv_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, bias, float[::1] y,
-                 tuple stride, tuple padding, tuple dilation, int64_t groups, double alpha, double beta,
-                 CallOptions options not None):
-    """Runs on flat float32 views of the caller's arrays (no copies)."""
-    cdef const float[::1] b
-    cdef const float* bias_ptr = NULL
+def conv_forward(const unsigned char[::1] x, tuple x_shape, const unsigned char[::1] w, tuple w_shape, bias,
+                 unsigned char[::1] y, tuple stride, tuple padding, tuple dilation, int64_t groups, double alpha,
+                 double beta, CallOptions options not None, str dtype="float32"):
+    """Runs on flat byte views of the caller's arrays of `dtype` (no copies)."""
+    cdef const unsigned char[::1] b
+    cdef const void* bias_ptr = NULL
     if bias is not None:
         b = bias
         bias_ptr = &b[0]
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta,
-                                                 bias is not None)
+                                                 bias is not None, dtype)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
@@ -400,16 +404,17 @@ _BACKWARD = {"conv_backward_data": ooc.Operation.backward_data,
 
 cdef ooc.ConvProblem _backward_problem(str operation, tuple first, tuple second, tuple third, tuple stride,
                                        tuple padding, tuple dilation, int64_t groups, double alpha,
-                                       double beta) except *:
+                                       double beta, str dtype="float32") except *:
     cdef ooc.Operation op = _BACKWARD[operation]
+    cdef ooc.DType element = _DTYPES[dtype]
     before, after = _padding_ends(padding)
     if op == ooc.Operation.backward_data:
         return ooc.ConvProblem.backward_data(list(first), list(second), list(third), list(stride), before,
-                                             list(dilation), groups, alpha, beta, ooc.DType.float32, after)
+                                             list(dilation), groups, alpha, beta, element, after)
     if op == ooc.Operation.backward_filter:
         return ooc.ConvProblem.backward_filter(list(first), list(second), list(third), list(stride), before,
-                                               list(dilation), groups, alpha, beta, ooc.DType.float32, after)
-    return ooc.ConvProblem.backward_bias(list(first), alpha, beta, ooc.DType.float32)
+                                               list(dilation), groups, alpha, beta, element, after)
+    return ooc.ConvProblem.backward_bias(list(first), alpha, beta, element)
 
 
 def check_backward(str operation, tuple first, tuple second, tuple third, tuple stride, tuple padding,
@@ -419,9 +424,10 @@ def check_backward(str operation, tuple first, tuple second, tuple third, tuple 
 
 
 def plan_conv_backward(str operation, tuple first, tuple second, tuple third, tuple stride, tuple padding,
-                       tuple dilation, int64_t groups, double alpha, double beta, CallOptions options not None):
+                       tuple dilation, int64_t groups, double alpha, double beta, CallOptions options not None,
+                       str dtype="float32"):
     cdef ooc.ConvProblem problem = _backward_problem(operation, first, second, third, stride, padding, dilation,
-                                                     groups, alpha, beta)
+                                                     groups, alpha, beta, dtype)
     cdef ooc.Plan plan
     with nogil:
         if problem.op == ooc.Operation.backward_data:
@@ -433,15 +439,16 @@ def plan_conv_backward(str operation, tuple first, tuple second, tuple third, tu
     return Plan.wrap(plan)
 
 
-def conv_backward(str operation, const float[::1] a, tuple a_shape, const float[::1] b, tuple b_shape,
-                  tuple third_shape, float[::1] out, tuple stride, tuple padding, tuple dilation, int64_t groups,
-                  double alpha, double beta, CallOptions options not None):
-    """Runs a gradient on flat float32 views of the caller's arrays (no copies): a, b are (dy, w) for
-    conv_backward_data, (x, dy) for conv_backward_filter, (dy, None) for conv_backward_bias; the
-    shapes follow as for plan_conv_backward."""
+def conv_backward(str operation, const unsigned char[::1] a, tuple a_shape, const unsigned char[::1] b,
+                  tuple b_shape, tuple third_shape, unsigned char[::1] out, tuple stride, tuple padding,
+                  tuple dilation, int64_t groups, double alpha, double beta, CallOptions options not None,
+                  str dtype="float32"):
+    """Runs a gradient on flat byte views of the caller's arrays of `dtype` (no copies): a, b are
+    (dy, w) for conv_backward_data, (x, dy) for conv_backward_filter, (dy, None) for
+    conv_backward_bias; the shapes follow as for plan_conv_backward."""
     cdef ooc.ConvProblem problem = _backward_problem(operation, a_shape, b_shape, third_shape, stride, padding,
-                                                     dilation, groups, alpha, beta)
-    cdef const float* b_ptr = NULL
+                                                     dilation, groups, alpha, beta, dtype)
+    cdef const void* b_ptr = NULL
     if b is not None:
         b_ptr = &b[0]
     cdef ooc.Plan plan

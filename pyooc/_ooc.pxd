@@ -14,6 +14,8 @@ cdef extern from "_errors.hpp" namespace "pyooc":
 cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
     cdef enum class DType(int):
         float32
+        float16
+        bfloat16
 
     cdef enum class Operation(int):
         forward
@@ -207,13 +209,13 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
     Plan plan_conv_backward_data(const ConvProblem& problem, const Options& options) except +translate_exception
     Plan plan_conv_backward_filter(const ConvProblem& problem, const Options& options) except +translate_exception
     Plan plan_conv_backward_bias(const ConvProblem& problem, const Options& options) except +translate_exception
-    void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
+    void conv_forward(const ConvProblem& problem, const void* x, const void* w, const void* bias, void* y,
                       const Options& options, Plan* used, RunStats* stats) except +translate_exception
-    void conv_backward_data(const ConvProblem& problem, const float* dy, const float* w, float* dx,
+    void conv_backward_data(const ConvProblem& problem, const void* dy, const void* w, void* dx,
                             const Options& options, Plan* used, RunStats* stats) except +translate_exception
-    void conv_backward_filter(const ConvProblem& problem, const float* x, const float* dy, float* dw,
+    void conv_backward_filter(const ConvProblem& problem, const void* x, const void* dy, void* dw,
                               const Options& options, Plan* used, RunStats* stats) except +translate_exception
-    void conv_backward_bias(const ConvProblem& problem, const float* dy, float* db, const Options& options,
+    void conv_backward_bias(const ConvProblem& problem, const void* dy, void* db, const Options& options,
                             Plan* used, RunStats* stats) except +translate_exception
     cdef cppclass LinkBandwidth:
         double h2d, d2h, bidir

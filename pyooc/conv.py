@@ -3,8 +3,8 @@ hands flat zero-copy views to libooc (native/include/ooc/ooc.hpp), which validat
 plans the split and runs it with the GIL released."""
 
 from pyooc import _last_stats
-from pyooc._arrays import as_shape
-from pyooc._call_args import check_dtype, conv_args, conv_inputs, output_array, spatial_dims
+from pyooc._arrays import CONV_DTYPES, as_shape
+from pyooc._call_args import check_dtype, conv_args, conv_inputs, output_array, raw_bytes, spatial_dims
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc._unbatched import as_batch_of_one, without_batch
@@ -26,11 +26,11 @@ def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dila
     w_shape = as_shape(w_shape, "w_shape")
     if len(x_shape) == len(w_shape) - 1:  # unbatched, as conv_forward takes it: planned as a batch of one
         x_shape = (1,) + x_shape
-    check_dtype(dtype)
+    dtype = check_dtype(dtype, CONV_DTYPES)
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend,
                   device, pinned, kernel=w_shape[2:])
     return _native.plan_conv_forward(x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"],
-                                     o["alpha"], o["beta"], bool(bias), o["options"])
+                                     o["alpha"], o["beta"], bool(bias), o["options"], dtype)
 
 
 @observed
@@ -57,8 +57,9 @@ def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, 
                   kernel=w.shape[2:], devices=devices)
     # Validates the geometry (ValueError naming the argument) before anything is allocated.
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
-    out = output_array(out, y_shape, {"x": x, "w": w, "bias": bias}, o["beta"], "y = alpha * conv(x, w) + beta * out")
+    out = output_array(out, y_shape, {"x": x, "w": w, "bias": bias}, o["beta"], "y = alpha * conv(x, w) + beta * out",
+                       x.dtype)
     _last_stats.record(_native.conv_forward(
-        x.reshape(-1), x.shape, w.reshape(-1), w.shape, None if bias is None else bias.reshape(-1), out.reshape(-1),
-        o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha"], o["beta"], o["options"]))
+        raw_bytes(x), x.shape, raw_bytes(w), w.shape, raw_bytes(bias), raw_bytes(out), o["stride"], o["padding"],
+        o["dilation"], o["groups"], o["alpha"], o["beta"], o["options"], str(x.dtype)))
     return without_batch(out, unbatched)

@@ -4,8 +4,8 @@ the geometry (dy must be the forward output of x and w), plans the split and run
 released."""
 
 from pyooc import _last_stats
-from pyooc._arrays import as_input, as_shape
-from pyooc._call_args import check_dtype, conv_args, output_array, spatial_dims
+from pyooc._arrays import CONV_DTYPES, as_input, as_shape
+from pyooc._call_args import check_dtype, conv_args, output_array, raw_bytes, same_dtype, spatial_dims
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
@@ -17,25 +17,27 @@ def _run(operation, inputs, third_shape, out_shape, formula, out, o):
     """Validates, makes or checks out, runs. inputs: the two arrays in the native order (name ->
     array; the second None for bias); third_shape: x_shape, w_shape or () for bias."""
     (a_name, a), (b_name, b) = inputs.items()
+    if b is not None:
+        same_dtype(b, b_name, a, a_name)
     b_shape = () if b is None else b.shape
     # Validates the geometry (ValueError naming the argument) before anything is allocated.
     _native.check_backward(operation, a.shape, b_shape, third_shape, o["stride"], o["padding"], o["dilation"],
                            o["groups"])
     given = {name: array for name, array in inputs.items() if array is not None}
-    out = output_array(out, out_shape(), given, o["beta"], formula)
+    out = output_array(out, out_shape(), given, o["beta"], formula, a.dtype)
     _last_stats.record(_native.conv_backward(
-        operation, a.reshape(-1), a.shape, None if b is None else b.reshape(-1), b_shape, third_shape, out.reshape(-1),
-        o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha"], o["beta"], o["options"]))
+        operation, raw_bytes(a), a.shape, raw_bytes(b), b_shape, third_shape, raw_bytes(out), o["stride"],
+        o["padding"], o["dilation"], o["groups"], o["alpha"], o["beta"], o["options"], str(a.dtype)))
     return out
 
 
 def _plan(operation, shapes, w_shape, dtype, stride, padding, dilation, groups, alpha, beta, memory_limit, backend,
           device, pinned):
-    check_dtype(dtype)
+    dtype = check_dtype(dtype, CONV_DTYPES)
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
                   pinned, kernel=w_shape[2:])
     return _native.plan_conv_backward(operation, *shapes, o["stride"], o["padding"], o["dilation"], o["groups"],
-                                      o["alpha"], o["beta"], o["options"])
+                                      o["alpha"], o["beta"], o["options"], dtype)
 
 
 @accepts_machine
@@ -76,7 +78,7 @@ def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, group
     its input x (cuDNN's ConvolutionBackwardData, torch.nn.grad.conv{1,2,3}d_input), computed out of
     core. dy must have the shape conv_forward gives for x_shape and w with these options. Arrays and
     options as for conv_forward; the result is a new array of x_shape, or `out` (which beta scales)."""
-    inputs = {"dy": as_input(dy, "dy"), "w": as_input(w, "w")}
+    inputs = {"dy": as_input(dy, "dy", CONV_DTYPES), "w": as_input(w, "w", CONV_DTYPES)}
     x_shape = as_shape(x_shape, "x_shape")
     o = conv_args(spatial_dims(inputs["w"].shape), stride, padding, dilation, groups, alpha, beta, memory_limit,
                   backend, device, kernel=inputs["w"].shape[2:], devices=devices)
@@ -91,7 +93,7 @@ def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, gro
     ConvolutionBackwardFilter, torch.nn.grad.conv{1,2,3}d_weight), computed out of core: the sum over
     samples and positions accumulates on the device in fp32. dy must have the shape conv_forward
     gives for x and w_shape; the result is a new array of w_shape, or `out` (which beta scales once)."""
-    inputs = {"x": as_input(x, "x"), "dy": as_input(dy, "dy")}
+    inputs = {"x": as_input(x, "x", CONV_DTYPES), "dy": as_input(dy, "dy", CONV_DTYPES)}
     w_shape = as_shape(w_shape, "w_shape")
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
                   kernel=w_shape[2:], devices=devices)
@@ -104,7 +106,7 @@ def conv_backward_bias(dy, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, 
                        devices=None):
     """db = alpha * dy summed over samples and positions + beta * out (cuDNN's
     ConvolutionBackwardBias), computed out of core; dy is [N, K, *spatial], db has K elements."""
-    inputs = {"dy": as_input(dy, "dy"), "": None}
+    inputs = {"dy": as_input(dy, "dy", CONV_DTYPES), "": None}
     o = conv_args(1, 1, 0, 1, 1, alpha, beta, memory_limit, backend, device, devices=devices)
     return _run("conv_backward_bias", inputs, (), lambda: inputs["dy"].shape[1:2], "db = alpha * sum(dy) + beta * out",
                 out, o)

@@ -381,3 +381,24 @@ def test_pin_registers_in_place_and_unpin_undoes_it(rng):
     pyooc.unpin(w)
     pyooc.conv_forward(x, w, padding=1, out=y, memory_limit=limit, backend="cuda")
     assert rel_err(y, ref) < TOL
+
+
+@pytest.mark.parametrize("name,tol", [("float16", 1e-3), ("bfloat16", 1e-2)])
+def test_half_precision_forward_and_backward_data_on_the_gpu(rng, name, tol):
+    """cuDNN in half data with float32 compute, under a budget that splits; dw / db of half inputs
+    accumulate in float32, which the cuda backend refuses by name until it has the kernel."""
+    import ml_dtypes
+
+    dtype = np.float16 if name == "float16" else ml_dtypes.bfloat16
+    x = rng.standard_normal((4, 16, 40, 36)).astype(dtype)
+    w = (rng.standard_normal((24, 16, 3, 3)) / 12).astype(dtype)
+    limit = 2 * smallest_budget(x.shape, w.shape, backend="cuda", padding=1)
+    y = pyooc.conv_forward(x, w, padding=1, memory_limit=limit, backend="cuda")
+    assert y.dtype == dtype and pyooc.last_stats()["chunks"] > 1
+    ref = reference_conv(x.astype(np.float64), w.astype(np.float64), padding=1)
+    assert rel_err(y.astype(np.float64), ref) < tol
+    dx = pyooc.conv_backward_data(y, w, x.shape, padding=1, memory_limit=limit, backend="cuda")
+    host = pyooc.conv_backward_data(y, w, x.shape, padding=1, backend="host")
+    assert rel_err(dx.astype(np.float64), host.astype(np.float64)) < 2 * tol
+    with pytest.raises(NotImplementedError, match=f"conv_backward_filter has no {name} kernel"):
+        pyooc.conv_backward_filter(x, y, w.shape, padding=1, backend="cuda")

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "backend_fixtures.hpp"
 #include "ooc/errors.hpp"
 #include "ooc/ooc.hpp"
@@ -37,24 +40,38 @@ TEST(ElementType, TightBudgetsTileHalfPrecisionInFewerChunks) {
   EXPECT_LE(f16.peak_device_bytes, o.memory_limit);
 }
 
-TEST(ElementType, TheHostBackendRefusesAChunkItHasNoKernelFor) {
+// The convolution kernels read half precision: all-ones float16 and bfloat16 inputs (exact in
+// both) give the float32 call's sums, every output written.
+TEST(ElementType, HalfPrecisionConvolutionsRunOnTheHostBackend) {
   const ooc::Options o = ooc_test::host_options(16 << 10);
-  const ooc::ConvProblem p = conv(ooc::DType::float16);
-  std::vector<uint16_t> x(p.x_elements(), 0x3c00), w(p.w_elements(), 0x3c00), y(p.y_elements(), 0);
+  for (auto [dtype, one] : {std::pair{ooc::DType::float16, uint16_t{0x3c00}}, std::pair{ooc::DType::bfloat16,
+                                                                                     uint16_t{0x3f80}}}) {
+    const ooc::ConvProblem p = conv(dtype);
+    std::vector<uint16_t> x(p.x_elements(), one), w(p.w_elements(), one), y(p.y_elements(), 0xffff);
+    ooc::Plan plan;
+    ooc::conv_forward(p, x.data(), w.data(), nullptr, y.data(), o, &plan);
+    EXPECT_GT(plan.num_chunks(), 1u);
+    EXPECT_EQ(plan.splits_c, 1) << "a half call keeps its reduction over C inside a chunk";
+    const uint16_t v54 = dtype == ooc::DType::float16 ? 0x52c0 : 0x4258, v24 = dtype == ooc::DType::float16 ? 0x4e00
+                                                                                                            : 0x41c0;
+    EXPECT_EQ(y[10 * 20 + 10], v54) << ooc::dtype_name(dtype);  // y[0, 0, 10, 10]: 6 channels x 9 taps
+    EXPECT_EQ(y[0], v24) << ooc::dtype_name(dtype);             // a corner: 6 channels x 4 taps
+  }
+}
+
+// A backend without a kernel for a dtype refuses the chunk instead of misreading memory.
+TEST(ElementType, TheHostBackendRefusesAChunkItHasNoKernelFor) {
+  const std::unique_ptr<ooc::Backend> host = ooc::make_host_backend();
+  ooc::ChunkGemm shape;
+  shape.dtype = ooc::DType::float16;
+  std::vector<uint16_t> a(1, 0x3c00), b(1, 0x3c00), c(1, 0);
   try {
-    // The public C++ entry points take float* until half-precision kernels exist.
-    ooc::conv_forward(p, reinterpret_cast<const float*>(x.data()), reinterpret_cast<const float*>(w.data()), nullptr,
-                      reinterpret_cast<float*>(y.data()), o);
-    FAIL() << "a float16 chunk ran on float32 kernels";
+    host->gemm(shape, a.data(), b.data(), nullptr, c.data(), 1.0, 0.0, nullptr, 0);
+    FAIL() << "a float16 GEMM chunk ran on float32 kernels";
   } catch (const ooc::not_supported& e) {
     EXPECT_NE(std::string(e.what()).find("float16"), std::string::npos) << e.what();
   }
-  for (uint16_t v : y) ASSERT_EQ(v, 0);  // nothing written back
-  const ooc::ConvProblem f = conv(ooc::DType::float32);
-  std::vector<float> xf(f.x_elements(), 1.0f), wf(f.w_elements(), 1.0f), yf(f.y_elements(), 0.0f);
-  ooc::conv_forward(f, xf.data(), wf.data(), nullptr, yf.data(), o);
-  EXPECT_FLOAT_EQ(yf[10 * 20 + 10], 54.0f);  // y[0, 0, 10, 10], inside: 6 channels x 9 taps
-  EXPECT_FLOAT_EQ(yf[0], 24.0f);            // a corner: 6 channels x 4 taps
+  EXPECT_EQ(c[0], 0) << "nothing written";
 }
 
 }  // namespace

@@ -41,18 +41,21 @@ Plan plan_conv_backward_filter(const ConvProblem& problem, const Options& option
 Plan plan_conv_backward_bias(const ConvProblem& problem, const Options& options);
 
 // y = alpha * conv(x, w) + beta * y + bias. bias may be null (problem.has_bias says which).
-// When `used` / `stats` are not null they receive the plan that ran and what it measured.
-void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
+// When `used` / `stats` are not null they receive the plan that ran and what it measured. Every
+// tensor holds elements of problem.dtype (float32, float16 or bfloat16; the latter two computed
+// in float32, their reductions over C or K kept inside a chunk, dw and db accumulated across
+// chunks in float32: ConvProblem::output_dtype).
+void conv_forward(const ConvProblem& problem, const void* x, const void* w, const void* bias, void* y,
                   const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
 
 // The gradients, cuDNN's BackwardData / BackwardFilter / BackwardBias (problem.hpp says what each
 // computes); beta scales the caller's output once. Pointers as for conv_forward; the output is
 // never read when beta == 0.
-void conv_backward_data(const ConvProblem& problem, const float* dy, const float* w, float* dx, const Options& options,
+void conv_backward_data(const ConvProblem& problem, const void* dy, const void* w, void* dx, const Options& options,
                         Plan* used = nullptr, RunStats* stats = nullptr);
-void conv_backward_filter(const ConvProblem& problem, const float* x, const float* dy, float* dw,
-                          const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
-void conv_backward_bias(const ConvProblem& problem, const float* dy, float* db, const Options& options,
+void conv_backward_filter(const ConvProblem& problem, const void* x, const void* dy, void* dw, const Options& options,
+                          Plan* used = nullptr, RunStats* stats = nullptr);
+void conv_backward_bias(const ConvProblem& problem, const void* dy, void* db, const Options& options,
                         Plan* used = nullptr, RunStats* stats = nullptr);
 
 // Pinned-host <-> device copy bandwidth measured now (bytes/s): each direction alone and both at

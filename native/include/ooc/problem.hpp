@@ -14,8 +14,9 @@ constexpr int kMaxSpatial = 3;
 using Dims3 = std::array<int64_t, kMaxSpatial>;
 
 // The element type of an operation's tensors. Plans count its bytes (a float16 layer streams half
-// of a float32 one's); the backends have float32 kernels only so far, and refuse a chunk of another
-// dtype when it runs (backend/float32_kernels.hpp); the Python API accepts float32 only.
+// of a float32 one's). The convolutions and their gradients run in every dtype on the host backend
+// and forward / backward data in every dtype on the cuda backend; the other kernels are float32 so
+// far and refuse a chunk of another dtype when it runs (backend/float32_kernels.hpp).
 enum class DType { float32, float16, bfloat16 };
 
 size_t dtype_size(DType dtype);
@@ -85,6 +86,14 @@ struct ConvProblem {
   // channel (x: [n, 1, out...]), so that x-, y- and bias-shaped ranges all follow dy's.
   static ConvProblem backward_bias(const std::vector<int64_t>& dy_shape, double alpha, double beta,
                                    DType dtype = DType::float32);
+
+  // The output's element type: the inputs' dtype, except for the gradients reduced over every
+  // chunk (backward filter and bias) of a half-precision call, which accumulate in float32 across
+  // chunks (the API converts the caller's dw / db at the end; plans count their bytes as float32).
+  DType output_dtype() const {
+    const bool reduced_over_every_chunk = op == Operation::backward_filter || op == Operation::backward_bias;
+    return reduced_over_every_chunk ? DType::float32 : dtype;
+  }
 
   // Whether dimension d pads alike at both ends (cuDNN can pad it itself).
   bool symmetric_padding(int d) const { return padding_extra[d] == 0; }

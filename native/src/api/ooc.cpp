@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/run_operation.hpp"
+#include "backend/host/host_elements.hpp"
 #include "exec/conv_pipeline.hpp"
 #include "util/thread_pool.hpp"
 #include "plan/planner.hpp"
@@ -63,6 +64,18 @@ OperationCall conv_call(const ConvProblem& problem, Operation op, std::vector<co
   return call;
 }
 
+// Runs `run` on a float32 view of a gradient reduced over every chunk (ConvProblem::output_dtype):
+// the caller's own array in float32; for a half-precision call a float32 copy (beta's prior values
+// converted in, the result converted back), so that the sum accumulates in float32 across chunks.
+template <typename Run>
+void with_float32_output(const ConvProblem& p, void* output, int64_t elements, Run run) {
+  if (p.dtype == DType::float32) return run(static_cast<float*>(output));
+  std::vector<float> accumulator(static_cast<size_t>(elements));
+  if (p.beta != 0.0) host_elements::convert(p.dtype, output, DType::float32, accumulator.data(), elements);
+  run(accumulator.data());
+  host_elements::convert(DType::float32, accumulator.data(), p.dtype, output, elements);
+}
+
 // A gradient reduced over every chunk (dw, db) may also split its one reduction over devices, each
 // device's part summed into a buffer of its own: `run_into`, the same run into another output.
 OperationCall reduced_call(OperationCall call, float* output, int64_t elements,
@@ -88,7 +101,7 @@ Plan plan_conv_backward_bias(const ConvProblem& problem, const Options& options)
   return plan_operation(conv_call(problem, Operation::backward_bias, {}, {}), options);
 }
 
-void conv_forward(const ConvProblem& problem, const float* x, const float* w, const float* bias, float* y,
+void conv_forward(const ConvProblem& problem, const void* x, const void* w, const void* bias, void* y,
                   const Options& options, Plan* used, RunStats* stats) {
   require_data({x, w, y, problem.has_bias ? bias : x}, "conv_forward");
   run_operation(conv_call(problem, Operation::forward, {x, w, bias, y},
@@ -98,7 +111,7 @@ void conv_forward(const ConvProblem& problem, const float* x, const float* w, co
                 options, used, stats);
 }
 
-void conv_backward_data(const ConvProblem& problem, const float* dy, const float* w, float* dx, const Options& options,
+void conv_backward_data(const ConvProblem& problem, const void* dy, const void* w, void* dx, const Options& options,
                         Plan* used, RunStats* stats) {
   require_data({dy, w, dx}, "conv_backward_data");
   run_operation(conv_call(problem, Operation::backward_data, {dy, w, dx},
@@ -108,28 +121,32 @@ void conv_backward_data(const ConvProblem& problem, const float* dy, const float
                 options, used, stats);
 }
 
-void conv_backward_filter(const ConvProblem& problem, const float* x, const float* dy, float* dw,
-                          const Options& options, Plan* used, RunStats* stats) {
+void conv_backward_filter(const ConvProblem& problem, const void* x, const void* dy, void* dw, const Options& options,
+                          Plan* used, RunStats* stats) {
   require_data({x, dy, dw}, "conv_backward_filter");
-  auto run_into = [&](const Plan& plan, Backend& backend, void* out) {
-    return run_conv_backward_filter(plan, backend, x, dy, out, ThreadPool::shared());
-  };
-  run_operation(reduced_call(conv_call(problem, Operation::backward_filter, {x, dy, dw},
-                                       [&](const Plan& plan, Backend& backend) { return run_into(plan, backend, dw); }),
-                             dw, problem.w_elements(), run_into),
-                options, used, stats);
+  with_float32_output(problem, dw, problem.w_elements(), [&](float* out) {
+    auto run_into = [&](const Plan& plan, Backend& backend, void* into) {
+      return run_conv_backward_filter(plan, backend, x, dy, into, ThreadPool::shared());
+    };
+    run_operation(reduced_call(conv_call(problem, Operation::backward_filter, {x, dy, out},
+                                         [&](const Plan& plan, Backend& backend) { return run_into(plan, backend, out); }),
+                               out, problem.w_elements(), run_into),
+                  options, used, stats);
+  });
 }
 
-void conv_backward_bias(const ConvProblem& problem, const float* dy, float* db, const Options& options, Plan* used,
+void conv_backward_bias(const ConvProblem& problem, const void* dy, void* db, const Options& options, Plan* used,
                         RunStats* stats) {
   require_data({dy, db}, "conv_backward_bias");
-  auto run_into = [&](const Plan& plan, Backend& backend, void* out) {
-    return run_conv_backward_bias(plan, backend, dy, out, ThreadPool::shared());
-  };
-  run_operation(reduced_call(conv_call(problem, Operation::backward_bias, {dy, db},
-                                       [&](const Plan& plan, Backend& backend) { return run_into(plan, backend, db); }),
-                             db, problem.k, run_into),
-                options, used, stats);
+  with_float32_output(problem, db, problem.k, [&](float* out) {
+    auto run_into = [&](const Plan& plan, Backend& backend, void* into) {
+      return run_conv_backward_bias(plan, backend, dy, into, ThreadPool::shared());
+    };
+    run_operation(reduced_call(conv_call(problem, Operation::backward_bias, {dy, out},
+                                         [&](const Plan& plan, Backend& backend) { return run_into(plan, backend, out); }),
+                               out, problem.k, run_into),
+                  options, used, stats);
+  });
 }
 
 }  // namespace ooc

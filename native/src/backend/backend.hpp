@@ -36,7 +36,8 @@ struct StridedCopy {
 // A grouped chunk (groups > 1) is `groups` convolutions side by side: c and k count all its
 // channels, w is [k, c / groups, kernel...], output channel block g reads input block g.
 struct ChunkConv {
-  DType dtype = DType::float32;  // of every tensor the call reads and writes
+  DType dtype = DType::float32;      // of every tensor the call reads (and writes, unless out_dtype differs)
+  DType out_dtype = DType::float32;  // of its output: float32 where a half call's reduction accumulates (dw, db)
   int spatial_dims = 2;
   int64_t n = 1, c = 1, k = 1, groups = 1;
   Dims3 in{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1}, out{1, 1, 1};

@@ -93,6 +93,7 @@ void store_kept(const OperationSpec& spec, Backend& backend, char* kept_dev, Pip
 ChunkConv chunk_shape(const Chunk& ch, const ConvProblem& p) {
   ChunkConv s;
   s.dtype = p.dtype;
+  s.out_dtype = p.output_dtype();
   s.spatial_dims = p.spatial_dims;
   s.n = ch.n.size();
   s.c = ch.c.size();
@@ -111,7 +112,6 @@ ChunkConv chunk_shape(const Chunk& ch, const ConvProblem& p) {
 
 RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const OperationSpec& spec) {
   const auto start = Clock::now();
-  const size_t es = dtype_size(plan.problem.dtype);
   RunStats stats;
   if (plan.peak_device_bytes > plan.memory_limit)
     throw std::logic_error("plan exceeds its memory_limit");  // the planner guarantees this never happens
@@ -173,7 +173,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   // Moves a region into a device slot once `slot_free` has completed: by DMA straight from the
   // caller's memory when it is pinned, else gathered by host workers into a staging buffer first.
   auto load = [&](const Region& r, bool is_direct, void* device, Backend::Event slot_free, Backend::Event ready) {
-    const size_t bytes = static_cast<size_t>(r.box.elements(5)) * es;
+    const size_t bytes = static_cast<size_t>(r.box.elements(5)) * r.view.element_size;
     if (is_direct) {
       const BoxCopies copies = strided_box_copies(r.view, r.box, static_cast<char*>(device), true);
       backend.wait(Queue::h2d, slot_free);
@@ -217,13 +217,13 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     }
     const Box inside = r.box.clipped_to(r.view.shape, 5);
     if (inside == r.box) {  // all of it: one contiguous copy of the slot
-      const size_t bytes = static_cast<size_t>(r.box.elements(5)) * es;
+      const size_t bytes = static_cast<size_t>(r.box.elements(5)) * r.view.element_size;
       backend.copy_d2h(stage_out[s], device, bytes);
       stats.bytes_d2h += bytes;
     } else {  // only a part (a computed region wider than its target): copy that part out, densely
       std::array<int64_t, kMaxRank> extent{};
       for (int i = 0; i < 5; ++i) extent[i] = r.box.hi[i] - r.box.lo[i];
-      const TensorView slot = TensorView::contiguous(device, extent, 5, es);
+      const TensorView slot = TensorView::contiguous(device, extent, 5, r.view.element_size);
       for (const StridedCopy& c :
            strided_box_copies(slot, inside.shifted(r.box.lo), static_cast<char*>(stage_out[s]), true).copies) {
         backend.copy_d2h_strided(c);

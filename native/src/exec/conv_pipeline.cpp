@@ -47,7 +47,7 @@ OperationSpec spec_for(const Plan& plan, Operation op, Tensor a, Tensor b, Tenso
   spec.out = streamed(plan, out.family, out.data);
   spec.beta = p.beta;
   spec.workspace_bytes = plan.workspace_bytes;
-  const TensorView ov = view_of(p, out.family, out.data);
+  const TensorView ov = view_of(p, out.family, out.data, p.output_dtype());
   spec.out_region = [ov, out, &p](const Chunk& ch) { return region_of(ov, out.family, ch, p); };
   return spec;
 }

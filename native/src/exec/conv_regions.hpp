@@ -15,7 +15,9 @@ using Extent = std::array<int64_t, kMaxRank>;
 // The tensor families of plan.hpp: every operation streams tensors shaped like x, w, y or bias.
 enum class Family { x, w, y, bias };
 
-inline TensorView view_of(const ConvProblem& p, Family f, const void* data) {
+// A tensor of family f holding elements of `dtype` (an operation's output may be float32 where
+// its inputs are half: ConvProblem::output_dtype).
+inline TensorView view_of(const ConvProblem& p, Family f, const void* data, DType dtype) {
   Extent shape{};
   switch (f) {
     case Family::x: shape = {p.n, p.c, p.in[0], p.in[1], p.in[2]}; break;
@@ -23,8 +25,9 @@ inline TensorView view_of(const ConvProblem& p, Family f, const void* data) {
     case Family::y: shape = {p.n, p.k, p.out[0], p.out[1], p.out[2]}; break;
     case Family::bias: shape = {p.k, 1, 1, 1, 1}; break;
   }
-  return TensorView::contiguous(data, shape, 5, dtype_size(p.dtype));
+  return TensorView::contiguous(data, shape, 5, dtype_size(dtype));
 }
+inline TensorView view_of(const ConvProblem& p, Family f, const void* data) { return view_of(p, f, data, p.dtype); }
 
 inline Box box_of(Range a, Range b, const std::array<Range, kMaxSpatial>& spatial) {
   Box box;

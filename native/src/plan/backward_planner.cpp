@@ -176,6 +176,10 @@ Nest nest_of(const ConvProblem& p) {
   const int64_t kernel = p.kernel[0] * p.kernel[1] * p.kernel[2];
   nest.extent = {p.n, p.groups, p.k / p.groups, p.c / p.groups, 1, 1, 1};
   for (int d : {kN, kG, kK, kC}) nest.tilings[d] = plain_tilings(nest.extent[d]);
+  // A half-precision backward data keeps its reduction over K inside each chunk (dx accumulated
+  // across chunks would round to half at every chunk); dw and db accumulate in float32 instead
+  // (ConvProblem::output_dtype).
+  if (p.op == Operation::backward_data && p.dtype != DType::float32) nest.tilings[kK] = {DimTiling{nest.extent[kK], 1}};
   // Spatial tiles: of dx for backward data (its output), of dy for the others.
   for (int d = 0; d < kMaxSpatial; ++d) {
     const bool over_dx = p.op == Operation::backward_data;
@@ -361,10 +365,11 @@ size_t workspace_of(const ConvProblem& p, const PlannerConfig& config, const Nes
 void offer_candidates(const ConvProblem& p, const PlannerConfig& config, const Nest& nest, size_t workspace,
                       CandidateSearch<Candidate>& search) {
   const double es = static_cast<double>(dtype_size(p.dtype));
+  const double out_es = static_cast<double>(dtype_size(p.output_dtype()));  // float32 where dw / db accumulate
   const double output_bytes = static_cast<double>(p.op == Operation::backward_data     ? p.x_elements()
                                                   : p.op == Operation::backward_filter ? p.w_elements()
                                                                                        : p.k) *
-                              es;
+                              out_es;
   Candidate c;
   Choice& ch = c.choice;
   std::function<void(int)> visit = [&](int d) {
@@ -382,7 +387,7 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, const N
     int64_t largest = slot_elements(nest.output, ch);
     for (const TensorRole& t : nest.inputs) largest = std::max(largest, slot_elements(t, ch));
     if (!search.within_limits(largest, chunks)) return;
-    c.output_slot_bytes = slot_bytes(slot_elements(nest.output, ch), es);
+    c.output_slot_bytes = slot_bytes(slot_elements(nest.output, ch), out_es);
     c.input_slot_bytes.clear();
     for (const TensorRole& t : nest.inputs) c.input_slot_bytes.push_back(slot_bytes(slot_elements(t, ch), es));
     c.workspace = workspace_of(p, config, nest, c, workspace);
@@ -397,7 +402,7 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, const N
         c.buffers = buffers;
         c.input_loads.clear();
         c.input_slots.clear();
-        c.bytes_h2d = p.beta != 0.0 ? once_elements(nest, nest.output, ch) * es : 0.0;
+        c.bytes_h2d = p.beta != 0.0 ? once_elements(nest, nest.output, ch) * out_es : 0.0;
         c.peak = c.workspace;
         for (size_t i = 0; i < nest.inputs.size(); ++i) {
           const Loads l = loads_of(nest.inputs[i], ch, loop);

@@ -147,8 +147,12 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const Candidate& c) {
 struct ChannelTiling {
   int64_t g, k, c;
 };
+// A half-precision call keeps its reduction over C inside each chunk: accumulating y across
+// chunks would round the partial sums to half at every chunk.
 std::vector<ChannelTiling> channel_tilings(const ConvProblem& p) {
   const int64_t k_per_group = p.k / p.groups, c_per_group = p.c / p.groups;
+  const std::vector<int64_t> c_tiles =
+      p.dtype == DType::float32 ? candidate_tiles(c_per_group) : std::vector<int64_t>{c_per_group};
   std::vector<ChannelTiling> tilings;
   for (int64_t tg : candidate_tiles(p.groups)) {
     if (tg > 1) {
@@ -156,7 +160,7 @@ std::vector<ChannelTiling> channel_tilings(const ConvProblem& p) {
       continue;
     }
     for (int64_t tk : candidate_tiles(k_per_group))
-      for (int64_t tc : candidate_tiles(c_per_group)) tilings.push_back({1, tk, tc});
+      for (int64_t tc : c_tiles) tilings.push_back({1, tk, tc});
   }
   return tilings;
 }

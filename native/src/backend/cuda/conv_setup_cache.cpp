@@ -78,8 +78,19 @@ CudnnGeometry geometry_of(const ChunkConv& s) {
   return g;
 }
 
+// cuDNN's name of a chunk's element type.
+cudnnDataType_t cudnn_type(DType dtype) {
+  switch (dtype) {
+    case DType::float32: return CUDNN_DATA_FLOAT;
+    case DType::float16: return CUDNN_DATA_HALF;
+    case DType::bfloat16: return CUDNN_DATA_BFLOAT16;
+  }
+  throw std::logic_error("cuda backend: unknown dtype");
+}
+
 // Fully packed NC(D)HW strides; also checks the element count fits cuDNN's int indexing.
-void set_packed_tensor(cudnnTensorDescriptor_t desc, const int* dims, int count, const char* what) {
+void set_packed_tensor(cudnnTensorDescriptor_t desc, const int* dims, int count, const char* what,
+                       cudnnDataType_t type) {
   int strides[5] = {};
   int64_t stride = 1;
   for (int i = count - 1; i >= 0; --i) {
@@ -89,7 +100,7 @@ void set_packed_tensor(cudnnTensorDescriptor_t desc, const int* dims, int count,
       throw std::logic_error(std::string("cuda backend: chunk tensor ") + what + format_dims(dims, count) +
                              " has 2^31 elements or more (the planner must split it further)");
   }
-  OOC_CUDNN_CHECK(cudnnSetTensorNdDescriptor(desc, CUDNN_DATA_FLOAT, count, dims, strides));
+  OOC_CUDNN_CHECK(cudnnSetTensorNdDescriptor(desc, type, count, dims, strides));
 }
 
 // The pipeline sized y's slot from the plan; cuDNN must agree, or it would write past the slot.
@@ -221,7 +232,7 @@ void choose_algorithm(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit
   OOC_CUDNN_CHECK(Algorithms::heuristics(handle, s, static_cast<int>(results.size()), &returned, results.data()));
   for (int i = 0; i < std::min(returned, static_cast<int>(results.size())); ++i) {
     const typename Algorithms::Perf& r = results[static_cast<size_t>(i)];
-    if (r.status != CUDNN_STATUS_SUCCESS || uses_tensor_cores(r.mathType)) continue;
+    if (r.status != CUDNN_STATUS_SUCCESS || (!s.tensor_cores_allowed && uses_tensor_cores(r.mathType))) continue;
     // Asked of the FMA-only descriptor that will run: the heuristic's figure may be for another
     // math type. A failure only means this algorithm cannot run that way: try the next.
     size_t needed = 0;
@@ -262,7 +273,9 @@ void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, co
   }
   for (int i = 0; i < std::min(returned, static_cast<int>(results.size())); ++i) {  // sorted by time
     const typename Algorithms::Perf& r = results[static_cast<size_t>(i)];
-    if (r.status != CUDNN_STATUS_SUCCESS || uses_tensor_cores(r.mathType) || r.memory > workspace_limit) continue;
+    if (r.status != CUDNN_STATUS_SUCCESS || (!s.tensor_cores_allowed && uses_tensor_cores(r.mathType)) ||
+        r.memory > workspace_limit)
+      continue;
     Algorithms::chosen(s) = r.algo;
     s.workspace_bytes = r.memory;
     break;
@@ -292,14 +305,19 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
                                       Operation op) {
   const CudnnGeometry g = geometry_of(shape);
   auto s = std::make_unique<ConvSetup>();
-  set_packed_tensor(s->x, g.x, g.tensor_dims, "x");
-  set_packed_tensor(s->y, g.y, g.tensor_dims, "y");
+  const cudnnDataType_t type = cudnn_type(shape.dtype);
+  s->tensor_cores_allowed = shape.dtype != DType::float32;
+  set_packed_tensor(s->x, g.x, g.tensor_dims, "x", type);
+  set_packed_tensor(s->y, g.y, g.tensor_dims, "y", type);
   const int bias_dims[5] = {1, g.y[1], 1, 1, 1};
-  set_packed_tensor(s->bias, bias_dims, g.tensor_dims, "bias");
-  OOC_CUDNN_CHECK(cudnnSetFilterNdDescriptor(s->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g.tensor_dims, g.w));
+  set_packed_tensor(s->bias, bias_dims, g.tensor_dims, "bias", type);
+  OOC_CUDNN_CHECK(cudnnSetFilterNdDescriptor(s->w, type, CUDNN_TENSOR_NCHW, g.tensor_dims, g.w));
+  // Float32 computation for every dtype (half and bfloat16 accumulate in float32); full FP32 (no
+  // TF32) for float32 data, tensor cores for half data, whose products are exact in FP32.
   OOC_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(s->conv, g.spatial_dims, g.padding, g.stride, g.dilation,
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  OOC_CUDNN_CHECK(cudnnSetConvolutionMathType(s->conv, CUDNN_FMA_MATH));
+  OOC_CUDNN_CHECK(
+      cudnnSetConvolutionMathType(s->conv, shape.dtype == DType::float32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
   OOC_CUDNN_CHECK(cudnnSetConvolutionGroupCount(s->conv, g.groups));
   check_output_dims(*s, g);
   switch (op) {

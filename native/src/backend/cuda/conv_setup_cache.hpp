@@ -25,6 +25,9 @@ struct ConvSetup {
   cudnnConvolutionBwdFilterAlgo_t filter_algorithm = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
   size_t workspace_bytes = 0;  // what the algorithm needs, within the limit it was chosen for
   bool benchmarked = false;    // the algorithm was timed on real buffers, not only suggested
+  // Half-precision data: tensor-core algorithms compute it exactly in FP32; float32 data keeps to
+  // full-FP32 (FMA) ones, never TF32.
+  bool tensor_cores_allowed = false;
 };
 
 class ConvSetupCache {

@@ -195,14 +195,18 @@ class CudaBackend final : public Backend {
     OOC_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, resources_->d2h.get()));
   }
 
-  // The convolutions: cuDNN's legacy API with the cached setup of each chunk shape (conv_setup_cache.hpp).
-  void do_conv_forward(const ChunkConv& shape, const void* x_data, const void* w_data, const void* bias_data,
-                       void* y_data, double alpha, double beta, void* workspace, size_t workspace_bytes) override {
-    float32_kernel(shape, "conv_forward");
-    const float* x = f(x_data);
-    const float* w = f(w_data);
-    const float* bias = f(bias_data);
-    float* y = f(y_data);
+  // The convolutions: cuDNN's legacy API with the cached setup of each chunk shape (conv_setup_cache.hpp),
+  // in the chunk's dtype (half and bfloat16 computed in float32 by cuDNN). A chunk whose output
+  // accumulates in float32 while its inputs are half (dw, db of a half call) is not served yet.
+  static void require_one_dtype(const ChunkConv& shape, const char* op) {
+    if (shape.out_dtype != shape.dtype)
+      throw not_supported(std::string("cuda backend: ") + op + " of " + dtype_name(shape.dtype) +
+                          " inputs into a float32 accumulator is not supported yet (the host backend serves it)");
+  }
+
+  void do_conv_forward(const ChunkConv& shape, const void* x, const void* w, const void* bias, void* y, double alpha,
+                       double beta, void* workspace, size_t workspace_bytes) override {
+    require_one_dtype(shape, "conv_forward");
     ConvSetup& setup = run_conv(Operation::forward, "cudnnConvolutionForward", shape, x, w, y, alpha, beta, workspace,
                                 workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
                                   return cudnnConvolutionForward(resources_->cudnn, a, s.x, x, s.w, w, s.conv,
@@ -214,12 +218,9 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void do_conv_backward_data(const ChunkConv& shape, const void* dy_data, const void* w_data, void* dx_data,
-                             double alpha, double beta, void* workspace, size_t workspace_bytes) override {
-    float32_kernel(shape, "conv_backward_data");
-    const float* dy = f(dy_data);
-    const float* w = f(w_data);
-    float* dx = f(dx_data);
+  void do_conv_backward_data(const ChunkConv& shape, const void* dy, const void* w, void* dx, double alpha,
+                             double beta, void* workspace, size_t workspace_bytes) override {
+    require_one_dtype(shape, "conv_backward_data");
     run_conv(Operation::backward_data, "cudnnConvolutionBackwardData", shape, dy, w, dx, alpha, beta, workspace,
              workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
                return cudnnConvolutionBackwardData(resources_->cudnn, a, s.w, w, s.y, dy, s.conv, s.data_algorithm, ws,
@@ -428,7 +429,8 @@ class CudaBackend final : public Backend {
                       void* out, double beta, void* workspace, size_t workspace_bytes) {
     if (setup.benchmarked || !find_algorithms_) return;
     if (beta != 0.0) {
-      const size_t scratch = (static_cast<size_t>(output_elements(shape, op)) * sizeof(float) + 255) / 256 * 256;
+      const size_t scratch =
+          (static_cast<size_t>(output_elements(shape, op)) * dtype_size(shape.out_dtype) + 255) / 256 * 256;
       if (scratch * 2 > workspace_bytes) return;
       workspace_bytes -= scratch;
       out = static_cast<char*>(workspace) + workspace_bytes;

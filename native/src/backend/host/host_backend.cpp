@@ -91,25 +91,22 @@ class HostBackend final : public Backend {
   void do_copy_h2d(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void do_copy_d2h(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 
-  // The host kernels are float32 loops (backend/host/*): the chunk's dtype picks them.
+  // The convolution kernels read every dtype (backend/host/host_conv.hpp); the others are float32
+  // loops, refusing a chunk of another dtype.
   void do_conv_forward(const ChunkConv& shape, const void* x, const void* w, const void* bias, void* y,
                        double alpha, double beta, void*, size_t) override {
-    float32_kernel(shape, "conv_forward");
-    host_conv_forward(shape, f(x), f(w), f(bias), f(y), alpha, beta, ThreadPool::shared());
+    host_conv_forward(shape, x, w, bias, y, alpha, beta, ThreadPool::shared());
   }
   void do_conv_backward_data(const ChunkConv& shape, const void* dy, const void* w, void* dx, double alpha,
                              double beta, void*, size_t) override {
-    float32_kernel(shape, "conv_backward_data");
-    host_conv_backward_data(shape, f(dy), f(w), f(dx), alpha, beta, ThreadPool::shared());
+    host_conv_backward_data(shape, dy, w, dx, alpha, beta, ThreadPool::shared());
   }
   void do_conv_backward_filter(const ChunkConv& shape, const void* x, const void* dy, void* dw, double alpha,
                                double beta, void*, size_t) override {
-    float32_kernel(shape, "conv_backward_filter");
-    host_conv_backward_filter(shape, f(x), f(dy), f(dw), alpha, beta, ThreadPool::shared());
+    host_conv_backward_filter(shape, x, dy, dw, alpha, beta, ThreadPool::shared());
   }
   void do_conv_backward_bias(const ChunkConv& shape, const void* dy, void* db, double alpha, double beta) override {
-    float32_kernel(shape, "conv_backward_bias");
-    host_conv_backward_bias(shape, f(dy), f(db), alpha, beta, ThreadPool::shared());
+    host_conv_backward_bias(shape, dy, db, alpha, beta, ThreadPool::shared());
   }
 
   void do_gemm(const ChunkGemm& shape, const void* a, const void* b, const void* bias, void* c, double alpha,

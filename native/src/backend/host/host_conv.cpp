@@ -1,17 +1,24 @@
 #include "backend/host/host_conv.hpp"
 
+#include <stdexcept>
+#include <string>
 #include <vector>
+
+#include "backend/host/host_elements.hpp"
 
 namespace ooc {
 
 namespace {
 
+using host_elements::load;
+using host_elements::store;
+
 // out = alpha * acc + beta * out, never reading out when beta == 0 (cuDNN's blending).
-template <typename Acc>
-void blend(float* out, const Acc* acc, int64_t count, double alpha, double beta) {
+template <typename Out, typename Acc>
+void blend(Out* out, const Acc* acc, int64_t count, double alpha, double beta) {
   for (int64_t i = 0; i < count; ++i) {
-    const double prior = beta != 0.0 ? beta * static_cast<double>(out[i]) : 0.0;
-    out[i] = static_cast<float>(alpha * static_cast<double>(acc[i]) + prior);
+    const double prior = beta != 0.0 ? beta * static_cast<double>(load(out[i])) : 0.0;
+    out[i] = store<Out>(static_cast<float>(alpha * static_cast<double>(acc[i]) + prior));
   }
 }
 
@@ -33,10 +40,9 @@ struct Groups {
   int64_t first_c(int64_t k) const { return k / k_per_group * c_per_group; }
 };
 
-}  // namespace
-
-void host_conv_forward(const ChunkConv& s, const float* x, const float* w, const float* bias, float* y, double alpha,
-                       double beta, ThreadPool& pool) {
+template <typename In, typename Out>
+void conv_forward(const ChunkConv& s, const In* x, const In* w, const In* bias, Out* y, double alpha, double beta,
+                  ThreadPool& pool) {
   const int64_t in_plane = s.in[0] * s.in[1] * s.in[2];
   const int64_t out_plane = s.out[0] * s.out[1] * s.out[2];
   const int64_t kernel_size = s.kernel[0] * s.kernel[1] * s.kernel[2];
@@ -48,34 +54,35 @@ void host_conv_forward(const ChunkConv& s, const float* x, const float* w, const
       const int64_t n = nk / s.k, k = nk % s.k;
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = 0; j < groups.c_per_group; ++j) {
-        const float* xc = x + (n * s.c + groups.first_c(k) + j) * in_plane;
-        const float* wc = w + (k * groups.c_per_group + j) * kernel_size;
+        const In* xc = x + (n * s.c + groups.first_c(k) + j) * in_plane;
+        const In* wc = w + (k * groups.c_per_group + j) * kernel_size;
         for (int64_t k0 = 0; k0 < s.kernel[0]; ++k0)
           for (int64_t k1 = 0; k1 < s.kernel[1]; ++k1)
             for (int64_t k2 = 0; k2 < s.kernel[2]; ++k2) {
-              const float wv = wc[(k0 * s.kernel[1] + k1) * s.kernel[2] + k2];
+              const float wv = load(wc[(k0 * s.kernel[1] + k1) * s.kernel[2] + k2]);
               for_taps(s.out[0], s.in[0], s.stride[0], s.padding[0], k0 * s.dilation[0], [&](int64_t o0, int64_t i0) {
                 for_taps(s.out[1], s.in[1], s.stride[1], s.padding[1], k1 * s.dilation[1], [&](int64_t o1, int64_t i1) {
-                  const float* xrow = xc + (i0 * s.in[1] + i1) * s.in[2];
+                  const In* xrow = xc + (i0 * s.in[1] + i1) * s.in[2];
                   float* arow = acc.data() + (o0 * s.out[1] + o1) * s.out[2];
                   for_taps(s.out[2], s.in[2], s.stride[2], s.padding[2], k2 * s.dilation[2],
-                           [&](int64_t o2, int64_t i2) { arow[o2] += wv * xrow[i2]; });
+                           [&](int64_t o2, int64_t i2) { arow[o2] += wv * load(xrow[i2]); });
                 });
               });
             }
       }
-      float* yp = y + (n * s.k + k) * out_plane;
-      const float b = bias ? bias[k] : 0.0f;
+      Out* yp = y + (n * s.k + k) * out_plane;
+      const float b = bias ? load(bias[k]) : 0.0f;
       for (int64_t i = 0; i < out_plane; ++i) {
-        const double prior = beta != 0.0 ? beta * static_cast<double>(yp[i]) : 0.0;
-        yp[i] = static_cast<float>(alpha * static_cast<double>(acc[i]) + prior) + b;
+        const double prior = beta != 0.0 ? beta * static_cast<double>(load(yp[i])) : 0.0;
+        yp[i] = store<Out>(static_cast<float>(alpha * static_cast<double>(acc[i]) + prior) + b);
       }
     }
   });
 }
 
-void host_conv_backward_data(const ChunkConv& s, const float* dy, const float* w, float* dx, double alpha, double beta,
-                             ThreadPool& pool) {
+template <typename In, typename Out>
+void conv_backward_data(const ChunkConv& s, const In* dy, const In* w, Out* dx, double alpha, double beta,
+                        ThreadPool& pool) {
   const int64_t in_plane = s.in[0] * s.in[1] * s.in[2];
   const int64_t out_plane = s.out[0] * s.out[1] * s.out[2];
   const int64_t kernel_size = s.kernel[0] * s.kernel[1] * s.kernel[2];
@@ -88,18 +95,18 @@ void host_conv_backward_data(const ChunkConv& s, const float* dy, const float* w
       const int64_t group = c / groups.c_per_group, column = c % groups.c_per_group;
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t k = group * groups.k_per_group; k < (group + 1) * groups.k_per_group; ++k) {
-        const float* dyk = dy + (n * s.k + k) * out_plane;
-        const float* wk = w + (k * groups.c_per_group + column) * kernel_size;
+        const In* dyk = dy + (n * s.k + k) * out_plane;
+        const In* wk = w + (k * groups.c_per_group + column) * kernel_size;
         for (int64_t k0 = 0; k0 < s.kernel[0]; ++k0)
           for (int64_t k1 = 0; k1 < s.kernel[1]; ++k1)
             for (int64_t k2 = 0; k2 < s.kernel[2]; ++k2) {
-              const float wv = wk[(k0 * s.kernel[1] + k1) * s.kernel[2] + k2];
+              const float wv = load(wk[(k0 * s.kernel[1] + k1) * s.kernel[2] + k2]);
               for_taps(s.out[0], s.in[0], s.stride[0], s.padding[0], k0 * s.dilation[0], [&](int64_t o0, int64_t i0) {
                 for_taps(s.out[1], s.in[1], s.stride[1], s.padding[1], k1 * s.dilation[1], [&](int64_t o1, int64_t i1) {
-                  const float* dyrow = dyk + (o0 * s.out[1] + o1) * s.out[2];
+                  const In* dyrow = dyk + (o0 * s.out[1] + o1) * s.out[2];
                   float* arow = acc.data() + (i0 * s.in[1] + i1) * s.in[2];
                   for_taps(s.out[2], s.in[2], s.stride[2], s.padding[2], k2 * s.dilation[2],
-                           [&](int64_t o2, int64_t i2) { arow[i2] += wv * dyrow[o2]; });
+                           [&](int64_t o2, int64_t i2) { arow[i2] += wv * load(dyrow[o2]); });
                 });
               });
             }
@@ -109,8 +116,9 @@ void host_conv_backward_data(const ChunkConv& s, const float* dy, const float* w
   });
 }
 
-void host_conv_backward_filter(const ChunkConv& s, const float* x, const float* dy, float* dw, double alpha,
-                               double beta, ThreadPool& pool) {
+template <typename In, typename Out>
+void conv_backward_filter(const ChunkConv& s, const In* x, const In* dy, Out* dw, double alpha, double beta,
+                          ThreadPool& pool) {
   const int64_t in_plane = s.in[0] * s.in[1] * s.in[2];
   const int64_t out_plane = s.out[0] * s.out[1] * s.out[2];
   const int64_t kernel_size = s.kernel[0] * s.kernel[1] * s.kernel[2];
@@ -128,15 +136,15 @@ void host_conv_backward_filter(const ChunkConv& s, const float* x, const float* 
           for (int64_t k2 = 0; k2 < s.kernel[2]; ++k2) {
             double sum = 0;
             for (int64_t n = 0; n < s.n; ++n) {
-              const float* dyk = dy + (n * s.k + k) * out_plane;
-              const float* xc = x + (n * s.c + c) * in_plane;
+              const In* dyk = dy + (n * s.k + k) * out_plane;
+              const In* xc = x + (n * s.c + c) * in_plane;
               for_taps(s.out[0], s.in[0], s.stride[0], s.padding[0], k0 * s.dilation[0], [&](int64_t o0, int64_t i0) {
                 for_taps(s.out[1], s.in[1], s.stride[1], s.padding[1], k1 * s.dilation[1], [&](int64_t o1, int64_t i1) {
-                  const float* dyrow = dyk + (o0 * s.out[1] + o1) * s.out[2];
-                  const float* xrow = xc + (i0 * s.in[1] + i1) * s.in[2];
+                  const In* dyrow = dyk + (o0 * s.out[1] + o1) * s.out[2];
+                  const In* xrow = xc + (i0 * s.in[1] + i1) * s.in[2];
                   float row = 0.0f;
                   for_taps(s.out[2], s.in[2], s.stride[2], s.padding[2], k2 * s.dilation[2],
-                           [&](int64_t o2, int64_t i2) { row += dyrow[o2] * xrow[i2]; });
+                           [&](int64_t o2, int64_t i2) { row += load(dyrow[o2]) * load(xrow[i2]); });
                   sum += row;
                 });
               });
@@ -148,20 +156,70 @@ void host_conv_backward_filter(const ChunkConv& s, const float* x, const float* 
   });
 }
 
-void host_conv_backward_bias(const ChunkConv& s, const float* dy, float* db, double alpha, double beta,
-                             ThreadPool& pool) {
+template <typename In, typename Out>
+void conv_backward_bias(const ChunkConv& s, const In* dy, Out* db, double alpha, double beta, ThreadPool& pool) {
   const int64_t out_plane = s.out[0] * s.out[1] * s.out[2];
   pool.parallel_for(s.k, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       double sum = 0;
       for (int64_t n = 0; n < s.n; ++n) {
-        const float* plane = dy + (n * s.k + k) * out_plane;
+        const In* plane = dy + (n * s.k + k) * out_plane;
         float row = 0.0f;
-        for (int64_t i = 0; i < out_plane; ++i) row += plane[i];
+        for (int64_t i = 0; i < out_plane; ++i) row += load(plane[i]);
         sum += row;
       }
       blend(db + k, &sum, 1, alpha, beta);
     }
+  });
+}
+
+// Calls fn(In{}, Out{}) with the chunk's input and output element types (they differ only where a
+// reduction keeps float32 for a half-precision call: ChunkConv::out_dtype).
+template <typename Fn>
+void with_types(const ChunkConv& s, Fn fn) {
+  host_elements::with_type(s.dtype, [&](auto in) {
+    host_elements::with_type(s.out_dtype, [&](auto out) { fn(in, out); });
+  });
+}
+
+}  // namespace
+
+void host_conv_forward(const ChunkConv& s, const void* x, const void* w, const void* bias, void* y, double alpha,
+                       double beta, ThreadPool& pool) {
+  with_types(s, [&](auto in, auto out) {
+    using In = decltype(in);
+    using Out = decltype(out);
+    conv_forward(s, static_cast<const In*>(x), static_cast<const In*>(w), static_cast<const In*>(bias),
+                 static_cast<Out*>(y), alpha, beta, pool);
+  });
+}
+
+void host_conv_backward_data(const ChunkConv& s, const void* dy, const void* w, void* dx, double alpha, double beta,
+                             ThreadPool& pool) {
+  with_types(s, [&](auto in, auto out) {
+    using In = decltype(in);
+    using Out = decltype(out);
+    conv_backward_data(s, static_cast<const In*>(dy), static_cast<const In*>(w), static_cast<Out*>(dx), alpha, beta,
+                       pool);
+  });
+}
+
+void host_conv_backward_filter(const ChunkConv& s, const void* x, const void* dy, void* dw, double alpha,
+                               double beta, ThreadPool& pool) {
+  with_types(s, [&](auto in, auto out) {
+    using In = decltype(in);
+    using Out = decltype(out);
+    conv_backward_filter(s, static_cast<const In*>(x), static_cast<const In*>(dy), static_cast<Out*>(dw), alpha, beta,
+                         pool);
+  });
+}
+
+void host_conv_backward_bias(const ChunkConv& s, const void* dy, void* db, double alpha, double beta,
+                             ThreadPool& pool) {
+  with_types(s, [&](auto in, auto out) {
+    using In = decltype(in);
+    using Out = decltype(out);
+    conv_backward_bias(s, static_cast<const In*>(dy), static_cast<Out*>(db), alpha, beta, pool);
   });
 }
 
