@@ -50,7 +50,21 @@ TARGETS = [
     ("speedup_vs_naive", 5.0, "pyooc pageable >= 5x naive torch"),
     ("ratio_vs_expert", 0.90, "pyooc pinned >= 0.9x expert torch"),
 ]
-PEERS = ("incore", "pageable", "naive", "pinned", "expert")
+# The variants of the arrays users pass (issue: "benchmarks that measure what users run"):
+#   pinned      x and y pinned, w pageable (the weights a model holds)   pyooc_pinned_s
+#   all_pinned  x, w and y pinned                                         pyooc_all_pinned_s
+#   pageable    pageable x and w, out= a reused pageable y               pyooc_pageable_s
+#   fresh       pageable x and w, y = conv_forward(x, w): a new result   pyooc_fresh_s
+#   chained     the input is a previous pyooc result (y1 = conv(y0, w))  pyooc_chained_s
+#   bf16        x, w and y in bfloat16, pinned (half the link bytes)     pyooc_bf16_s, against its own roofline
+PEERS = ("incore", "pageable", "naive", "pinned", "expert", "all_pinned", "fresh", "chained", "bf16")
+VARIANT_TARGETS = [
+    ("all_pinned_efficiency", 0.90, "all pinned >= 0.90 of roofline"),
+    ("chained_efficiency", 0.90, "chained >= 0.90 of roofline"),
+    ("fresh_efficiency", 0.60, "fresh result >= 0.60 of roofline"),
+    ("bf16_efficiency", 0.90, "bf16 >= 0.90 of its own roofline"),
+    ("bf16_speedup", 1.8, "bf16 >= 1.8x the float32 all-pinned run"),
+]
 
 # name -> (description, x shape, w shape, padding, cap on memory_limit)
 CASES = {
@@ -274,6 +288,43 @@ def run_pyooc(pyooc, result, variant, x, w, y, geom, limit, backend, reference, 
                              lambda: check_output(result, variant, reference, y), args, backend)
 
 
+def run_pyooc_fresh(pyooc, result, variant, x, w, geom, limit, backend, reference, args):
+    """y = conv_forward(x, w) as most callers write it: a new result each call (where a GPU is, cut
+    from pyooc's pinned result cache), checked after the warm-up."""
+    made = {}
+
+    def call():
+        made["y"] = None  # the previous result goes back to the cache before the next is cut
+        made["y"] = pyooc.conv_forward(x, w, stride=geom.stride, padding=geom.padding, dilation=geom.dilation,
+                                       memory_limit=limit, backend=backend)
+
+    return run_pyooc_variant(pyooc, result, variant, call, lambda: None,
+                             lambda: check_output(result, variant, reference, made["y"]), args, backend)
+
+
+def run_bf16(pyooc, torch, result, x, w, geom, limit, ctx, args):
+    """The all-pinned variant in bfloat16: x, w and y pinned, half the bytes; checked against the
+    float32 reference of the bf16-rounded inputs within bf16's tolerance."""
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    xb, wb = pyooc.pinned_empty(geom.x_shape, bf16), pyooc.pinned_empty(geom.w_shape, bf16)
+    for n in range(geom.x_shape[0]):
+        xb[n] = x[n]
+    wb[...] = w
+    yb = pyooc.pinned_empty(geom.y_shape, bf16)
+    result["bf16_roofline_s"] = roofline((geom.x_bytes + geom.w_bytes) / 2, geom.y_bytes / 2, ctx["bandwidth"])["seconds"]
+    reference = TorchReference(torch, geom, xb.astype(np.float32), wb.astype(np.float32), None)
+
+    def call():
+        pyooc.conv_forward(xb, wb, stride=geom.stride, padding=geom.padding, dilation=geom.dilation, out=yb,
+                           memory_limit=limit, backend=ctx["backend"])
+
+    return run_pyooc_variant(pyooc, result, "bf16", call, lambda: yb.fill(np.nan),
+                             lambda: checked(result, "bf16", reference, yb.astype(np.float32), 2e-2), args,
+                             ctx["backend"])
+
+
 def run_case(name, spec, ctx):
     pyooc, torch, args = ctx["pyooc"], ctx["torch"], ctx["args"]
     description, x_shape, w_shape, padding, cap = spec
@@ -356,6 +407,34 @@ def run_case(name, spec, ctx):
         result["skipped"]["pinned"] = "no GPU: pinned memory needs CUDA (dry run)"
     step("pyooc pinned")
 
+    if backend == "cuda":
+        def all_pinned():
+            xp, wp = pinned_copy(pyooc, torch, x), pinned_copy(pyooc, torch, w)
+            yp = pyooc.pinned_empty(geom.y_shape)
+            return run_pyooc(pyooc, result, "all_pinned", xp, wp, yp, geom, limit, backend, reference, args)
+        result["pyooc_all_pinned_s"] = attempt("all_pinned", all_pinned)
+    else:
+        result["skipped"]["all_pinned"] = "no GPU: pinned memory needs CUDA (dry run)"
+
+    result["pyooc_fresh_s"] = attempt(
+        "fresh", lambda: run_pyooc_fresh(pyooc, result, "fresh", x, w, geom, limit, backend, reference, args))
+
+    if geom.y_shape == geom.x_shape:  # the result can be the next call's input
+        def chained():
+            y0 = pyooc.conv_forward(x, w, stride=geom.stride, padding=geom.padding, dilation=geom.dilation,
+                                    memory_limit=limit, backend=backend)
+            chain_ref = (TorchReference(torch, geom, y0, w, None) if torch is not None
+                         else Reference(None, np_conv(y0, w, geom.stride, geom.padding, geom.dilation)))
+            return run_pyooc_fresh(pyooc, result, "chained", y0, w, geom, limit, backend, chain_ref, args)
+        result["pyooc_chained_s"] = attempt("chained", chained)
+    else:
+        result["skipped"]["chained"] = "y's shape differs from x's: no chain of this layer"
+
+    if backend == "cuda":
+        result["pyooc_bf16_s"] = attempt("bf16", lambda: run_bf16(pyooc, torch, result, x, w, geom, limit, ctx, args))
+    else:
+        result["skipped"]["bf16"] = "no GPU: the bf16 variant runs pinned (dry run)"
+
     if torch is not None:
         def expert():
             torch.backends.cudnn.benchmark = True
@@ -382,18 +461,60 @@ def run_case(name, spec, ctx):
         bar.close()
 
     summarize(result, TARGETS)
+    summarize_variants(result)
     result["case_seconds"] = time.perf_counter() - started
     return result
+
+
+def summarize_variants(r):
+    """The variants' ratios against the roofline (bf16 against its own, and against float32's
+    all-pinned run), with their targets, beside summarize's."""
+    def ratio(a, b):
+        return None if a is None or b is None or b == 0 else a / b
+
+    rl = r["roofline_s"]
+    r["ratios"].update({
+        "all_pinned_efficiency": ratio(rl, r.get("pyooc_all_pinned_s")),
+        "chained_efficiency": ratio(rl, r.get("pyooc_chained_s")),
+        "fresh_efficiency": ratio(rl, r.get("pyooc_fresh_s")),
+        "bf16_efficiency": ratio(r.get("bf16_roofline_s"), r.get("pyooc_bf16_s")),
+        "bf16_speedup": ratio(r.get("pyooc_all_pinned_s"), r.get("pyooc_bf16_s")),
+        "ratio_vs_expert_all_pinned": ratio(r.get("expert_torch_s"), r.get("pyooc_all_pinned_s")),
+    })
+    for key, goal, label in VARIANT_TARGETS:
+        value = r["ratios"][key]
+        r["targets"][key] = {"goal": goal, "label": label, "value": value,
+                             "met": None if value is None else value >= goal}
 
 
 # --------------------------------------------------------------------------------------------
 # report
 
 
+VARIANT_COLUMNS = [("all pinned", "pyooc_all_pinned_s", "roofline_s"), ("pinned x, y", "pyooc_pinned_s", "roofline_s"),
+                   ("pageable, out=", "pyooc_pageable_s", "roofline_s"), ("fresh result", "pyooc_fresh_s", "roofline_s"),
+                   ("chained", "pyooc_chained_s", "roofline_s"), ("bf16 all pinned", "pyooc_bf16_s", "bf16_roofline_s")]
+
+
+def variant_lines(report):
+    """A table of every array variant's median seconds and its fraction of the roofline (bf16: of
+    its own, half the bytes)."""
+    lines = ["", "Array variants (seconds, fraction of the roofline):", "",
+             "| case | " + " | ".join(label for label, _, _ in VARIANT_COLUMNS) + " |",
+             "|---|" + "---|" * len(VARIANT_COLUMNS)]
+    for c in report["cases"]:
+        cells = []
+        for _, key, bound in VARIANT_COLUMNS:
+            t, rl = c.get(key), c.get(bound)
+            cells.append("-" if t is None else f"{t:.3f} ({rl / t:.2f})" if rl else f"{t:.3f}")
+        lines.append(f"| {c['name']} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(report, name=NAME, roofline_note="", sections=()):
-    """The report as markdown (report_markdown), each case's note naming x and w."""
+    """The report as markdown (report_markdown), each case's note naming x and w, and the variants."""
     return report_markdown(report, name, lambda c: f"x {list(c['x_shape'])}, w {list(c['w_shape'])}",
-                           roofline_note=roofline_note, sections=sections)
+                           roofline_note=roofline_note, sections=list(sections) + variant_lines(report))
 
 
 # --------------------------------------------------------------------------------------------
