@@ -255,8 +255,29 @@ def test_unsupported_dtype_names_the_argument():
     x, w = torch.randn(1, 2, 5, 5, dtype=torch.float64), torch.randn(3, 2, 3, 3)
     with pytest.raises(NotImplementedError, match="input.*float32.*float64"):
         P.conv2d(x, w, backend="host")
-    with pytest.raises(NotImplementedError, match="weight.*float32.*float16"):
+    with pytest.raises(TypeError, match=r"weight \(torch.float16\) must have the dtype of input \(torch.float32\)"):
         P.conv2d(x.float(), w.half(), backend="host")
+    with pytest.raises(NotImplementedError, match=r"input: pyooc supports dtype torch.float32 only here, got torch.float16"):
+        P.relu(x.half(), backend="host")
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 1e-3), (torch.bfloat16, 1e-2)])
+def test_half_precision_conv_and_its_gradients(rng, dtype, tol):
+    """float16 and bfloat16 tensors in, results and gradients in their dtype (computed in float32),
+    against torch's float64 op on the same rounded values."""
+    x64, w64, b64 = rand(rng, (2, 4, 11, 10)), rand(rng, (6, 4, 3, 3), 0.3), rand(rng, 6)
+    x, w, b = (t.to(dtype).requires_grad_() for t in (x64, w64, b64))
+    y = P.conv2d(x, w, b, padding=1, backend="host", memory_limit="16KiB")
+    assert y.dtype == dtype
+    ref_inputs = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    ref = F.conv2d(*ref_inputs, padding=1)
+    g = torch.from_numpy(rng.standard_normal(ref.shape))
+    y.backward(g.to(dtype))
+    ref.backward(g)
+    for got, want in [(y, ref)] + [(a.grad, r.grad) for a, r in zip((x, w, b), ref_inputs)]:
+        assert got.dtype == dtype
+        err = float((got.double() - want).norm() / want.norm())
+        assert err < tol, err
 
 
 @pytest.mark.parametrize("call,name", [

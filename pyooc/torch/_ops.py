@@ -17,7 +17,7 @@ import torch
 
 import pyooc
 from pyooc.torch._shapes import conv_output_shape, conv_transpose_output_shape, padding_ends, pool_output_shape
-from pyooc.torch._tensors import as_array, as_array_or_none, as_tensor, contiguous_grad
+from pyooc.torch._tensors import CONV_DTYPES, as_array, as_array_or_none, as_tensor, contiguous_grad
 
 Tensor = torch.Tensor
 
@@ -51,8 +51,8 @@ def _symmetric(padding, w):
 @torch.library.custom_op("pyooc::conv_forward", mutates_args=())
 def conv_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],
                  dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_forward, as_array(x, "input"), as_array(w, "weight"),
-                          as_array_or_none(bias, "bias"), stride=stride, padding=_padding(padding, w),
+    return as_tensor(_run(pyooc.conv_forward, as_array(x, "input", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
+                          as_array_or_none(bias, "bias", CONV_DTYPES), stride=stride, padding=_padding(padding, w),
                           dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend))
 
 
@@ -64,7 +64,8 @@ def _(x, w, bias, stride, padding, dilation, groups, memory_limit, backend):
 @torch.library.custom_op("pyooc::conv_backward_data", mutates_args=())
 def conv_backward_data(dy: Tensor, w: Tensor, x_shape: list[int], stride: list[int], padding: list[int],
                        dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_backward_data, as_array(dy, "grad_output"), as_array(w, "weight"), x_shape,
+    return as_tensor(_run(pyooc.conv_backward_data, as_array(dy, "grad_output", CONV_DTYPES),
+                          as_array(w, "weight", CONV_DTYPES), x_shape,
                           stride=stride, padding=_padding(padding, w), dilation=dilation, groups=groups,
                           memory_limit=memory_limit, backend=backend))
 
@@ -77,7 +78,8 @@ def _(dy, w, x_shape, stride, padding, dilation, groups, memory_limit, backend):
 @torch.library.custom_op("pyooc::conv_backward_filter", mutates_args=())
 def conv_backward_filter(x: Tensor, dy: Tensor, w_shape: list[int], stride: list[int], padding: list[int],
                          dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_backward_filter, as_array(x, "input"), as_array(dy, "grad_output"), w_shape,
+    return as_tensor(_run(pyooc.conv_backward_filter, as_array(x, "input", CONV_DTYPES),
+                          as_array(dy, "grad_output", CONV_DTYPES), w_shape,
                           stride=stride, padding=_padding(padding, x), dilation=dilation, groups=groups,
                           memory_limit=memory_limit, backend=backend))
 
@@ -89,7 +91,7 @@ def _(x, dy, w_shape, stride, padding, dilation, groups, memory_limit, backend):
 
 @torch.library.custom_op("pyooc::conv_backward_bias", mutates_args=())
 def conv_backward_bias(dy: Tensor, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_backward_bias, as_array(dy, "grad_output"), memory_limit=memory_limit,
+    return as_tensor(_run(pyooc.conv_backward_bias, as_array(dy, "grad_output", CONV_DTYPES), memory_limit=memory_limit,
                           backend=backend))
 
 
@@ -125,8 +127,8 @@ def _conv_backward(ctx, dy):
     dy = contiguous_grad(dy)
     stride, padding, dilation, groups, memory_limit, backend = ctx.geometry
     want_dx, want_dw, want_db = _needs(ctx, 0), _needs(ctx, 1), ctx.has_bias and _needs(ctx, 2)
-    # One pass over dy serves all three (the fused backward: ungrouped, cuDNN's symmetric padding).
-    if want_dx and want_dw and groups == 1 and _symmetric(padding, w):
+    # One pass over dy serves all three (the fused backward: float32, ungrouped, cuDNN's symmetric padding).
+    if want_dx and want_dw and groups == 1 and _symmetric(padding, w) and x.dtype == torch.float32:
         dx, dw, db = conv_backward_data_filter_bias(x, dy, w, stride, padding, dilation, groups, memory_limit,
                                                     backend)
         return dx, dw, db if want_db else None, None, None, None, None, None, None

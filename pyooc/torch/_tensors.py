@@ -10,18 +10,23 @@ and a silent device-to-host copy would hide a whole-tensor transfer; pyooc.torch
 between the device and the host explicitly, where it decides to.
 """
 
+import ml_dtypes
+import numpy as np
 import torch
 
-SUPPORTED_DTYPE = torch.float32
+FLOAT32 = (torch.float32,)
+# What pyooc's convolutions and their gradients compute in (pyooc/_arrays.py's CONV_DTYPES).
+CONV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def check_tensor(t, name):
-    """t as pyooc takes it, or an exception naming the argument: float32 (NotImplementedError for
-    other dtypes: pyooc computes in float32 only), CPU, dense, C-contiguous."""
+def check_tensor(t, name, dtypes=FLOAT32):
+    """t as pyooc takes it, or an exception naming the argument: one of `dtypes` (NotImplementedError
+    for the others: what pyooc does not compute in), CPU, dense, C-contiguous."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != SUPPORTED_DTYPE:
-        raise NotImplementedError(f"{name}: pyooc supports dtype torch.float32 only, got {t.dtype} "
+    if t.dtype not in dtypes:
+        names = ", ".join(str(d) for d in dtypes)
+        raise NotImplementedError(f"{name}: pyooc supports dtype {names} only here, got {t.dtype} "
                                   f"(cast with .float(); pyooc does not fall back to torch's op)")
     if t.device.type != "cpu":
         raise ValueError(f"{name} is on {t.device}: pyooc.torch takes CPU tensors (pageable or pinned), which it "
@@ -35,18 +40,32 @@ def check_tensor(t, name):
     return t
 
 
-def as_array(t, name):
-    """A numpy view of the CPU float32 contiguous tensor t (no copy; autograd's view of it detached)."""
-    return check_tensor(t, name).detach().numpy()
+def as_array(t, name, dtypes=FLOAT32):
+    """A numpy view of the CPU contiguous tensor t of one of `dtypes` (no copy; autograd's view of
+    it detached). bfloat16, which numpy lacks, is viewed as ml_dtypes' bfloat16."""
+    t = check_tensor(t, name, dtypes).detach()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
 
 
-def as_array_or_none(t, name):
-    return None if t is None else as_array(t, name)
+def as_array_or_none(t, name, dtypes=FLOAT32):
+    return None if t is None else as_array(t, name, dtypes)
 
 
 def as_tensor(array):
     """The result array as a CPU tensor sharing its memory."""
+    if array.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)
+
+
+def same_dtype(t, name, first, first_name):
+    """t, when it has first's dtype: one call computes in one dtype, as torch's convolutions."""
+    if t is not None and t.dtype != first.dtype:
+        raise TypeError(f"{name} ({t.dtype}) must have the dtype of {first_name} ({first.dtype}): mixed dtypes in "
+                        "one call are not supported")
+    return t
 
 
 def contiguous_grad(g):

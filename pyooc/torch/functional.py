@@ -3,7 +3,8 @@ positional and keyword arguments, plus `memory_limit=` (bytes or "512MiB"; defau
 process default, pyooc.set_memory_limit) and `backend=` ("auto", "cuda", "host").
 
 What pyooc does not compute raises NotImplementedError naming the argument (dtypes other than
-float32, ceil_mode, pooling dilation, ...): pyooc.torch never falls back to torch's own op
+float32 outside the convolutions, which also take float16 and bfloat16; ceil_mode, pooling
+dilation, ...): pyooc.torch never falls back to torch's own op
 silently, since that op would need the whole tensor on one device. `inplace=True` is accepted for
 torch's signatures but computes out of place: the result is a new tensor, the input is unchanged
 (pyooc's custom ops are functional, so torch.compile and autograd see no mutation).
@@ -15,7 +16,7 @@ import torch
 
 from pyooc.memory import parse_memory_limit
 from pyooc.torch import _ops
-from pyooc.torch._tensors import check_tensor
+from pyooc.torch._tensors import CONV_DTYPES, check_tensor, same_dtype
 
 _BACKENDS = ("auto", "cuda", "host")
 
@@ -50,8 +51,8 @@ def _int(value, name):
     return value
 
 
-def _rank(input, spatial, what):
-    check_tensor(input, "input")
+def _rank(input, spatial, what, dtypes=None):
+    check_tensor(input, "input", dtypes or (torch.float32,))
     if input.dim() != spatial + 2:
         raise ValueError(f"{what}: expected {spatial + 2}D (batched) input of shape [N, C, {'...' if spatial > 1 else 'L'}],"
                          f" got {input.dim()}D input of size {list(input.shape)} (pyooc takes batched input only)")
@@ -76,7 +77,9 @@ def _conv_padding(padding, weight, dilation, stride, spatial):
 
 
 def _conv(spatial, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend):
-    _rank(input, spatial, f"conv{spatial}d")
+    _rank(input, spatial, f"conv{spatial}d", CONV_DTYPES)
+    same_dtype(check_tensor(weight, "weight", CONV_DTYPES), "weight", input, "input")
+    same_dtype(bias, "bias", input, "input")
     stride, dilation = _tuple(stride, spatial, "stride"), _tuple(dilation, spatial, "dilation")
     padding = _conv_padding(padding, weight, dilation, stride, spatial)
     return _ops.conv_forward(input, weight, bias, stride, padding, dilation, _int(groups, "groups"),
