@@ -135,6 +135,40 @@ TEST_F(Capi, DevicesSpreadTheCallAndGiveTheSameResults) {
   EXPECT_EQ(oocGetDevices(listed, 4), 0);
 }
 
+// CUDNN_DATA_HALF and CUDNN_DATA_BFLOAT16 descriptors: the same results as ooc::conv_forward and
+// its gradients of that dtype (whose own tests compare them with float64 references).
+TEST_F(Capi, HalfPrecisionDescriptorsAreServed) {
+  for (auto [type, dtype] : {std::pair{CUDNN_DATA_HALF, ooc::DType::float16},
+                             std::pair{CUDNN_DATA_BFLOAT16, ooc::DType::bfloat16}}) {
+    const Tensor xh = tensor({2, 3, 9, 8}, type), yh = tensor({2, 4, 9, 8}, type);
+    const Filter wh = filter({4, 3, 3, 3}, type);
+    const ooc::ConvProblem p =
+        ooc::ConvProblem::forward({2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}, {1}, 1, 1.0, 0.0, false, dtype);
+    std::mt19937 rng(29);
+    std::vector<uint16_t> xs(p.x_elements()), ws(p.w_elements()), ys(p.y_elements(), 0xffff);
+    for (uint16_t& v : xs) v = static_cast<uint16_t>(0x3c00 + rng() % 512);  // values of either type near 1
+    for (uint16_t& v : ws) v = static_cast<uint16_t>(0x3800 + rng() % 512);
+    std::vector<uint16_t> expected = ys;
+    ooc::conv_forward(p, xs.data(), ws.data(), nullptr, expected.data(), host_options(0));
+    ASSERT_EQ(ooc_cudnnConvolutionForward(kDummyHandle, &one, xh.get(), xs.data(), wh.get(), ws.data(), d.conv.get(),
+                                          CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0, &zero, yh.get(),
+                                          ys.data()),
+              CUDNN_STATUS_SUCCESS)
+        << last_error();
+    EXPECT_EQ(ys, expected);
+    std::vector<uint16_t> dw(p.w_elements(), 0xffff), dw_expected = dw;
+    const ooc::ConvProblem f = ooc::ConvProblem::backward_filter({2, 3, 9, 8}, {2, 4, 9, 8}, {4, 3, 3, 3}, {1}, {1},
+                                                                 {1}, 1, 1.0, 0.0, dtype);
+    ooc::conv_backward_filter(f, xs.data(), ys.data(), dw_expected.data(), host_options(0));
+    ASSERT_EQ(ooc_cudnnConvolutionBackwardFilter(kDummyHandle, &one, xh.get(), xs.data(), yh.get(), ys.data(),
+                                                 d.conv.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, nullptr, 0, &zero,
+                                                 wh.get(), dw.data()),
+              CUDNN_STATUS_SUCCESS)
+        << last_error();
+    EXPECT_EQ(dw, dw_expected);
+  }
+}
+
 TEST_F(Capi, NullDescriptorsAreBadParam) {
   EXPECT_EQ(forward(kDummyHandle, nullptr, d.w.get(), d.conv.get(), d.y.get()), CUDNN_STATUS_BAD_PARAM);
   EXPECT_TRUE(names_argument(last_error(), "xDesc")) << last_error();
@@ -175,8 +209,9 @@ TEST_F(Capi, MismatchedShapesAreBadParam) {
 TEST_F(Capi, UnsupportedTypesLayoutsAndModesAreNotSupported) {
   const Tensor x_double = tensor({2, 3, 9, 8}, CUDNN_DATA_DOUBLE);
   EXPECT_EQ(forward(kDummyHandle, x_double.get(), d.w.get(), d.conv.get(), d.y.get()), CUDNN_STATUS_NOT_SUPPORTED);
-  const Filter w_half = filter({4, 3, 3, 3}, CUDNN_DATA_HALF);
+  const Filter w_half = filter({4, 3, 3, 3}, CUDNN_DATA_HALF);  // with float x and y: mixed
   EXPECT_EQ(forward(kDummyHandle, d.x.get(), w_half.get(), d.conv.get(), d.y.get()), CUDNN_STATUS_NOT_SUPPORTED);
+  EXPECT_TRUE(names_argument(last_error(), "wDesc")) << last_error();
   const Filter w_nhwc = filter({4, 3, 3, 3}, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC);
   EXPECT_EQ(forward(kDummyHandle, d.x.get(), w_nhwc.get(), d.conv.get(), d.y.get()), CUDNN_STATUS_NOT_SUPPORTED);
   Tensor x_nhwc = unset_tensor();

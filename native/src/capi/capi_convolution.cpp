@@ -15,15 +15,21 @@ namespace {
 struct ConvShapes {
   Shape x, w, y;
   ConvGeometry geometry;
+  DType dtype = DType::float32;  // of all three (float32, float16 or bfloat16; cuDNN computes half in float32)
 };
 
 ConvShapes conv_shapes(cudnnTensorDescriptor_t x_desc, const char* x_name, cudnnFilterDescriptor_t w_desc,
                        const char* w_name, cudnnTensorDescriptor_t y_desc, const char* y_name,
                        cudnnConvolutionDescriptor_t convDesc) {
   ConvShapes s;
-  s.x = tensor_shape(x_desc, x_name);
-  s.w = filter_shape(w_desc, w_name);
-  s.y = tensor_shape(y_desc, y_name);
+  DType w_type = DType::float32, y_type = DType::float32;
+  s.x = tensor_shape(x_desc, x_name, 4, 5, &s.dtype);
+  s.w = filter_shape(w_desc, w_name, &w_type);
+  s.y = tensor_shape(y_desc, y_name, 4, 5, &y_type);
+  for (const auto& [type, name] : {std::pair{w_type, w_name}, std::pair{y_type, y_name}})
+    if (type != s.dtype)
+      throw not_supported(std::string(name) + " has data type " + dtype_name(type) + ", " + x_name + " " +
+                          dtype_name(s.dtype) + ": mixed data types in one convolution are not supported");
   same_rank(s.w, w_name, s.x, x_name);
   same_rank(s.y, y_name, s.x, x_name);
   s.geometry = conv_geometry(convDesc, s.x.size() - 2);
@@ -35,7 +41,11 @@ ConvProblem forward_problem(cudnnTensorDescriptor_t xDesc, cudnnFilterDescriptor
                             double beta, bool has_bias) {
   const ConvShapes s = conv_shapes(xDesc, "xDesc", wDesc, "wDesc", yDesc, "yDesc", convDesc);
   const ConvGeometry& g = s.geometry;
-  ConvProblem p = ConvProblem::forward(s.x, s.w, g.stride, g.padding, g.dilation, g.groups, alpha, beta, has_bias);
+  if (has_bias && s.dtype != DType::float32)
+    throw not_supported(std::string("xDesc: ooc_cudnnConvolutionBiasActivationForward supports CUDNN_DATA_FLOAT only, "
+                                    "got ") + dtype_name(s.dtype));
+  ConvProblem p =
+      ConvProblem::forward(s.x, s.w, g.stride, g.padding, g.dilation, g.groups, alpha, beta, has_bias, s.dtype);
   expect_shape(s.y, p.y_shape(), "yDesc");
   return p;
 }
@@ -71,7 +81,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionForward(cudnnHandle_t handle, const
                                          workSpaceSizeInBytes, beta, yDesc, y);
         },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          conv_forward(p, floats(x), floats(w), nullptr, floats(y), options, plan, stats);
+          conv_forward(p, x, w, nullptr, y, options, plan, stats);
         });
   });
 }
@@ -124,8 +134,8 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardData(cudnnHandle_t handle, 
     require_pointers({{alpha, "alpha"}, {w, "w"}, {dy, "dy"}, {beta, "beta"}, {dx, "dx"}});
     const ConvShapes s = conv_shapes(dxDesc, "dxDesc", wDesc, "wDesc", dyDesc, "dyDesc", convDesc);
     const ConvGeometry& g = s.geometry;
-    const ConvProblem p = ConvProblem::backward_data(s.y, s.w, s.x, g.stride, g.padding, g.dilation, g.groups, scalar(alpha),
-                                                     scalar(beta));
+    const ConvProblem p = ConvProblem::backward_data(s.y, s.w, s.x, g.stride, g.padding, g.dilation, g.groups,
+                                                     scalar(alpha), scalar(beta), s.dtype);
     return dispatch(
         "cudnnConvolutionBackwardData", {{w, p.w_elements()}, {dy, p.y_elements()}, {dx, p.x_elements()}}, handle,
         [&] {
@@ -133,7 +143,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardData(cudnnHandle_t handle, 
                                               workSpaceSizeInBytes, beta, dxDesc, dx);
         },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          conv_backward_data(p, floats(dy), floats(w), floats(dx), options, plan, stats);
+          conv_backward_data(p, dy, w, dx, options, plan, stats);
         });
   });
 }
@@ -151,7 +161,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardFilter(cudnnHandle_t handle
     const ConvShapes s = conv_shapes(xDesc, "xDesc", dwDesc, "dwDesc", dyDesc, "dyDesc", convDesc);
     const ConvGeometry& g = s.geometry;
     const ConvProblem p = ConvProblem::backward_filter(s.x, s.y, s.w, g.stride, g.padding, g.dilation, g.groups,
-                                                       scalar(alpha), scalar(beta));
+                                                       scalar(alpha), scalar(beta), s.dtype);
     return dispatch(
         "cudnnConvolutionBackwardFilter", {{x, p.x_elements()}, {dy, p.y_elements()}, {dw, p.w_elements()}}, handle,
         [&] {
@@ -159,7 +169,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardFilter(cudnnHandle_t handle
                                                 workSpaceSizeInBytes, beta, dwDesc, dw);
         },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          conv_backward_filter(p, floats(x), floats(dy), floats(dw), options, plan, stats);
+          conv_backward_filter(p, x, dy, dw, options, plan, stats);
         });
   });
 }
@@ -171,14 +181,18 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardBias(cudnnHandle_t handle, 
   return guarded("ooc_cudnnConvolutionBackwardBias", [&]() -> cudnnStatus_t {
     check_handle(handle);
     require_pointers({{alpha, "alpha"}, {dy, "dy"}, {beta, "beta"}, {db, "db"}});
-    const Shape dys = tensor_shape(dyDesc, "dyDesc");
-    expect_shape(tensor_shape(dbDesc, "dbDesc"), bias_shape(dys.size(), dys[1]), "dbDesc");
-    const ConvProblem p = ConvProblem::backward_bias(dys, scalar(alpha), scalar(beta));
+    DType dtype = DType::float32, db_type = DType::float32;
+    const Shape dys = tensor_shape(dyDesc, "dyDesc", 4, 5, &dtype);
+    expect_shape(tensor_shape(dbDesc, "dbDesc", 4, 5, &db_type), bias_shape(dys.size(), dys[1]), "dbDesc");
+    if (db_type != dtype)
+      throw not_supported(std::string("dbDesc has data type ") + dtype_name(db_type) + ", dyDesc " +
+                          dtype_name(dtype) + ": mixed data types in one call are not supported");
+    const ConvProblem p = ConvProblem::backward_bias(dys, scalar(alpha), scalar(beta), dtype);
     return dispatch(
         "cudnnConvolutionBackwardBias", {{dy, p.y_elements()}, {db, p.k}}, handle,
         [&] { return cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db); },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          conv_backward_bias(p, floats(dy), floats(db), options, plan, stats);
+          conv_backward_bias(p, dy, db, options, plan, stats);
         });
   });
 }

@@ -24,10 +24,23 @@ void check_rank(int rank, const char* name, int min_rank, int max_rank) {
                         "-D tensors are supported here");
 }
 
-void check_float(cudnnDataType_t type, const char* name) {
+// The descriptor's element type: CUDNN_DATA_FLOAT, or where `dtype` is given (the convolutions)
+// also CUDNN_DATA_HALF and CUDNN_DATA_BFLOAT16, reported through it.
+void check_type(cudnnDataType_t type, const char* name, DType* dtype) {
+  if (dtype && type == CUDNN_DATA_HALF) {
+    *dtype = DType::float16;
+    return;
+  }
+  if (dtype && type == CUDNN_DATA_BFLOAT16) {
+    *dtype = DType::bfloat16;
+    return;
+  }
   if (type != CUDNN_DATA_FLOAT)
-    throw not_supported(std::string(name) + " has data type " + std::to_string(static_cast<int>(type)) +
-                        "; only CUDNN_DATA_FLOAT is supported");
+    throw not_supported(std::string(name) + " has data type " + std::to_string(static_cast<int>(type)) + "; only " +
+                        (dtype ? "CUDNN_DATA_FLOAT, CUDNN_DATA_HALF and CUDNN_DATA_BFLOAT16 are"
+                               : "CUDNN_DATA_FLOAT is") +
+                        " supported");
+  if (dtype) *dtype = DType::float32;
 }
 
 }  // namespace
@@ -42,13 +55,13 @@ std::string format_shape(const Shape& shape) {
 
 int64_t elements(const Shape& shape) { return checked_tensor_elements(shape, sizeof(float), "a tensor"); }
 
-Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank, int max_rank) {
+Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank, int max_rank, DType* dtype) {
   if (!desc) throw invalid_argument(std::string(name) + " is null");
   cudnnDataType_t type{};
   int rank = 0, dims[kMaxDims] = {}, strides[kMaxDims] = {};
   check_read(cudnnGetTensorNdDescriptor(desc, kMaxDims, &type, &rank, dims, strides), name);
   check_rank(rank, name, min_rank, max_rank);
-  check_float(type, name);
+  check_type(type, name, dtype);
   Shape shape(dims, dims + rank);
   for (int64_t d : shape)
     if (d <= 0) throw invalid_argument(std::string(name) + " has a non-positive dimension: " + format_shape(shape));
@@ -68,14 +81,14 @@ Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank,
   return shape;
 }
 
-Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name) {
+Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name, DType* dtype) {
   if (!desc) throw invalid_argument(std::string(name) + " is null");
   cudnnDataType_t type{};
   cudnnTensorFormat_t format{};
   int rank = 0, dims[kMaxDims] = {};
   check_read(cudnnGetFilterNdDescriptor(desc, kMaxDims, &type, &format, &rank, dims), name);
   check_rank(rank, name, 4, 5);
-  check_float(type, name);
+  check_type(type, name, dtype);
   if (format != CUDNN_TENSOR_NCHW)
     throw not_supported(std::string(name) + " is not in CUDNN_TENSOR_NCHW format; only NCHW filters are supported");
   Shape shape(dims, dims + rank);
