@@ -391,6 +391,10 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, const N
     c.input_slot_bytes.clear();
     for (const TensorRole& t : nest.inputs) c.input_slot_bytes.push_back(slot_bytes(slot_elements(t, ch), es));
     c.workspace = workspace_of(p, config, nest, c, workspace);
+    // A half backward filter accumulates dw in float32: the cuda backend computes each chunk's
+    // partial dw in half into the workspace's tail first (cuda_backend.cu), so it is reserved.
+    if (p.op == Operation::backward_filter && p.dtype != p.output_dtype())
+      c.workspace += slot_bytes(slot_elements(nest.output, ch), es);
     const int64_t out_tiles = output_tiles(nest, ch);
     int64_t shortest_run = contiguous_run(region_extent(p, nest.output.family, ch), family_extent(p, nest.output.family));
     for (const TensorRole& t : nest.inputs)

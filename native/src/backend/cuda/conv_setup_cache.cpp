@@ -312,6 +312,10 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
   const int bias_dims[5] = {1, g.y[1], 1, 1, 1};
   set_packed_tensor(s->bias, bias_dims, g.tensor_dims, "bias", type);
   OOC_CUDNN_CHECK(cudnnSetFilterNdDescriptor(s->w, type, CUDNN_TENSOR_NCHW, g.tensor_dims, g.w));
+  if (shape.out_dtype != shape.dtype) {  // a half backward filter's partial dw and its float32 sum
+    set_packed_tensor(s->w_partial, g.w, g.tensor_dims, "dw", type);
+    set_packed_tensor(s->w_accumulator, g.w, g.tensor_dims, "dw", cudnn_type(shape.out_dtype));
+  }
   // Float32 computation for every dtype (half and bfloat16 accumulate in float32); full FP32 (no
   // TF32) for float32 data, tensor cores for half data, whose products are exact in FP32.
   OOC_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(s->conv, g.spatial_dims, g.padding, g.stride, g.dilation,
@@ -333,11 +337,12 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
 }  // namespace
 
 ConvSetupCache::Key ConvSetupCache::key_of(const ChunkConv& s, size_t workspace_limit, Operation op) {
-  static_assert(std::tuple_size<Key>::value == 6 + 6 * kMaxSpatial + 2,
+  static_assert(std::tuple_size<Key>::value == 7 + 6 * kMaxSpatial + 2,
                 "the key holds every ChunkConv field, the workspace limit and the operation");
   Key key{};
   size_t i = 0;
   key[i++] = static_cast<int64_t>(s.dtype);
+  key[i++] = static_cast<int64_t>(s.out_dtype);
   key[i++] = s.spatial_dims;
   key[i++] = s.n;
   key[i++] = s.c;

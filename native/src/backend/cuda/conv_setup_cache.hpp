@@ -17,6 +17,9 @@ namespace ooc {
 struct ConvSetup {
   TensorDescriptor x, y;  // x / dx and y / dy
   TensorDescriptor bias;  // [1, k, 1, 1(, 1)]: bias broadcast over y by cudnnAddTensor, or db
+  // Backward filter of half inputs into a float32 dw: dw's shape as tensors, the chunk's partial
+  // in the inputs' dtype and the accumulator in float32, for cudnnTransformTensor.
+  TensorDescriptor w_partial, w_accumulator;
   FilterDescriptor w;     // w / dw
   ConvolutionDescriptor conv;  // math type CUDNN_FMA_MATH: full FP32, never TF32
   // The algorithm of the setup's operation (the others keep their defaults).
@@ -52,7 +55,7 @@ class ConvSetupCache {
                         void* out, void* workspace, size_t workspace_limit);
 
  private:
-  using Key = std::array<int64_t, 26>;  // every ChunkConv field, the workspace limit, the operation
+  using Key = std::array<int64_t, 27>;  // every ChunkConv field, the workspace limit, the operation
   static Key key_of(const ChunkConv& shape, size_t workspace_limit, Operation op);
 
   std::map<Key, std::unique_ptr<ConvSetup>> setups_;

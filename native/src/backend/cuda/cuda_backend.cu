@@ -228,17 +228,39 @@ class CudaBackend final : public Backend {
              });
   }
 
-  void do_conv_backward_filter(const ChunkConv& shape, const void* x_data, const void* dy_data, void* dw_data,
-                               double alpha, double beta, void* workspace, size_t workspace_bytes) override {
-    float32_kernel(shape, "conv_backward_filter");
-    const float* x = f(x_data);
-    const float* dy = f(dy_data);
-    float* dw = f(dw_data);
-    run_conv(Operation::backward_filter, "cudnnConvolutionBackwardFilter", shape, x, dy, dw, alpha, beta, workspace,
-             workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
-               return cudnnConvolutionBackwardFilter(resources_->cudnn, a, s.x, x, s.y, dy, s.conv,
-                                                     s.filter_algorithm, ws, s.workspace_bytes, b, s.w, dw);
-             });
+  void do_conv_backward_filter(const ChunkConv& shape, const void* x, const void* dy, void* dw, double alpha,
+                               double beta, void* workspace, size_t workspace_bytes) override {
+    if (shape.out_dtype == shape.dtype) {
+      filter_into(shape, x, dy, dw, alpha, beta, workspace, workspace_bytes);
+      return;
+    }
+    // Half inputs into a float32 accumulator (ConvProblem::output_dtype): cuDNN computes this
+    // chunk's dw in the inputs' dtype into the workspace's tail, which the planner reserved for it
+    // (backward_planner.cpp), and cudnnTransformTensor adds it in float32: dw = alpha * partial +
+    // beta * dw. Each chunk's partial sum is rounded to half once; the sum over chunks is float32.
+    const size_t partial_bytes = half_partial_bytes(shape);
+    if (partial_bytes > workspace_bytes)
+      throw std::logic_error("cuda backend: a half-precision backward filter chunk has no workspace for its partial dw");
+    void* partial = static_cast<char*>(workspace) + (workspace_bytes - partial_bytes);
+    ConvSetup& setup = filter_into(shape, x, dy, partial, 1.0, 0.0, workspace, workspace_bytes - partial_bytes);
+    const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+    OOC_CUDNN_CHECK(cudnnTransformTensor(resources_->cudnn, &alpha_f, setup.w_partial, partial, &beta_f,
+                                         setup.w_accumulator, dw));
+  }
+
+  // The bytes of a half-precision chunk's partial dw ([k, c / groups, kernel...], 256-aligned).
+  static size_t half_partial_bytes(const ChunkConv& s) {
+    const int64_t elements = s.k * (s.c / s.groups) * s.kernel[0] * s.kernel[1] * s.kernel[2];
+    return (static_cast<size_t>(elements) * dtype_size(s.dtype) + 255) / 256 * 256;
+  }
+
+  ConvSetup& filter_into(const ChunkConv& shape, const void* x, const void* dy, void* dw, double alpha, double beta,
+                         void* workspace, size_t workspace_bytes) {
+    return run_conv(Operation::backward_filter, "cudnnConvolutionBackwardFilter", shape, x, dy, dw, alpha, beta,
+                    workspace, workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
+                      return cudnnConvolutionBackwardFilter(resources_->cudnn, a, s.x, x, s.y, dy, s.conv,
+                                                            s.filter_algorithm, ws, s.workspace_bytes, b, s.w, dw);
+                    });
   }
 
   void do_conv_backward_bias(const ChunkConv& shape, const void* dy_data, void* db_data, double alpha,
