@@ -205,6 +205,18 @@ def run_pyooc(pyooc, result, variant, op, geom, x, w, dy, out, limit, backend, r
                              lambda: check_output(result, variant, reference, out), args, backend)
 
 
+def run_pyooc_fresh(pyooc, result, op, geom, x, w, dy, limit, backend, reference, args):
+    """The gradient as most callers write it, a new result each call (out= not given)."""
+    made = {}
+
+    def call():
+        made["out"] = None  # the previous result goes back to pyooc's pinned cache first
+        made["out"] = call_pyooc(pyooc, op, geom, x, w, dy, None, limit, backend)
+
+    return run_pyooc_variant(pyooc, result, "fresh", call, lambda: None,
+                             lambda: check_output(result, "fresh", reference, made["out"]), args, backend)
+
+
 def run_grad_peer(torch, result, name, peer, limit, w_bytes, out, reference, repeats, args):
     """Fits a torch peer to the budget (its warm-up output is the one checked), then times it."""
     return run_torch_peer(torch, result, name, peer, limit, w_bytes, lambda: out.fill_(float("nan")),
@@ -281,6 +293,13 @@ def run_case(name, spec, ctx):
             return run_pyooc(pyooc, result, "pinned", op, geom, xp, w, dyp, outp, limit, backend, reference, args)
         result["pyooc_pinned_s"] = attempt("pinned", pinned)
 
+        def all_pinned():
+            pin = lambda a: None if a is None else pinned_copy(pyooc, torch, a)  # noqa: E731
+            xp, wp, dyp, outp = pin(x), pin(w), pin(dy), pyooc.pinned_empty(out_shape)
+            return run_pyooc(pyooc, result, "all_pinned", op, geom, xp, wp, dyp, outp, limit, backend, reference,
+                             args)
+        result["pyooc_all_pinned_s"] = attempt("all_pinned", all_pinned)
+
         def expert():
             torch.backends.cudnn.benchmark = True
             pin = lambda a: None if a is None else torch.from_numpy(a).pin_memory()  # noqa: E731
@@ -298,10 +317,15 @@ def run_case(name, spec, ctx):
                 release_host_cache(torch)
         result["expert_torch_s"] = attempt("expert", expert)
     else:
-        for peer in ("naive", "pinned", "expert"):
+        for peer in ("naive", "pinned", "all_pinned", "expert"):
             result["skipped"][peer] = "no torch/GPU (dry run)" if torch is None else "no in-core reference"
 
+    result["pyooc_fresh_s"] = attempt("fresh", lambda: run_pyooc_fresh(pyooc, result, op, geom, x, w, dy, limit,
+                                                                       backend, reference, args))
+    result["skipped"]["chained"] = "a gradient's output is not the next gradient's input"
+    result["skipped"]["bf16"] = "bf16 is measured on the forward (bench/conv_forward.py)"
     summarize(result, fwd.TARGETS)
+    fwd.summarize_variants(result)
     if op == "filter":  # a reduction: dw crosses the link once, x and dy (about) once
         stats = result["pyooc_stats"].get("pinned") or result["pyooc_stats"].get("pageable") or {}
         result["dw_traffic"] = {"dw_bytes": geom.w_bytes, "bytes_d2h": stats.get("bytes_d2h"),
