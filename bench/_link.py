@@ -4,7 +4,12 @@ Every benchmark measures the link in the same run as its peers (pinned H2D, D2H,
 pageable for context), so the ratios to the roofline hold even where absolute rates drift between
 machines or runs. The roofline: max(bytes_in/H2D, bytes_out/D2H, (in+out)/both, in-core compute)."""
 
+import os
 import statistics
+import threading
+import time
+
+import numpy as np
 
 from _timing import median, timed_runs
 from _torch_env import release_host_cache
@@ -30,16 +35,50 @@ def roofline(bytes_in, bytes_out, bandwidth, compute_s=None):
 
 def run_bandwidth(torch, pyooc):
     """The link rates (GB/s) a run's rooflines use: measured here, with pyooc's own measurement as a
-    cross-check, when there is a GPU (torch given); else ASSUMED_BANDWIDTH, marked assumed."""
+    cross-check, when there is a GPU (torch given); else ASSUMED_BANDWIDTH, marked assumed. Always
+    also the host's memcpy rate with every core ("host_copy"), the bound of pageable variants."""
     if torch is None:
-        return dict(ASSUMED_BANDWIDTH, assumed=True)
+        return dict(ASSUMED_BANDWIDTH, assumed=True, host_copy=measure_host_copy())
     bandwidth = measure_bandwidth(torch)
+    bandwidth["host_copy"] = measure_host_copy()
     if hasattr(pyooc, "measure_link_bandwidth"):  # pyooc's own measurement, as a cross-check
         try:
             bandwidth["pyooc"] = {k: v / GB for k, v in pyooc.measure_link_bandwidth().items()}
         except Exception as exc:
             bandwidth["pyooc"] = f"failed: {exc}"
     return bandwidth
+
+
+def measure_host_copy(nbytes=GiB // 4, repeats=3, threads=None):
+    """Host memcpy bandwidth in GB/s with every core: `threads` workers each copying its slice of a
+    pageable buffer into another (numpy releases the GIL), median of `repeats` after a warm-up. A
+    pageable variant gathers and scatters every byte through host memory, so it cannot beat
+    (bytes in + bytes out) / this rate."""
+    threads = threads or os.cpu_count() or 1
+    src = np.ones(nbytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    bounds = [nbytes * i // threads for i in range(threads + 1)]
+
+    def copy_all():
+        def part(i):
+            np.copyto(dst[bounds[i]:bounds[i + 1]], src[bounds[i]:bounds[i + 1]])
+        workers = [threading.Thread(target=part, args=(i,)) for i in range(threads)]
+        start = time.perf_counter()
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        return time.perf_counter() - start
+
+    copy_all()  # warm-up: first touch of dst
+    return nbytes / statistics.median(copy_all() for _ in range(repeats)) / GB
+
+
+def pageable_bound(bytes_in, bytes_out, bandwidth, roofline_s):
+    """A pageable variant's own bound: the larger of the link roofline and the host copy of every
+    byte with all cores."""
+    host = bandwidth.get("host_copy")
+    return max(roofline_s, (bytes_in + bytes_out) / (host * GB)) if host and roofline_s else roofline_s
 
 
 def measure_bandwidth(torch, nbytes=GiB, repeats=5, pageable_repeats=3):

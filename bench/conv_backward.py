@@ -33,7 +33,7 @@ from _console import log  # noqa: E402
 from _conv_geometry import (  # noqa: E402
     SELF_TEST_GEOMETRIES, ConvGeometry, chunk_conv_padding, plan_chunks, plan_data_grad_chunks, self_test_budgets)
 from _conv_peers import ExpertTorchGrad, NaiveTorchGrad, torch_grad_fns  # noqa: E402
-from _link import roofline  # noqa: E402
+from _link import pageable_bound, roofline  # noqa: E402
 from _measure import memory_limit_for, plan_dict, run_pyooc_variant, run_torch_peer  # noqa: E402
 from _report import markdown_table, ratio, summarize  # noqa: E402
 from _timing import median, timed_runs  # noqa: E402
@@ -274,6 +274,7 @@ def run_case(name, spec, ctx):
     rl = roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
     result["roofline"] = rl
     result["roofline_s"] = rl["seconds"]
+    result["pageable_bound_s"] = pageable_bound(bytes_in, bytes_out, ctx["bandwidth"], rl["seconds"])
 
     result["pyooc_pageable_s"] = attempt("pageable", lambda: run_pyooc(
         pyooc, result, "pageable", op, geom, x, w, dy, out, limit, backend, reference, args))
