@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <vector>
 
 #include "backward_run.hpp"
 #include "capi_gpu_fixtures.hpp"
@@ -141,6 +142,28 @@ TEST_P(CapiGpu, BackwardDataGrouped) { check_gradient(ooc::Operation::backward_d
 
 TEST_P(CapiGpu, BackwardFilterDepthwise) {
   check_gradient(ooc::Operation::backward_filter, 1.0f, 1.0f, 20, kWDepthwise, 16);
+}
+
+// oocSetDevices with the one GPU listed twice: two pipelines on it, cuDNN's results as before.
+class DevicesListed {
+ public:
+  DevicesListed(std::initializer_list<int> devices) : devices_(devices) {
+    EXPECT_EQ(oocSetDevices(devices_.data(), static_cast<int>(devices_.size())), CUDNN_STATUS_SUCCESS);
+  }
+  ~DevicesListed() { oocSetDevices(nullptr, 0); }
+
+ private:
+  std::vector<int> devices_;
+};
+
+TEST_P(CapiGpu, ForwardOnTheGpuListedTwice) {
+  const DevicesListed twice{0, 0};
+  check_forward(ConvDescriptors(kX, kW, kPad, kStride, kDilation), 1.0f, 0.5f, 21);
+}
+
+TEST_P(CapiGpu, BackwardFilterOnTheGpuListedTwice) {
+  const DevicesListed twice{0, 0};
+  check_gradient(ooc::Operation::backward_filter, 1.0f, 1.0f, 22, kW, 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Memory, CapiGpu, gpu_cases(), case_name);
