@@ -133,3 +133,26 @@ def test_every_other_operation_under_set_devices(rng, index):
         pyooc.set_devices(None)
     np.testing.assert_array_equal(spread, one, err_msg=name)
     assert pyooc.last_stats()["chunks"] == chunks, name
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-6), (np.float16, 1e-3)])
+def test_devices_with_groups_padding_and_half_precision(rng, dtype, tol):
+    """The features combine: a grouped, 'same'-padded convolution in float32 and float16, spread
+    over three virtual devices, gives the one-device result (dw: the float32 partial sums of each
+    device, converted once)."""
+    x = rng.standard_normal((6, 6, 24, 22)).astype(dtype)
+    w = (rng.standard_normal((9, 2, 2, 3)) / 4).astype(dtype)
+    geometry = dict(padding="same", groups=3, backend="host")
+    limit = _tight(lambda m: pyooc.plan_conv_forward(x.shape, w.shape, dtype=np.dtype(dtype).name, memory_limit=m,
+                                                     **geometry))
+    one = pyooc.conv_forward(x, w, memory_limit=limit, **geometry)
+    spread = pyooc.conv_forward(x, w, memory_limit=limit, devices=[0, 1, 2], **geometry)
+    np.testing.assert_array_equal(spread, one)
+    dy = rng.standard_normal(one.shape).astype(dtype)
+    limit = 6 * _tight(lambda m: pyooc.plan_conv_backward_filter(x.shape, dy.shape, w.shape,
+                                                                 dtype=np.dtype(dtype).name, memory_limit=m,
+                                                                 **geometry), 1)
+    dw_one = pyooc.conv_backward_filter(x, dy, w.shape, memory_limit=limit, **geometry)
+    dw_spread = pyooc.conv_backward_filter(x, dy, w.shape, memory_limit=limit, devices=[0, 1, 2], **geometry)
+    assert dw_spread.dtype == dtype
+    assert rel_err(dw_spread.astype(np.float64), dw_one.astype(np.float64)) < tol
