@@ -3,8 +3,11 @@
 # the valid ones) by libooc.
 
 
-def plan_layer(str operation, tuple shape, str mode, tuple a_shape, bint in_place, CallOptions options not None):
-    """The Plan of one layer: operation is "activation_forward", ..., "add_tensor" (shape: c's)."""
+def plan_layer(str operation, tuple shape, str mode, tuple a_shape, bint in_place, CallOptions options not None,
+               str dtype="float32"):
+    """The Plan of one layer: operation is "activation_forward", ..., "add_tensor" (shape: c's);
+    dtype: the activations' (the other layers are float32)."""
+    cdef ooc.DType element = _DTYPES[dtype]
     cdef vector[int64_t] s = list(shape)
     cdef vector[int64_t] a = list(a_shape)
     cdef ooc.SoftmaxMode smode = ooc.SoftmaxMode.channel
@@ -18,9 +21,9 @@ def plan_layer(str operation, tuple shape, str mode, tuple a_shape, bint in_plac
         amode = ooc.activation_mode_from_name(mode.encode())
     with nogil:
         if which == 0:
-            plan = ooc.plan_activation_forward(s, options.c_obj)
+            plan = ooc.plan_activation_forward(s, options.c_obj, element)
         elif which == 1:
-            plan = ooc.plan_activation_backward(s, amode, options.c_obj)
+            plan = ooc.plan_activation_backward(s, amode, options.c_obj, element)
         elif which == 2:
             plan = ooc.plan_softmax_forward(s, smode, options.c_obj)
         elif which == 3:
@@ -43,25 +46,30 @@ def softmax_mode(str mode):
     ooc.softmax_mode_from_name(mode.encode())
 
 
-def activation_forward(tuple shape, str mode, double coef, const float[::1] x, float[::1] y,
-                       CallOptions options not None):
+def activation_forward(tuple shape, str mode, double coef, const unsigned char[::1] x, unsigned char[::1] y,
+                       CallOptions options not None, str dtype="float32"):
+    """On flat byte views of arrays of `dtype` (no copies)."""
     cdef vector[int64_t] s = list(shape)
     cdef ooc.ActivationMode m = ooc.activation_mode_from_name(mode.encode())
+    cdef ooc.DType element = _DTYPES[dtype]
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.activation_forward(s, m, coef, &x[0], &y[0], options.c_obj, &plan, &stats)
+        ooc.activation_forward(s, m, coef, &x[0], &y[0], options.c_obj, &plan, &stats, 1.0, 0.0, element)
     return _ran(plan, stats)
 
 
-def activation_backward(tuple shape, str mode, double coef, const float[::1] y, const float[::1] dy,
-                        const float[::1] x, float[::1] dx, CallOptions options not None):
+def activation_backward(tuple shape, str mode, double coef, const unsigned char[::1] y,
+                        const unsigned char[::1] dy, const unsigned char[::1] x, unsigned char[::1] dx,
+                        CallOptions options not None, str dtype="float32"):
     cdef vector[int64_t] s = list(shape)
     cdef ooc.ActivationMode m = ooc.activation_mode_from_name(mode.encode())
+    cdef ooc.DType element = _DTYPES[dtype]
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.activation_backward(s, m, coef, &y[0], &dy[0], &x[0], &dx[0], options.c_obj, &plan, &stats)
+        ooc.activation_backward(s, m, coef, &y[0], &dy[0], &x[0], &dx[0], options.c_obj, &plan, &stats, 1.0, 0.0,
+                                element)
     return _ran(plan, stats)
 
 

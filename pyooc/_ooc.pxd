@@ -271,20 +271,22 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
                        float* dx, const Options& options, Plan* used, RunStats* stats) except +translate_exception
     ActivationMode activation_mode_from_name(const string& name) except +translate_exception
     SoftmaxMode softmax_mode_from_name(const string& name) except +translate_exception
-    Plan plan_activation_forward(const vector[int64_t]& shape, const Options& options) except +translate_exception
+    Plan plan_activation_forward(const vector[int64_t]& shape, const Options& options,
+                                 DType dtype) except +translate_exception
     Plan plan_activation_backward(const vector[int64_t]& shape, ActivationMode mode,
-                                  const Options& options) except +translate_exception
+                                  const Options& options, DType dtype) except +translate_exception
     Plan plan_softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode,
                               const Options& options) except +translate_exception
     Plan plan_softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode,
                                const Options& options) except +translate_exception
     Plan plan_add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, bool in_place,
                          const Options& options) except +translate_exception
-    void activation_forward(const vector[int64_t]& shape, ActivationMode mode, double coef, const float* x, float* y,
-                            const Options& options, Plan* used, RunStats* stats) except +translate_exception
-    void activation_backward(const vector[int64_t]& shape, ActivationMode mode, double coef, const float* y,
-                             const float* dy, const float* x, float* dx, const Options& options, Plan* used,
-                             RunStats* stats) except +translate_exception
+    void activation_forward(const vector[int64_t]& shape, ActivationMode mode, double coef, const void* x, void* y,
+                            const Options& options, Plan* used, RunStats* stats, double alpha, double beta,
+                            DType dtype) except +translate_exception
+    void activation_backward(const vector[int64_t]& shape, ActivationMode mode, double coef, const void* y,
+                             const void* dy, const void* x, void* dx, const Options& options, Plan* used,
+                             RunStats* stats, double alpha, double beta, DType dtype) except +translate_exception
     void softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const float* x, float* y,
                          const Options& options, Plan* used, RunStats* stats) except +translate_exception
     void softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,

@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from pyooc import _last_stats
-from pyooc._arrays import as_float, as_input, as_output, as_shape, as_str
-from pyooc._call_args import call_options, check_dtype
+from pyooc._arrays import CONV_DTYPES, as_float, as_input, as_output, as_shape, as_str
+from pyooc._call_args import call_options, check_dtype, raw_bytes, same_dtype
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
@@ -58,12 +58,13 @@ def _coef(mode, coef):
     return as_float(coef, "coef")
 
 
-def _out(out, shape, inputs, in_place_ok):
-    """A new array, or the caller's out checked; out may be the input in_place_ok itself (in place)."""
+def _out(out, shape, inputs, in_place_ok, dtype=np.float32):
+    """A new array of `dtype`, or the caller's out checked; out may be the input in_place_ok itself
+    (in place)."""
     if out is None:
-        return new_result(shape)
+        return new_result(shape, dtype)
     others = {name: a for name, a in inputs.items() if not (out is in_place_ok and a is out)}
-    return as_output(out, shape, others)
+    return as_output(out, shape, others, dtype)
 
 
 def _same_shape(ref_name, ref, **arrays):
@@ -77,37 +78,42 @@ def activation_forward(x, mode, *, coef=None, out=None, memory_limit=None, backe
     """y = f(x) element-wise, f one of "relu", "sigmoid", "tanh", "clipped_relu" (coef: the
     ceiling, required), "elu" (coef: alpha, default 1), "swish" (coef: beta, default 1), "gelu"
     (exact, torch's default) and "leaky_relu" (coef: negative_slope, default 0.01). `out` may be
-    x itself (in place)."""
-    x, mode = as_input(x, "x"), as_str(mode, "mode")
+    x itself (in place). x may be float32, float16 or bfloat16 (y has its dtype; on the GPU, half
+    precision for the modes cuDNN has: relu, sigmoid, tanh, clipped_relu, elu, swish)."""
+    x, mode = as_input(x, "x", CONV_DTYPES), as_str(mode, "mode")
     c = _coef(mode, coef)
     options = call_options(memory_limit, backend, device)
-    y = _out(out, x.shape, {"x": x}, in_place_ok=x)
+    y = _out(out, x.shape, {"x": x}, in_place_ok=x, dtype=x.dtype)
     flat = _activation_shape(x.shape, "activation_forward")
-    _last_stats.record(_native.activation_forward(flat, mode, c, x.reshape(-1), y.reshape(-1), options))
+    _last_stats.record(_native.activation_forward(flat, mode, c, raw_bytes(x), raw_bytes(y), options, str(x.dtype)))
     return y
 
 
 @observed
 def activation_backward(y, dy, x, mode, *, coef=None, out=None, memory_limit=None, backend="auto", device=0):
-    """dx = f'(x) * dy for y = activation_forward(x, mode, coef=coef). `out` may be dy (in place)."""
-    y, dy, x = as_input(y, "y"), as_input(dy, "dy"), as_input(x, "x")
+    """dx = f'(x) * dy for y = activation_forward(x, mode, coef=coef). `out` may be dy (in place).
+    y, dy and x share one dtype (float32, float16 or bfloat16), dx's."""
+    y = as_input(y, "y", CONV_DTYPES)
+    dy = same_dtype(as_input(dy, "dy", CONV_DTYPES), "dy", y, "y")
+    x = same_dtype(as_input(x, "x", CONV_DTYPES), "x", y, "y")
     _same_shape("y", y, dy=dy, x=x)
     mode = as_str(mode, "mode")
     c = _coef(mode, coef)
     options = call_options(memory_limit, backend, device)
-    dx = _out(out, y.shape, {"y": y, "dy": dy, "x": x}, in_place_ok=dy)
+    dx = _out(out, y.shape, {"y": y, "dy": dy, "x": x}, in_place_ok=dy, dtype=y.dtype)
     flat = _activation_shape(y.shape, "activation_backward")
-    _last_stats.record(_native.activation_backward(flat, mode, c, y.reshape(-1), dy.reshape(-1), x.reshape(-1),
-                                                   dx.reshape(-1), options))
+    _last_stats.record(_native.activation_backward(flat, mode, c, raw_bytes(y), raw_bytes(dy), raw_bytes(x),
+                                                   raw_bytes(dx), options, str(y.dtype)))
     return dx
 
 
 @accepts_machine
 def plan_activation_forward(shape, *, dtype="float32", memory_limit=None, backend="auto", device=0):
     """The Plan activation_forward would run for this shape (splits over the flattened tensor: "w")."""
-    check_dtype(dtype)
+    dtype = check_dtype(dtype, CONV_DTYPES)
     flat = _activation_shape(as_shape(shape, "shape"), "activation_forward")
-    return _native.plan_layer("activation_forward", flat, "", (), False, call_options(memory_limit, backend, device))
+    return _native.plan_layer("activation_forward", flat, "", (), False, call_options(memory_limit, backend, device),
+                              dtype)
 
 
 @accepts_machine
@@ -115,10 +121,11 @@ def plan_activation_backward(shape, *, mode=None, dtype="float32", memory_limit=
     """The Plan activation_backward would run. relu, sigmoid and tanh stream y and dy only (their
     gradient follows from y); the other modes stream x too, and so does mode=None (the most traffic
     any mode moves)."""
-    check_dtype(dtype)
+    dtype = check_dtype(dtype, CONV_DTYPES)
     mode = "elu" if mode is None else as_str(mode, "mode")  # elu: a mode whose gradient reads x
     flat = _activation_shape(as_shape(shape, "shape"), "activation_backward")
-    return _native.plan_layer("activation_backward", flat, mode, (), False, call_options(memory_limit, backend, device))
+    return _native.plan_layer("activation_backward", flat, mode, (), False, call_options(memory_limit, backend, device),
+                              dtype)
 
 
 @observed

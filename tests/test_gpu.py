@@ -407,3 +407,19 @@ def test_half_precision_forward_and_backward_data_on_the_gpu(rng, name, tol):
     assert rel_err(dw.astype(np.float64), ref_dw.astype(np.float64)) < 4 * tol
     with pytest.raises(NotImplementedError, match=f"conv_backward_bias has no {name} kernel"):
         pyooc.conv_backward_bias(y, backend="cuda")
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_half_precision_activations_on_the_gpu(rng, name):
+    """cuDNN's activations in half precision; a mode cuDNN lacks (gelu) is refused by name."""
+    import ml_dtypes
+
+    dtype = np.float16 if name == "float16" else ml_dtypes.bfloat16
+    x = rng.standard_normal((4, 16, 64, 64)).astype(dtype)
+    for mode in ("relu", "sigmoid", "tanh"):
+        y = pyooc.activation_forward(x, mode, memory_limit=1 << 20, backend="cuda")
+        host = pyooc.activation_forward(x, mode, backend="host")
+        assert y.dtype == dtype
+        assert rel_err(y.astype(np.float64), host.astype(np.float64)) < 1e-2
+    with pytest.raises(NotImplementedError, match=f"activation_forward has no {name} kernel"):
+        pyooc.activation_forward(x, "gelu", backend="cuda")

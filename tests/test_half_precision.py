@@ -120,10 +120,39 @@ def test_plans_count_two_bytes_per_element(name):
      TypeError, r"dy must have the dtype of x \(float16\), got bfloat16"),
     (lambda x, w: pyooc.plan_conv_forward(X, W, dtype="int8", backend="host"), TypeError,
      r"dtype must be float32, float16 or bfloat16, got int8"),
-    (lambda x, w: pyooc.activation_forward(x, "relu", backend="host"), TypeError,
+    (lambda x, w: pyooc.pool_forward(x, 2, backend="host"), TypeError,
      r"x must have dtype float32, got float16 \(pyooc does not convert"),
 ])
 def test_mixed_and_unsupported_dtypes_are_refused(rng, call, exc, pattern):
     x, w = half_inputs(rng, np.float16, X, W)
     with pytest.raises(exc, match=pattern):
         call(x, w)
+
+
+ACTIVATIONS = {
+    "relu": (lambda x: np.maximum(x, 0), lambda x, dy: dy * (x > 0)),
+    "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), lambda x, dy: dy * (1 / (1 + np.exp(-x))) * (1 - 1 / (1 + np.exp(-x)))),
+    "tanh": (np.tanh, lambda x, dy: dy * (1 - np.tanh(x) ** 2)),
+    "elu": (lambda x: np.where(x > 0, x, np.expm1(x)), lambda x, dy: dy * np.where(x > 0, 1, np.exp(x))),
+}
+
+
+@pytest.mark.parametrize("name", DTYPES)
+@pytest.mark.parametrize("mode", ACTIVATIONS)
+def test_activations(rng, name, mode):
+    """The element-wise activations in half precision: forward and gradient in the input dtype."""
+    dtype, tol = DTYPES[name]
+    f, grad = ACTIVATIONS[mode]
+    x, dy = half_inputs(rng, dtype, (3, 5, 21, 19), (3, 5, 21, 19))
+    limit = needed_budget(lambda m: pyooc.plan_activation_forward(x.shape, dtype=name, memory_limit=m,
+                                                                  backend="host"))
+    out = np.full(x.shape, np.nan, dtype)
+    y = pyooc.activation_forward(x, mode, out=out, memory_limit=limit, backend="host")
+    assert y.dtype == dtype and pyooc.last_stats()["chunks"] > 1
+    assert rel_err(up(y), f(up(x))) < tol
+    limit = needed_budget(lambda m: pyooc.plan_activation_backward(x.shape, mode=mode, dtype=name, memory_limit=m,
+                                                                   backend="host"))
+    dx = pyooc.activation_backward(y, dy, x, mode, memory_limit=limit, backend="host")
+    assert dx.dtype == dtype and rel_err(up(dx), grad(up(x), up(dy))) < tol
+    plan = pyooc.plan_activation_forward(x.shape, dtype=name, backend="host")
+    assert plan.bytes_h2d == x.size * 2 and plan.bytes_d2h == x.size * 2

@@ -258,7 +258,23 @@ def test_unsupported_dtype_names_the_argument():
     with pytest.raises(TypeError, match=r"weight \(torch.float16\) must have the dtype of input \(torch.float32\)"):
         P.conv2d(x.float(), w.half(), backend="host")
     with pytest.raises(NotImplementedError, match=r"input: pyooc supports dtype torch.float32 only here, got torch.float16"):
-        P.relu(x.half(), backend="host")
+        P.max_pool2d(x.half(), 2, backend="host")
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 1e-3), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("name", ["relu", "sigmoid", "gelu"])
+def test_half_precision_activations_and_their_gradients(rng, dtype, tol, name):
+    x64 = rand(rng, (3, 4, 9, 10))
+    x = x64.to(dtype).requires_grad_()
+    y = getattr(P, name)(x, backend="host", memory_limit="4KiB")
+    ref_x = x.detach().double().requires_grad_()
+    ref = getattr(F, name)(ref_x)
+    g = torch.from_numpy(rng.standard_normal(ref.shape))
+    y.backward(g.to(dtype))
+    ref.backward(g)
+    assert y.dtype == x.grad.dtype == dtype
+    for got, want in ((y, ref), (x.grad, ref_x.grad)):
+        assert float((got.double() - want).norm() / want.norm()) < tol
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float16, 1e-3), (torch.bfloat16, 1e-2)])

@@ -394,7 +394,7 @@ pool_forward.register_autograd(_pool_backward, setup_context=_pool_setup)
 
 @torch.library.custom_op("pyooc::activation_forward", mutates_args=())
 def activation_forward(x: Tensor, mode: str, coef: float, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.activation_forward, as_array(x, "input"), mode, coef=coef,
+    return as_tensor(_run(pyooc.activation_forward, as_array(x, "input", CONV_DTYPES), mode, coef=coef,
                           memory_limit=memory_limit, backend=backend))
 
 
@@ -406,8 +406,9 @@ def _(x, mode, coef, memory_limit, backend):
 @torch.library.custom_op("pyooc::activation_backward", mutates_args=())
 def activation_backward(y: Tensor, dy: Tensor, x: Tensor, mode: str, coef: float, memory_limit: int,
                         backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.activation_backward, as_array(y, "output"), as_array(dy, "grad_output"),
-                          as_array(x, "input"), mode, coef=coef, memory_limit=memory_limit, backend=backend))
+    return as_tensor(_run(pyooc.activation_backward, as_array(y, "output", CONV_DTYPES),
+                          as_array(dy, "grad_output", CONV_DTYPES), as_array(x, "input", CONV_DTYPES), mode,
+                          coef=coef, memory_limit=memory_limit, backend=backend))
 
 
 @activation_backward.register_fake

@@ -224,7 +224,7 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 def _activation(input, mode, coef, memory_limit, backend):
-    check_tensor(input, "input")
+    check_tensor(input, "input", CONV_DTYPES)
     return _ops.activation_forward(input, mode, float(coef), *_options(memory_limit, backend))
 
 

@@ -46,10 +46,14 @@ SoftmaxMode softmax_mode_from_name(const std::string& name);
 // The problem each layer plans for (problem.op says which; k == c, out == in).
 ConvProblem layer_problem(Operation op, const std::vector<int64_t>& shape);
 
-Plan plan_activation_forward(const std::vector<int64_t>& shape, const Options& options);
+// The activations take every dtype (float32, float16, bfloat16: computed in float32 or double;
+// on the GPU the modes cuDNN has, the others float32 only); the other layers here are float32.
+Plan plan_activation_forward(const std::vector<int64_t>& shape, const Options& options,
+                             DType dtype = DType::float32);
 // mode: the activation's; modes whose gradient follows from y alone (ActivationTraits::gradient_from_y:
 // relu, sigmoid, tanh) do not stream x.
-Plan plan_activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, const Options& options);
+Plan plan_activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, const Options& options,
+                              DType dtype = DType::float32);
 Plan plan_softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options);
 Plan plan_softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options);
 // a broadcasts over c: each dim of a is 1 or equals c's. in_place: out is c (c is then read as out).
@@ -57,13 +61,14 @@ Plan plan_add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int6
                      const Options& options);
 
 // y = f(x); y may be x (in place). coef: clipped_relu's ceiling, elu's alpha, swish's beta.
-void activation_forward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* x,
-                        float* y, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr,
-                        double alpha = 1.0, double beta = 0.0);
+void activation_forward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const void* x,
+                        void* y, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr,
+                        double alpha = 1.0, double beta = 0.0, DType dtype = DType::float32);
 // dx = f'(x) * dy (from y, dy and x); dx may be dy.
-void activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* y,
-                         const float* dy, const float* x, float* dx, const Options& options, Plan* used = nullptr,
-                         RunStats* stats = nullptr, double alpha = 1.0, double beta = 0.0);
+void activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const void* y,
+                         const void* dy, const void* x, void* dx, const Options& options, Plan* used = nullptr,
+                         RunStats* stats = nullptr, double alpha = 1.0, double beta = 0.0,
+                         DType dtype = DType::float32);
 void softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* x, float* y,
                      const Options& options, Plan* used = nullptr, RunStats* stats = nullptr, double alpha = 1.0,
                      double beta = 0.0);

@@ -50,10 +50,12 @@ OperationCall pool_call(const ConvProblem& p, std::vector<const void*> tensors, 
 }
 
 // The problem of a layer that blends its result into the output: out = alpha * result + beta * out.
-ConvProblem blended_problem(Operation op, const std::vector<int64_t>& shape, double alpha, double beta) {
+ConvProblem blended_problem(Operation op, const std::vector<int64_t>& shape, double alpha, double beta,
+                            DType dtype = DType::float32) {
   ConvProblem p = layer_problem(op, shape);
   p.alpha = alpha;
   p.beta = beta;
+  p.dtype = dtype;
   return p;
 }
 
@@ -208,9 +210,10 @@ ConvProblem layer_problem(Operation op, const std::vector<int64_t>& shape) {
   return p;
 }
 
-Plan plan_activation_forward(const std::vector<int64_t>& shape, const Options& options) {
-  return plan_operation(layer_call(layer_problem(Operation::activation_forward, shape), LayerPlanSpec{}, {}, {}),
-                        options);
+Plan plan_activation_forward(const std::vector<int64_t>& shape, const Options& options, DType dtype) {
+  return plan_operation(
+      layer_call(blended_problem(Operation::activation_forward, shape, 1.0, 0.0, dtype), LayerPlanSpec{}, {}, {}),
+      options);
 }
 
 namespace {
@@ -223,9 +226,11 @@ LayerPlanSpec activation_backward_spec(ActivationMode mode) {
 }
 }  // namespace
 
-Plan plan_activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, const Options& options) {
-  return plan_operation(
-      layer_call(layer_problem(Operation::activation_backward, shape), activation_backward_spec(mode), {}, {}), options);
+Plan plan_activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, const Options& options,
+                              DType dtype) {
+  return plan_operation(layer_call(blended_problem(Operation::activation_backward, shape, 1.0, 0.0, dtype),
+                                   activation_backward_spec(mode), {}, {}),
+                        options);
 }
 
 Plan plan_softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options) {
@@ -244,10 +249,11 @@ Plan plan_add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int6
   return plan_operation(layer_call(layer_problem(Operation::add_tensor, c_shape), ls, {}, {}), options);
 }
 
-void activation_forward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* x, float* y,
-                        const Options& options, Plan* used, RunStats* stats, double alpha, double beta) {
+void activation_forward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const void* x, void* y,
+                        const Options& options, Plan* used, RunStats* stats, double alpha, double beta,
+                        DType dtype) {
   require_data({x, y}, "activation_forward");
-  const ConvProblem p = blended_problem(Operation::activation_forward, shape, alpha, beta);
+  const ConvProblem p = blended_problem(Operation::activation_forward, shape, alpha, beta, dtype);
   run_operation(layer_call(p, blended_spec(LayerPlanSpec{}, beta), {x, y},
                            [&](const Plan& plan, Backend& backend) {
                              return run_activation_forward(plan, backend, mode, coef, x, y, ThreadPool::shared());
@@ -255,11 +261,11 @@ void activation_forward(const std::vector<int64_t>& shape, ActivationMode mode, 
                 options, used, stats);
 }
 
-void activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const float* y,
-                         const float* dy, const float* x, float* dx, const Options& options, Plan* used,
-                         RunStats* stats, double alpha, double beta) {
+void activation_backward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const void* y,
+                         const void* dy, const void* x, void* dx, const Options& options, Plan* used,
+                         RunStats* stats, double alpha, double beta, DType dtype) {
   require_data({y, dy, x, dx}, "activation_backward");
-  const ConvProblem p = blended_problem(Operation::activation_backward, shape, alpha, beta);
+  const ConvProblem p = blended_problem(Operation::activation_backward, shape, alpha, beta, dtype);
   const void* read_x = backward_reads_x(mode) ? x : nullptr;  // never touched otherwise
   run_operation(layer_call(p, blended_spec(activation_backward_spec(mode), beta), {y, dy, read_x, dx},
                            [&](const Plan& plan, Backend& backend) {

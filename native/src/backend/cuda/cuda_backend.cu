@@ -314,31 +314,26 @@ class CudaBackend final : public Backend {
   // Activations cuDNN has no mode for run as our own kernels (activation_formulas.hpp).
   void do_activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const void* x_data, void* y_data,
                              double alpha, double beta) override {
-    float32_kernel(s, "activation_forward");
-    const float* x = f(x_data);
-    float* y = f(y_data);
-    if (!cudnn_layers::has_activation(mode)) {
-      cuda_kernels::activation_forward(dense_elements(s), mode, static_cast<float>(coef), x, y,
+    if (!cudnn_layers::has_activation(mode)) {  // our own float32 kernels
+      float32_kernel(s, "activation_forward");
+      cuda_kernels::activation_forward(dense_elements(s), mode, static_cast<float>(coef), f(x_data), f(y_data),
                                        static_cast<float>(alpha), static_cast<float>(beta), resources_->compute.get());
       return;
     }
-    cudnn_layers::activation_forward(cudnn_on_compute(), s, mode, coef, x, y, {alpha, beta});
+    cudnn_layers::activation_forward(cudnn_on_compute(), s, mode, coef, x_data, y_data, {alpha, beta});
   }
   void do_activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const void* y_data,
                               const void* dy_data, const void* x_data, void* dx_data, double alpha,
                               double beta) override {
-    float32_kernel(s, "activation_backward");
-    const float* y = f(y_data);
-    const float* dy = f(dy_data);
-    const float* x = f(x_data);
-    float* dx = f(dx_data);
-    if (!cudnn_layers::has_activation(mode)) {
-      cuda_kernels::activation_backward(dense_elements(s), mode, static_cast<float>(coef), y, dy, x, dx,
-                                        static_cast<float>(alpha), static_cast<float>(beta),
+    if (!cudnn_layers::has_activation(mode)) {  // our own float32 kernels
+      float32_kernel(s, "activation_backward");
+      cuda_kernels::activation_backward(dense_elements(s), mode, static_cast<float>(coef), f(y_data), f(dy_data),
+                                        f(x_data), f(dx_data), static_cast<float>(alpha), static_cast<float>(beta),
                                         resources_->compute.get());
       return;
     }
-    cudnn_layers::activation_backward(cudnn_on_compute(), s, mode, coef, y, dy, x, dx, {alpha, beta});
+    cudnn_layers::activation_backward(cudnn_on_compute(), s, mode, coef, y_data, dy_data, x_data, dx_data,
+                                      {alpha, beta});
   }
   void do_softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const void* x_data, void* y_data,
                           double alpha, double beta) override {

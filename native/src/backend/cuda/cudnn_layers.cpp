@@ -19,7 +19,10 @@ int as_int(int64_t v) {
 // The chunk as NCHW with all of space in H: element-wise ops and both softmax modes (channel: over
 // C per (N, H, W); instance: over C, H, W per N) mean the same on it as on the N-d tensor.
 void set_flat(const TensorDescriptor& d, const ChunkConv& s) {
-  OOC_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, as_int(s.n), as_int(s.c),
+  const cudnnDataType_t type = s.dtype == DType::float16    ? CUDNN_DATA_HALF
+                               : s.dtype == DType::bfloat16 ? CUDNN_DATA_BFLOAT16
+                                                            : CUDNN_DATA_FLOAT;
+  OOC_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, as_int(s.n), as_int(s.c),
                                              as_int(s.in[0] * s.in[1] * s.in[2]), 1));
 }
 
@@ -70,7 +73,7 @@ bool has_activation(ActivationMode mode) {
 }
 
 void activation_forward(cudnnHandle_t handle, const ChunkConv& shape, ActivationMode mode, double coef,
-                        const float* x, float* y, Scaling k) {
+                        const void* x, void* y, Scaling k) {
   ActivationDescriptor act;
   set_activation(act, mode, coef);
   TensorDescriptor t;
@@ -79,7 +82,7 @@ void activation_forward(cudnnHandle_t handle, const ChunkConv& shape, Activation
 }
 
 void activation_backward(cudnnHandle_t handle, const ChunkConv& shape, ActivationMode mode, double coef,
-                         const float* y, const float* dy, const float* x, float* dx, Scaling k) {
+                         const void* y, const void* dy, const void* x, void* dx, Scaling k) {
   ActivationDescriptor act;
   set_activation(act, mode, coef);
   TensorDescriptor t;

@@ -17,10 +17,11 @@ struct Scaling {
 
 // Whether cuDNN has the activation (layer_kernels.hpp runs those it has not).
 bool has_activation(ActivationMode mode);
+// In the chunk's dtype (half: cuDNN computes in float32).
 void activation_forward(cudnnHandle_t handle, const ChunkConv& shape, ActivationMode mode, double coef,
-                        const float* x, float* y, Scaling scaling);
+                        const void* x, void* y, Scaling scaling);
 void activation_backward(cudnnHandle_t handle, const ChunkConv& shape, ActivationMode mode, double coef,
-                         const float* y, const float* dy, const float* x, float* dx, Scaling scaling);
+                         const void* y, const void* dy, const void* x, void* dx, Scaling scaling);
 void softmax_forward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x,
                      float* y, Scaling scaling);
 void softmax_backward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y,

@@ -131,13 +131,11 @@ class HostBackend final : public Backend {
 
   void do_activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const void* x, void* y,
                              double alpha, double beta) override {
-    float32_kernel(s, "activation_forward");
-    host_activation_forward(s, mode, coef, f(x), f(y), alpha, beta, ThreadPool::shared());
+    host_activation_forward(s, mode, coef, x, y, alpha, beta, ThreadPool::shared());
   }
   void do_activation_backward(const ChunkConv& s, ActivationMode mode, double coef, const void* y, const void* dy,
                               const void* x, void* dx, double alpha, double beta) override {
-    float32_kernel(s, "activation_backward");
-    host_activation_backward(s, mode, coef, f(y), f(dy), f(x), f(dx), alpha, beta, ThreadPool::shared());
+    host_activation_backward(s, mode, coef, y, dy, x, dx, alpha, beta, ThreadPool::shared());
   }
   void do_softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const void* x, void* y, double alpha,
                           double beta) override {

@@ -1,6 +1,7 @@
 #include "backend/host/host_pool_activation_softmax.hpp"
 
 #include "backend/activation_formulas.hpp"
+#include "backend/host/host_elements.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -43,15 +44,33 @@ void for_each_group(ThreadPool& pool, const ChunkConv& s, SoftmaxMode mode, F f)
 
 }  // namespace
 
-void host_activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y,
-                             double alpha, double beta, ThreadPool& pool) {
-  each(pool, elements(shape), [&](int64_t i) { y[i] = blend(activation_value<double>(mode, coef, x[i]), alpha, beta, y[i]); });
+void host_activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const void* x_data,
+                             void* y_data, double alpha, double beta, ThreadPool& pool) {
+  using host_elements::load;
+  using host_elements::store;
+  host_elements::with_type(shape.dtype, [&](auto element) {
+    using T = decltype(element);
+    const T* x = static_cast<const T*>(x_data);
+    T* y = static_cast<T*>(y_data);
+    each(pool, elements(shape), [&](int64_t i) {
+      y[i] = store<T>(blend(activation_value<double>(mode, coef, load(x[i])), alpha, beta, load(y[i])));
+    });
+  });
 }
 
-void host_activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
-                              const float* dy, const float* x, float* dx, double alpha, double beta, ThreadPool& pool) {
-  each(pool, elements(shape), [&](int64_t i) {
-    dx[i] = blend(activation_gradient<double>(mode, coef, y[i], dy[i], x[i]), alpha, beta, dx[i]);
+void host_activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const void* y_data,
+                              const void* dy_data, const void* x_data, void* dx_data, double alpha, double beta,
+                              ThreadPool& pool) {
+  using host_elements::load;
+  using host_elements::store;
+  host_elements::with_type(shape.dtype, [&](auto element) {
+    using T = decltype(element);
+    const T *y = static_cast<const T*>(y_data), *dy = static_cast<const T*>(dy_data), *x = static_cast<const T*>(x_data);
+    T* dx = static_cast<T*>(dx_data);
+    each(pool, elements(shape), [&](int64_t i) {
+      dx[i] = store<T>(blend(activation_gradient<double>(mode, coef, load(y[i]), load(dy[i]), load(x[i])), alpha, beta,
+                             load(dx[i])));
+    });
   });
 }
 

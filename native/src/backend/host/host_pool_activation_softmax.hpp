@@ -9,10 +9,11 @@
 
 namespace ooc {
 
-void host_activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const float* x, float* y,
+// The activations read and write the chunk's dtype (float32, float16, bfloat16), computing in double.
+void host_activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const void* x, void* y,
                              double alpha, double beta, ThreadPool& pool);
-void host_activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const float* y,
-                              const float* dy, const float* x, float* dx, double alpha, double beta, ThreadPool& pool);
+void host_activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const void* y,
+                              const void* dy, const void* x, void* dx, double alpha, double beta, ThreadPool& pool);
 void host_softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y,
                           double alpha, double beta, ThreadPool& pool);
 void host_softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
