@@ -131,14 +131,14 @@ def raw_bytes(array):
     return None if array is None else array.reshape(-1).view(np.uint8)
 
 
-def conv_inputs(x, w, bias, names=("x", "w")):
+def conv_inputs(x, w, bias):
     """x, w and bias (or None) as zero-copy views of one dtype (float32, float16 or bfloat16), bias
-    checked against w's output channels. names: how the call calls its two arrays."""
-    x = as_input(x, names[0], CONV_DTYPES)
-    w = same_dtype(as_input(w, names[1], CONV_DTYPES), names[1], x, names[0])
+    checked against w's output channels."""
+    x = as_input(x, "x", CONV_DTYPES)
+    w = same_dtype(as_input(w, "w", CONV_DTYPES), "w", x, "x")
     # A w without dimensions is refused by libooc, naming its rank; its bias is checked for rank alone.
     bias = bias_input(bias, w.shape[0] if w.ndim else None, "output channel", CONV_DTYPES)
-    return x, w, None if bias is None else same_dtype(bias, "bias", x, names[0])
+    return x, w, None if bias is None else same_dtype(bias, "bias", x, "x")
 
 
 def same_dtype(array, name, first, first_name):

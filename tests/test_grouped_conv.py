@@ -92,36 +92,27 @@ def test_forward_blends_alpha_and_beta(rng, case):
     assert rel_err(y, ref) < TOL
 
 
+@pytest.mark.parametrize("op", ["data", "filter"])
 @pytest.mark.parametrize("case", CASES)
-def test_backward_data_matches_the_grouped_reference(rng, case):
+def test_gradients_match_the_grouped_reference(rng, case, op):
     x_shape, w_shape, groups, *_ = CASES[case]
-    geometry = _geometry(case)
-    _, w, _ = random_problem(rng, x_shape, w_shape)
-    dy = rng.standard_normal(output_shape(x_shape, w_shape, **geometry), dtype=np.float32)
-    ref = grouped_backward_data(dy, w, x_shape, groups, **geometry)
-    for limit in _budgets(lambda m: pyooc.plan_conv_backward_data(dy.shape, w_shape, x_shape, groups=groups,
-                                                                  memory_limit=m, backend="host", **geometry)):
-        out = np.full(x_shape, np.nan, dtype=np.float32)
-        dx = pyooc.conv_backward_data(dy, w, x_shape, groups=groups, out=out, memory_limit=limit, backend="host",
-                                      **geometry)
-        assert not np.isnan(dx).any()
-        assert rel_err(dx, ref) < TOL, (limit, str(pyooc.last_stats()["plan"]))
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_backward_filter_matches_the_grouped_reference(rng, case):
-    x_shape, w_shape, groups, *_ = CASES[case]
-    geometry = _geometry(case)
-    x, _, _ = random_problem(rng, x_shape, w_shape)
-    dy = rng.standard_normal(output_shape(x_shape, w_shape, **geometry), dtype=np.float32)
-    ref = grouped_backward_filter(x, dy, w_shape, groups, **geometry)
-    for limit in _budgets(lambda m: pyooc.plan_conv_backward_filter(x_shape, dy.shape, w_shape, groups=groups,
-                                                                    memory_limit=m, backend="host", **geometry)):
-        out = np.full(w_shape, np.nan, dtype=np.float32)
-        dw = pyooc.conv_backward_filter(x, dy, w_shape, groups=groups, out=out, memory_limit=limit, backend="host",
-                                        **geometry)
-        assert not np.isnan(dw).any()
-        assert rel_err(dw, ref) < TOL, (limit, str(pyooc.last_stats()["plan"]))
+    geometry = dict(_geometry(case), groups=groups, backend="host")
+    x, w, _ = random_problem(rng, x_shape, w_shape)
+    dy = rng.standard_normal(output_shape(x_shape, w_shape, **_geometry(case)), dtype=np.float32)
+    if op == "data":
+        ref, shape = grouped_backward_data(dy, w, x_shape, groups, **_geometry(case)), x_shape
+        plan_at = lambda m: pyooc.plan_conv_backward_data(dy.shape, w_shape, x_shape, memory_limit=m,  # noqa: E731
+                                                          **geometry)
+        run = lambda out, m: pyooc.conv_backward_data(dy, w, x_shape, out=out, memory_limit=m, **geometry)  # noqa
+    else:
+        ref, shape = grouped_backward_filter(x, dy, w_shape, groups, **_geometry(case)), w_shape
+        plan_at = lambda m: pyooc.plan_conv_backward_filter(x_shape, dy.shape, w_shape, memory_limit=m,  # noqa: E731
+                                                            **geometry)
+        run = lambda out, m: pyooc.conv_backward_filter(x, dy, w_shape, out=out, memory_limit=m, **geometry)  # noqa
+    for limit in _budgets(plan_at):
+        got = run(np.full(shape, np.nan, dtype=np.float32), limit)
+        assert not np.isnan(got).any()
+        assert rel_err(got, ref) < TOL, (limit, str(pyooc.last_stats()["plan"]))
 
 
 def test_plans_split_along_groups_and_inside_them():

@@ -91,11 +91,10 @@ namespace {
 // Each fused function's call (run_operation.hpp): its key and planner written once, for the plan_*
 // twin (no tensors, no run) and the run alike.
 OperationCall bias_activation_call(const ConvProblem& p, std::vector<const void*> tensors = {}, Run run = {}) {
-  OperationCall call{PlanKey("conv_bias_activation_forward").add(p),
-                     [&p](const PlannerConfig& c) { return plan_bias_activation(p, c); }, std::move(tensors),
-                     std::move(run)};
-  call.spreads = true;  // the forward convolution's chunks, each y tile activated where it is completed
-  return call;
+  // The forward convolution's chunks, each y tile activated where it is completed.
+  return spreading({PlanKey("conv_bias_activation_forward").add(p),
+                    [&p](const PlannerConfig& c) { return plan_bias_activation(p, c); }, std::move(tensors),
+                    std::move(run)});
 }
 
 }  // namespace
@@ -234,10 +233,9 @@ Plan plan_deconv(const ConvProblem& p, const PlannerConfig& config) {
 }
 
 OperationCall deconv_call(const ConvProblem& p, std::vector<const void*> tensors = {}, Run run = {}) {
-  OperationCall call{PlanKey("deconv_bias_activation_forward").add(p),
-                     [&p](const PlannerConfig& c) { return plan_deconv(p, c); }, std::move(tensors), std::move(run)};
-  call.spreads = true;  // backward data's chunks: each output tile is one reduction group's
-  return call;
+  // Backward data's chunks: each output tile is one reduction group's.
+  return spreading({PlanKey("deconv_bias_activation_forward").add(p),
+                    [&p](const PlannerConfig& c) { return plan_deconv(p, c); }, std::move(tensors), std::move(run)});
 }
 
 OperationCall backward_call(const ConvProblem& p, std::vector<const void*> tensors = {}, Run run = {}) {

@@ -28,10 +28,9 @@ void check_eps(double eps) {
 
 OperationCall matmul_call(const ConvProblem& p, std::vector<const void*> tensors,
                           std::function<RunStats(const Plan&, Backend&)> run) {
-  OperationCall call{PlanKey("matmul").add(p), [&p](const PlannerConfig& c) { return plan_matmul_for(p, c); },
-                     std::move(tensors), std::move(run)};
-  call.spreads = true;  // each reduction over K writes its own tile of C
-  return call;
+  // Each reduction over K writes its own tile of C.
+  return spreading({PlanKey("matmul").add(p), [&p](const PlannerConfig& c) { return plan_matmul_for(p, c); },
+                    std::move(tensors), std::move(run)});
 }
 
 OperationCall batchnorm_call(const ConvProblem& p, const BatchnormTensors& t) {

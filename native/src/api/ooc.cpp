@@ -58,10 +58,9 @@ OperationCall conv_call(const ConvProblem& problem, Operation op, std::vector<co
   if (problem.op != op)
     throw invalid_argument(std::string(operation_name(op)) + ": the problem describes " +
                            operation_name(problem.op) + " (make it with the matching ConvProblem factory)");
-  OperationCall call{PlanKey("conv").add(problem), [&problem](const PlannerConfig& c) { return plan_for(problem, c); },
-                     std::move(tensors), std::move(run)};
-  call.spreads = true;  // each reduction group writes its own output tile
-  return call;
+  // Each reduction group writes its own output tile: the chunks may spread over devices.
+  return spreading({PlanKey("conv").add(problem), [&problem](const PlannerConfig& c) { return plan_for(problem, c); },
+                    std::move(tensors), std::move(run)});
 }
 
 // Runs `run` on a float32 view of a gradient reduced over every chunk (ConvProblem::output_dtype):

@@ -34,19 +34,15 @@ OperationCall layer_call(const ConvProblem& p, const LayerPlanSpec& ls, std::vec
   PlanKey key("layer");
   key.add(p).add(ls.full_inputs).add(ls.reads_output).add(ls.has_broadcast);
   for (int d = 0; d < 5; ++d) key.add(ls.splittable[d]).add(ls.broadcast_full[d]);
-  OperationCall call{std::move(key), [&p, ls](const PlannerConfig& c) { return plan_layer(p, ls, c); },
-                     std::move(tensors), std::move(run)};
-  call.spreads = true;  // every chunk writes its own output tile
-  return call;
+  return spreading({std::move(key), [&p, ls](const PlannerConfig& c) { return plan_layer(p, ls, c); },
+                    std::move(tensors), std::move(run)});  // every chunk writes its own output tile
 }
 
 OperationCall pool_call(const ConvProblem& p, std::vector<const void*> tensors, Run run) {
   const bool forward = p.op == Operation::pool_forward;
-  OperationCall call{PlanKey("pool").add(p),
-                     [&p, forward](const PlannerConfig& c) { return forward ? plan_pool(p, c) : plan_pool_backward_for(p, c); },
-                     std::move(tensors), std::move(run)};
-  call.spreads = true;  // every chunk writes its own output tile
-  return call;
+  return spreading({PlanKey("pool").add(p),  // every chunk writes its own output tile
+                    [&p, forward](const PlannerConfig& c) { return forward ? plan_pool(p, c) : plan_pool_backward_for(p, c); },
+                    std::move(tensors), std::move(run)});
 }
 
 // The problem of a layer that blends its result into the output: out = alpha * result + beta * out.

@@ -74,6 +74,13 @@ std::shared_ptr<const Plan> cached(const OperationCall& call, const PlannerConfi
 
 std::atomic<PlanObserver> g_plan_observer{nullptr};
 
+// Shows the plan about to run to the plan observer (pyooc's logger), saying whether the automatic
+// backend fell back to the host.
+void announce(const Plan& plan, const Options& options, const Backend& backend) {
+  if (const PlanObserver observe = g_plan_observer.load())
+    observe(plan, options.backend == BackendKind::automatic && backend.name() == "host");
+}
+
 // plan_* for a GPU described by the caller's machine model, which need not be present: the cuda
 // backend's workspace rules without the backend; the budget the caller's or the process default
 // (a present GPU's free memory is no guide to an absent one's), else 1 GiB.
@@ -159,7 +166,7 @@ void run_spread(const OperationCall& call, const Options& options, Plan* used, R
       device_shares(*plan, static_cast<int>(slots.size()), static_cast<bool>(call.run_into));
   ObservedCall observed(options.observer, static_cast<int64_t>(plan->num_chunks()) * plan->passes,
                         plan->predicted_seconds);
-  if (const PlanObserver observe = g_plan_observer.load()) observe(*plan, false);
+  announce(*plan, options, first);
 
   std::atomic<bool> failed{false};
   std::vector<RunStats> runs(shares.size());
@@ -221,8 +228,7 @@ void run_operation(const OperationCall& call, const Options& options, Plan* used
   // Cancellation and progress for every pass of the run (run_chunks reports to it).
   ObservedCall observed(options.observer, static_cast<int64_t>(plan->num_chunks()) * plan->passes,
                         plan->predicted_seconds);
-  if (const PlanObserver observe = g_plan_observer.load())
-    observe(*plan, options.backend == BackendKind::automatic && backend.name() == "host");
+  announce(*plan, options, backend);
   RunStats s = call.run(*plan, backend);
   observed.finish();
   if (stats) *stats = s;

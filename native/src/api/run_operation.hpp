@@ -37,6 +37,12 @@ struct OperationCall {
   float* output = nullptr;  // the caller's reduced output, which the partial sums are added to
 };
 
+// `call`, marked as one whose chunks may spread over devices (OperationCall::spreads).
+inline OperationCall spreading(OperationCall call) {
+  call.spreads = true;
+  return call;
+}
+
 // The plan the call would run, for tensors the caller does not show: pageable ones, or pinned ones
 // when options.assume_pinned.
 Plan plan_operation(const OperationCall& call, const Options& options);

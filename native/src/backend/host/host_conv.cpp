@@ -1,7 +1,5 @@
 #include "backend/host/host_conv.hpp"
 
-#include <stdexcept>
-#include <string>
 #include <vector>
 
 #include "backend/host/host_elements.hpp"
