@@ -376,8 +376,11 @@ TrainResult train_small_cnn(cudnnHandle_t cudnn, cublasHandle_t cublas, const Tr
   double loss_sum = 0, correct_sum = 0;
   const auto start = std::chrono::steady_clock::now();
   auto timed_start = start;
+  double data_seconds = 0;
   for (int s = 0; s < o.steps; ++s) {
+    const auto data_start = std::chrono::steady_clock::now();
     make_batch(rng, o.batch, o.image, images, labels);  // a fresh batch every step
+    if (s > 0) data_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
     const StepResult r = net.step(images, labels, s == 0 && o.print_every > 0);
     if (s == 0) {
       result.first_loss = r.loss;
@@ -402,6 +405,7 @@ TrainResult train_small_cnn(cudnnHandle_t cudnn, cublasHandle_t cublas, const Tr
   if (result.timed_steps > 0) {
     result.seconds_per_step =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_start).count() / result.timed_steps;
+    result.data_seconds_per_step = data_seconds / result.timed_steps;
     CHECK(oocGetTotals(&result.timed_totals));
   }
   result.final_loss = static_cast<float>(loss_sum / o.average_over);

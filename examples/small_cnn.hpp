@@ -37,6 +37,7 @@ struct TrainResult {
   // The steps after the first (which plans every call): their mean wall time and what their ooc_
   // calls did in all (oocGetTotals).
   double seconds_per_step = 0;
+  double data_seconds_per_step = 0;  // of it, drawing the synthetic batch on the host
   int timed_steps = 0;
   oocTotals_t timed_totals{};
 };

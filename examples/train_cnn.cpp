@@ -47,6 +47,13 @@ void report_speed(const TrainResult& r, cudnnHandle_t cudnn, cublasHandle_t cubl
               "%.1f KiB out per step)\n",
               1e3 * r.seconds_per_step, t.calls / r.timed_steps, t.outOfCoreCalls / r.timed_steps,
               t.chunks / r.timed_steps, in / 1024, out / 1024);
+  // Where the step's time goes: the chunked runs themselves (oocTotals_t::seconds), the host's data,
+  // and the rest (the direct calls, planning and each call's fixed cost).
+  const double chunked = t.seconds / r.timed_steps;
+  std::printf("speed: of it %.3f ms in the chunked runs, %.3f ms drawing the batch, %.3f ms elsewhere "
+              "(direct calls, planning, per-call costs); plain: %.3f ms drawing the batch\n",
+              1e3 * chunked, 1e3 * r.data_seconds_per_step,
+              1e3 * (r.seconds_per_step - chunked - r.data_seconds_per_step), 1e3 * plain.data_seconds_per_step);
   std::printf("speed: link roofline %.3f ms per step (%.1f / %.1f / %.1f GB/s h2d / d2h / both): %.2f of it\n",
               1e3 * roofline, h2d / 1e9, d2h / 1e9, bidir / 1e9, roofline / r.seconds_per_step);
   std::printf("speed: plain cuDNN with every tensor on the device %.3f ms per step (%lld of %lld calls chunked): "
