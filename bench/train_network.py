@@ -168,6 +168,8 @@ def train(torch, env, peer, case, steps, seed, backend, budget_override=None):
     env.limit(None if peer == "incore" and budget_override is None else budget)
     model, x, target, loss_fn = build(torch, network, batch, side, seed, env.device)
     run = runner_for(torch, env, peer, model, budget, backend)
+    if peer == "pyooc":  # torch's allocator gets the runner's torch share: pyooc's calls take the rest
+        env.limit(run.torch_budget)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     losses, seconds = [], []
     for _ in range(steps):
@@ -190,6 +192,7 @@ def train(torch, env, peer, case, steps, seed, backend, budget_override=None):
         result["decisions"] = dict(run.decisions)
         result["offload"] = dict(run.offloader.stats)
         result["pyooc_arena_bound_bytes"] = run.compute_budget
+        result["torch_cap_bytes"] = run.torch_budget
     del model, run, opt
     return result
 
@@ -198,9 +201,10 @@ def _is_oom(torch, exc):
     return isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError)) or "out of memory" in str(exc)
 
 
-def largest_side(torch, env, peer, case, seed, backend, seconds, multiple, host_cap):
-    """The largest side (a multiple of `multiple`) one training step of peer fits at the case's budget:
-    doubling from the case's side (halving first if that fails), then bisection, within `seconds`."""
+def largest_side(torch, env, peer, case, seed, backend, seconds, multiple, host_cap, smallest):
+    """The largest side (a multiple of `multiple`, at least `smallest`: the network's least) one
+    training step of peer fits at the case's budget: doubling from the case's side (halving first
+    if that fails), then bisection, within `seconds`."""
     network, batch, side, budget, _ = case
     deadline = time.perf_counter() + seconds
     tried = {}
@@ -224,7 +228,7 @@ def largest_side(torch, env, peer, case, seed, backend, seconds, multiple, host_
 
     lo, hi = None, None
     s = side
-    while time.perf_counter() < deadline and s >= multiple:
+    while time.perf_counter() < deadline and s >= smallest:
         ok = fits(s)
         if ok is None:
             hi = s
@@ -284,6 +288,8 @@ def run_case(torch, env, name, case, args, deadline):
                 result["failures"][peer] = message
                 log(f"[{name}] {peer} failed: {message}")
     multiple = 2 ** 3 if network == "unet3d" else 32
+    # The U-Net pools three times: below side 16 its bottom batch norm sees one value per channel.
+    smallest = 16 if network == "unet3d" else multiple
     host_cap = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.5)
     for peer in args.peers:
         if time.perf_counter() > deadline:
@@ -292,7 +298,7 @@ def run_case(torch, env, name, case, args, deadline):
         # incore here is in-core torch at the budget (the whole GPU trains anything that fits it).
         seconds = min(args.bisect_seconds, deadline - time.perf_counter())
         result["largest"][peer] = largest_side(torch, env, peer, case, args.seed, backend, seconds, multiple,
-                                               host_cap)
+                                               host_cap, smallest)
         log(f"[{name}] largest side at the budget, {peer}: {result['largest'][peer]['largest_side']}")
     result["targets"] = targets(result, 3 if network == "unet3d" else 2, args.mode)
     return result

@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from test_torch_modules import _small_net_for_training, train_losses
-from torch_helpers import rand, torch
+from torch_helpers import policy_budget, rand, torch
 
 import pyooc.torch as pt  # noqa: E402
 from pyooc.torch import policy  # noqa: E402
@@ -106,8 +106,9 @@ def test_model_under_one_budget_matches_in_core_torch(rng):
     ref = _net().cuda()
     model = copy.deepcopy(ref)
     x = rand(rng, (8, 3, 64, 64)).float().cuda()
-    budget = 2 * policy.device_bytes(model[4], (8, 16, 32, 32))
-    runner = policy.OutOfCore(model, budget, device="cuda", backend="cuda")
+    # Free for in-core layers: between layer 8's working set and the first conv's.
+    free = (policy.device_bytes(model[4], (8, 16, 32, 32)) + policy.device_bytes(model[0], x.shape)) // 2
+    runner = policy.OutOfCore(model, policy_budget(model, "cuda", free), device="cuda", backend="cuda")
     for _ in range(3):
         ref.zero_grad(), model.zero_grad()
         loss = ref(x).square().sum()
@@ -149,8 +150,8 @@ def test_model_with_a_skip_across_placements(rng):
     model = copy.deepcopy(ref)
     x = rand(rng, (4, 16, 64, 64)).float().cuda()
     # A compute share between the upsampling's (in core) and the first conv's (pyooc) device bytes.
-    share = (policy.device_bytes(model.up, (4, 16, 32, 32)) + policy.device_bytes(model.enc[0], x.shape)) // 2
-    runner = policy.OutOfCore(model, 2 * share, device="cuda", backend="cuda")
+    free = (policy.device_bytes(model.up, (4, 16, 32, 32)) + policy.device_bytes(model.enc[0], x.shape)) // 2
+    runner = policy.OutOfCore(model, policy_budget(model, "cuda", free), device="cuda", backend="cuda")
     loss = ref(x).square().mean()
     loss.backward()
     loss2 = runner(x).square().mean()

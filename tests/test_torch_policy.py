@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from test_torch_modules import MODULES
-from torch_helpers import rand, torch
+from torch_helpers import policy_budget, rand, torch
 
 import pyooc.torch as pt  # noqa: E402
 from pyooc.torch import policy  # noqa: E402
@@ -84,8 +84,9 @@ def test_out_of_core_runs_the_model_under_one_budget(rng):
     x = rand(rng, (4, 2, 16, 16)).float()
     params = list(model.parameters())
     keys = list(model.state_dict())
-    budget = 2 * policy.device_bytes(model[4], (4, 6, 8, 8))  # conv 2 fits its compute share, conv 1 does not
-    runner = policy.OutOfCore(model, budget, device="cpu", backend="host")
+    # conv 2 fits what torch's share has free, conv 1 does not
+    runner = policy.OutOfCore(model, policy_budget(model, "cpu", policy.device_bytes(model[4], (4, 6, 8, 8))),
+                              device="cpu", backend="host")
     assert list(model.parameters()) == params and list(model.state_dict()) == keys
     for step in range(3):
         loss, grads = _grads(ref, x)
@@ -110,5 +111,71 @@ def test_out_of_core_runs_the_model_under_one_budget(rng):
 def test_out_of_core_refuses_a_bad_budget():
     with pytest.raises(ValueError, match="budget"):
         policy.OutOfCore(_net(), 0, device="cpu")
-    with pytest.raises(ValueError, match="saved_fraction"):
-        policy.OutOfCore(_net(), "1MiB", device="cpu", saved_fraction=1.0)
+    for name in ("compute_fraction", "keep_fraction"):
+        for value in (0.0, 1.0):
+            with pytest.raises(ValueError, match=name):
+                policy.OutOfCore(_net(), "1MiB", device="cpu", **{name: value})
+
+
+def _free_for_conv_2(model):
+    return policy_budget(model, "cpu", policy.device_bytes(model[4], (4, 6, 8, 8)))
+
+
+def test_placement_counts_what_torch_holds_now(rng, monkeypatch):
+    """The same budget and input: conv 2 runs in core while torch's share is empty, through pyooc
+    once torch holds part of its share (live activations, another model's tensors)."""
+    model = _net()
+    x = rand(rng, (4, 2, 16, 16)).float()
+    runner = policy.OutOfCore(model, _free_for_conv_2(model), device="cpu", backend="host")
+    runner(x).sum().backward()
+    assert runner.decisions["4"] == "device", runner.decisions
+    model.zero_grad()
+    # Held: enough that conv 2 (27,216 bytes) no longer fits, the linear layer (21,624) still does.
+    held = policy.device_bytes(model[4], (4, 6, 8, 8)) - 24_000
+    monkeypatch.setattr(policy, "bytes_in_use", lambda device: held)
+    runner(x).sum().backward()
+    assert runner.decisions["4"] == "pyooc" and runner.decisions["7"] == "device", runner.decisions
+
+
+def test_keep_budget_is_what_torch_share_leaves(rng, monkeypatch):
+    """Saved activations stay on the device up to keep_fraction of the room torch's share has at
+    the step's start, after what it holds, the gradients to come and the margin; none when full."""
+    model = _net()
+    x = rand(rng, (4, 2, 16, 16)).float()
+    runner = policy.OutOfCore(model, "1MiB", device="cpu", backend="host", keep_fraction=0.25)
+    held = 100_000
+    monkeypatch.setattr(policy, "bytes_in_use", lambda device: held)
+    grads = sum(p.numel() * 4 for p in model.parameters())
+    assert policy.gradient_reserve(model, "cpu") == grads
+    runner(x).sum().backward()
+    room = runner.torch_budget - held - grads - runner.margin
+    assert runner.offloader.budget == int(room * 0.25)
+    assert runner.offloader.resident <= runner.offloader.budget
+    assert policy.gradient_reserve(model, "cpu") == 0, "the backward made every gradient"
+    held = runner.torch_budget
+    runner(x).sum().backward()
+    assert runner.offloader.budget == 0 and runner.offloader.stats["kept"] == 0
+
+
+def test_in_core_out_of_memory_runs_the_layer_through_pyooc(rng, monkeypatch):
+    """A layer placed in core whose torch forward still runs out of device memory runs through
+    pyooc instead, with torch's result and gradients."""
+    torch.manual_seed(int(rng.integers(2**31)))
+    ref = _net()
+    model = copy.deepcopy(ref)
+    x = rand(rng, (4, 2, 16, 16)).float()
+    runner = policy.OutOfCore(model, "64MiB", device="cpu", backend="host")
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(nn.Conv2d, "forward", out_of_memory)
+    loss2 = runner(x).square().sum()
+    loss2.backward()
+    monkeypatch.undo()
+    loss, grads = _grads(ref, x)
+    assert runner.decisions["0"] == runner.decisions["4"] == "pyooc (in core ran out of memory)", runner.decisions
+    assert runner.decisions["7"] == "device"
+    assert rel_err(loss2.detach().numpy(), loss.numpy()) < 1e-5
+    for p, g in zip(model.parameters(), grads):
+        assert rel_err(p.grad.numpy(), g.numpy()) < 1e-5

@@ -3,6 +3,7 @@ PYOOC_REQUIRE_TORCH=1, as CI does; elsewhere the torch tests skip when torch is 
 comparison of a pyooc computation in float32 against torch's own ops in float64, forward and
 backward, at a budget tight enough that pyooc splits the work into chunks."""
 
+import math
 import os
 
 import pytest
@@ -90,3 +91,12 @@ def compare(rng, ours, theirs, inputs, *, tol=TOL, grad_tol=None, budget=True):
 
 
 __all__ = ["torch", "TOL", "rand", "compare", "fresh_copies", "forward_backward"]
+
+
+def policy_budget(model, device, free):
+    """A budget for pyooc.torch.policy.OutOfCore (compute_fraction 0.5) under which torch's share
+    has `free` bytes free for an in-core layer at a step's start: it adds what torch holds now, the
+    gradients the backward will allocate and the runner's margin (a sixteenth of torch's share)."""
+    from pyooc.torch import policy
+    held = policy.bytes_in_use(device) + policy.gradient_reserve(model, device)
+    return 2 * (math.ceil((free + held) * 16 / 15) + 16)

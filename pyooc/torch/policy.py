@@ -6,8 +6,8 @@ budget, and the model does not change.
 
 Per layer, at every call (shapes may change between calls):
 - **Placement.** A supported layer (the drop-in classes, modules.py) whose device working set fits
-  the compute share of the budget runs in core: torch's own forward on the device, its input moved
-  there if it is not. A layer that does not fit runs chunked through pyooc (memory_limit = the
+  what torch's share of the budget has free (below) runs in core: torch's own forward on the
+  device, its input moved there if it is not. A layer that does not fit runs chunked through pyooc (memory_limit = the
   compute share) on host tensors: its input moved to the host if it is not, its output left there.
   Parameters stay where the user put them (on the device); a pyooc layer reads host copies, made
   with autograd-tracked .to("cpu"), so their gradients reach the device Parameters. Other modules
@@ -15,17 +15,27 @@ Per layer, at every call (shapes may change between calls):
   the host (a U-Net's skip connection joining a pyooc layer's output and an in-core one's), the
   device ones move to the host (_OneDevice), where the larger tensors already are.
 - **Saved activations.** During the forward, every tensor autograd saves on the device is kept
-  there while the saved share of the budget has room; past it, it is copied to pinned host memory
+  there while this step's keep budget (below) has room; past it, it is copied to pinned host memory
   on a side stream (the forward does not wait for the copy) and the device copy is released. In the
   backward, the tensors come back in the reverse order of their saving: unpacking one starts the
   copies of the next `prefetch` offloaded ones on the side stream, so they arrive ahead of their
   backward, overlapped with compute. A tensor saved twice (a layer's output is the next layer's
   input) is packed once.
 
-The budget splits in two (saved_fraction, default 0.5): saved activations kept on the device, and
-the compute share, which bounds an in-core layer's working set (decide()) and is each pyooc call's
-memory_limit. Device memory torch's allocator caches is not counted here; the benchmark caps it with
-torch.cuda.set_per_process_memory_fraction (bench/train_network.py).
+The budget splits in two (compute_fraction, default 0.5). The compute share is pyooc's: each
+pyooc call's memory_limit, kept free of torch's allocations so that a call always finds it. Torch's
+allocator holds the rest (torch_budget): the parameters, their gradients and the optimizer's state,
+the activations alive in the forward (a U-Net's skip connections), the saved activations kept on the
+device, and the working sets of the layers that run in core. The runner counts what torch holds at
+the moment it decides (torch.cuda.memory_allocated), not by its own estimates:
+- at each step's start, the room torch's share has left (less the gradients the backward will
+  allocate) sets how many saved bytes stay on the device this step (keep_fraction of it);
+- a layer runs in core only when its working set fits what torch's share has free at that moment
+  (less the same gradient reserve and a margin for cuDNN's workspace and the allocator's rounding);
+- a layer whose in-core forward still runs out of memory runs through pyooc instead.
+The device then never holds more than the budget: torch's share (which the caller may enforce with
+torch.cuda.set_per_process_memory_fraction(torch_budget / total), as bench/train_network.py does)
+plus pyooc's share.
 """
 
 import weakref
@@ -82,9 +92,24 @@ def device_bytes(module, x_shape, element_size=4):
     return element_size * (2 * (_numel(x_shape) + _numel(output_shape(module, x_shape))) + 2 * params)
 
 
-def decide(module, x_shape, compute_budget, element_size=4):
-    """"device" (in core, torch's forward) or "pyooc" (chunked, host tensors) for this layer and input."""
-    return "device" if device_bytes(module, x_shape, element_size) <= compute_budget else "pyooc"
+def decide(module, x_shape, free_bytes, element_size=4):
+    """"device" (in core, torch's forward) or "pyooc" (chunked, host tensors) for this layer and
+    input, given the device bytes torch may still take."""
+    return "device" if device_bytes(module, x_shape, element_size) <= free_bytes else "pyooc"
+
+
+def bytes_in_use(device):
+    """Device bytes torch's allocator holds for tensors now (0 on the CPU: nothing is on a device)."""
+    device = torch.device(device)
+    return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+
+
+def gradient_reserve(model, device):
+    """Bytes the backward will allocate for the gradients of `model`'s device Parameters that have
+    none yet (zero_grad(set_to_none=True) freed them)."""
+    device = torch.device(device)
+    return sum(p.numel() * p.element_size() for p in model.parameters()
+               if p.requires_grad and p.grad is None and p.device.type == device.type)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -125,8 +150,11 @@ class SavedTensorOffloader:
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.new_step()
 
-    def new_step(self):
-        """Forgets the last step's handles: the budget is per forward/backward pass."""
+    def new_step(self, budget=None):
+        """Forgets the last step's handles: the budget is per forward/backward pass (budget: this
+        step's, else the one given before)."""
+        if budget is not None:
+            self.budget = max(0, int(budget))
         self.resident = 0
         self.offloaded = []  # in packing order: the backward unpacks them about in reverse
         self.seen = {}
@@ -237,7 +265,8 @@ class OutOfCore:
     back. decisions: layer name -> "device" or "pyooc" at the last call; offloader.stats: what the
     last step's saved activations did."""
 
-    def __init__(self, model, budget, *, device="cuda", saved_fraction=0.5, prefetch=2, backend="auto"):
+    def __init__(self, model, budget, *, device="cuda", compute_fraction=0.5, keep_fraction=0.5, prefetch=2,
+                 backend="auto"):
         try:
             total = parse_memory_limit(budget)
         except (TypeError, ValueError) as exc:
@@ -245,17 +274,22 @@ class OutOfCore:
                 from exc
         if not total:
             raise ValueError(f"budget must be a positive number of bytes or a string like '8GiB', got {budget!r}")
-        if not 0.0 <= saved_fraction < 1.0:
-            raise ValueError(f"saved_fraction must be in [0, 1), got {saved_fraction}")
+        for name, value in (("compute_fraction", compute_fraction), ("keep_fraction", keep_fraction)):
+            if not 0.0 < value < 1.0:
+                raise ValueError(f"{name} must be in (0, 1), got {value}")
         self.model = model
         self.device = torch.device(device)
         self.budget = total
-        self.saved_budget = int(total * saved_fraction)
-        self.compute_budget = total - self.saved_budget
+        self.compute_budget = int(total * compute_fraction)  # pyooc's calls: their memory_limit
+        self.torch_budget = total - self.compute_budget      # torch's allocator: everything else
+        # cuDNN's workspace of an in-core layer and the allocator's rounding, outside device_bytes.
+        self.margin = self.torch_budget // 16
+        self.keep_fraction = keep_fraction
         self.backend = backend
-        self.offloader = SavedTensorOffloader(self.saved_budget, self.device, prefetch=prefetch)
+        self.offloader = SavedTensorOffloader(0, self.device, prefetch=prefetch)
         self.decisions = {}
         self._names = {}
+        self._gradient_reserve = 0
         _modules.convert(model, memory_limit=self.compute_budget, backend=backend)
         for name, module in model.named_modules():
             if isinstance(module, _modules._PyoocModule):
@@ -263,9 +297,14 @@ class OutOfCore:
                 self._names[module] = name
 
     def __call__(self, *args, **kwargs):
-        self.offloader.new_step()
+        self._gradient_reserve = gradient_reserve(self.model, self.device)
+        self.offloader.new_step(budget=int(max(0, self.free_bytes()) * self.keep_fraction))
         with self.offloader.hooks(), _OneDevice(self.device):
             return self.model(*args, **kwargs)
+
+    def free_bytes(self):
+        """What torch's share has free now for an in-core layer's working set."""
+        return self.torch_budget - bytes_in_use(self.device) - self._gradient_reserve - self.margin
 
     def release(self):
         """Detaches the policy and gives every swapped module its torch class back."""
@@ -277,10 +316,18 @@ class OutOfCore:
     def run(self, module, pyooc_forward, args, kwargs):
         """A drop-in's forward under the policy (modules._PyoocModule.forward calls this)."""
         x = args[0]
-        decision = decide(module, x.shape, self.compute_budget, x.element_size())
-        self.decisions[self._names.get(module, "?")] = decision
+        name = self._names.get(module, "?")
+        decision = decide(module, x.shape, self.free_bytes(), x.element_size())
+        self.decisions[name] = decision
         if decision == "device":
-            return module.torch_class.forward(module, x.to(self.device), *args[1:], **kwargs)
+            try:
+                return module.torch_class.forward(module, x.to(self.device), *args[1:], **kwargs)
+            except torch.cuda.OutOfMemoryError:
+                # What the counts did not foresee (the allocator's fragmentation, a workspace): the
+                # forward allocated nothing that outlives the exception, so pyooc runs the layer.
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                self.decisions[name] = "pyooc (in core ran out of memory)"
         return self._run_pyooc(module, pyooc_forward, x.to("cpu"), args[1:], kwargs)
 
     def _run_pyooc(self, module, pyooc_forward, x, rest, kwargs):
@@ -314,4 +361,5 @@ class OutOfCore:
         return out
 
 
-__all__ = ["OutOfCore", "SavedTensorOffloader", "decide", "device_bytes", "output_shape"]
+__all__ = ["OutOfCore", "SavedTensorOffloader", "bytes_in_use", "decide", "device_bytes", "gradient_reserve",
+           "output_shape"]
