@@ -1,5 +1,6 @@
 """The operations bench/layers.py measures, one class each: its operands (name -> shape, float32),
-how to draw them, the pyooc call and its plan, torch's in-core op, a float64 numpy reference and,
+how to draw them, the pyooc call (into given outputs, or into new results) and its plan, torch's
+in-core op, a float64 numpy reference, which input a chain of calls feeds the previous result to and,
 where slices of the leading dim are independent, the per-chunk function the torch chunk loops run.
 
 Inputs are drawn through a small namespace (NumpyDraw on the host for a dry run, TorchDraw on the
@@ -8,6 +9,8 @@ GPU) so one `draw` serves both; torch is imported only by TorchDraw's caller."""
 import math
 
 import numpy as np
+
+from _measure import NO_GRADIENT_CHAIN, shape_breaks_chain
 
 EPS = 1e-5  # batch norm's epsilon, pyooc's and torch's default
 
@@ -90,6 +93,21 @@ def np_maxpool2_backward(x, dy):
     return dx.reshape(n, c, h // 2, w // 2, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(x.shape)
 
 
+def _out(o, name):
+    """The output array `name` of o for out=, or None (o None: pyooc allocates the result)."""
+    return None if o is None else o[name]
+
+
+def _with_small_outputs(op, o, got):
+    """The outputs by name of a call returning (large output, small ones...): with given outputs o
+    (out= takes the large one only), the small ones copied into o's."""
+    if o is None:
+        return dict(zip(op.outputs, got))
+    for name, value in list(zip(op.outputs, got))[1:]:
+        o[name][...] = value
+    return o
+
+
 def _channel_axes(x):
     return (0,) + tuple(range(2, x.ndim))
 
@@ -101,14 +119,18 @@ def _per_channel(v, x):
 class LayerOp:
     """One benchmarked operation. Subclasses set `inputs` and `outputs` (name -> shape; the first
     output is the large one) and define draw(d) (inputs from a NumpyDraw/TorchDraw), pyooc(pyooc, a,
-    o, **opts) (the call on input arrays a, writing output arrays o), plan(pyooc, **opts), and either
-    chunk_op / chunk_ref (row ops: the op on (*resident, *rows) slices) or incore / reference."""
+    o, **opts) (the call on input arrays a, writing output arrays o, or with o None into the new
+    results pyooc allocates, as a caller without out= gets them; returns the outputs by name),
+    plan(pyooc, **opts), and either chunk_op / chunk_ref (row ops: the op on (*resident, *rows)
+    slices) or incore / reference."""
 
     rows = None         # inputs a torch chunk loop streams in slices of the leading dim (None: no natural loop)
     resident = ()       # inputs such a loop uploads once per call
     in_place = False    # the output is the first input, overwritten
     two_pass = False    # reads its inputs twice (statistics first): the roofline takes the plan's bytes
     flatten = False     # element-wise: the loop's rows are the flattened arrays' elements
+    chain = None        # the input a previous call's main output feeds in a chain of calls (y1 = op(y0))
+    no_chain = None     # why there is no such input (chain None)
     flops = None
 
     @property
@@ -137,6 +159,17 @@ class LayerOp:
     def row_view(self, a):
         return a.reshape(-1) if self.flatten else a
 
+    def chain_input(self):
+        """(the input a chain of calls feeds the previous call's main output to, None), or (None, why
+        this op has no chain): conv_forward's chained variant, y1 = op(y0) with y0 a pyooc result."""
+        if self.in_place:
+            return None, "in place (out is x): no new result to feed the next call"
+        if self.chain is None:
+            return None, self.no_chain
+        if self.inputs[self.chain] != self.outputs[self.main]:
+            return None, shape_breaks_chain(self.main, self.chain)
+        return self.chain, None
+
     def scratch_row_bytes(self):
         """Device bytes per row the chunk function allocates besides its output (the peers' budget)."""
         return 0
@@ -159,6 +192,7 @@ class LayerOp:
 class Relu(LayerOp):
     rows = ("x",)
     flatten = True
+    chain = "x"
 
     def __init__(self, shape, in_place=False):
         self.inputs, self.outputs, self.in_place = {"x": shape}, {"y": shape}, in_place
@@ -167,7 +201,7 @@ class Relu(LayerOp):
         return {"x": d.randn(self.inputs["x"])}
 
     def pyooc(self, pyooc, a, o, **opts):
-        pyooc.activation_forward(a["x"], "relu", out=o["y"], **opts)
+        return {"y": pyooc.activation_forward(a["x"], "relu", out=_out(o, "y"), **opts)}
 
     def plan(self, pyooc, **opts):
         return pyooc.plan_activation_forward(self.inputs["x"], **opts)
@@ -191,6 +225,7 @@ class SigmoidBackward(LayerOp):
 
     rows = ("y", "dy")
     flatten = True
+    no_chain = NO_GRADIENT_CHAIN
 
     def __init__(self, shape):
         self.inputs, self.outputs = {"y": shape, "dy": shape, "x": shape}, {"dx": shape}
@@ -204,7 +239,7 @@ class SigmoidBackward(LayerOp):
         return {"y": d.sigmoid(x), "dy": d.randn(self.inputs["dy"]), "x": x}
 
     def pyooc(self, pyooc, a, o, **opts):
-        pyooc.activation_backward(a["y"], a["dy"], a["x"], "sigmoid", out=o["dx"], **opts)
+        return {"dx": pyooc.activation_backward(a["y"], a["dy"], a["x"], "sigmoid", out=_out(o, "dx"), **opts)}
 
     def plan(self, pyooc, **opts):
         return pyooc.plan_activation_backward(self.inputs["x"], mode="sigmoid", **opts)
@@ -218,6 +253,7 @@ class SigmoidBackward(LayerOp):
 
 class MaxPool2(LayerOp):
     rows = ("x",)
+    chain = "x"  # y is a quarter of x: no chain (chain_input says so)
 
     def __init__(self, x_shape):
         n, c, h, w = x_shape
@@ -227,7 +263,7 @@ class MaxPool2(LayerOp):
         return {"x": d.randn(self.inputs["x"])}
 
     def pyooc(self, pyooc, a, o, **opts):
-        pyooc.pool_forward(a["x"], 2, mode="max", out=o["y"], **opts)
+        return {"y": pyooc.pool_forward(a["x"], 2, mode="max", out=_out(o, "y"), **opts)}
 
     def plan(self, pyooc, **opts):
         return pyooc.plan_pool_forward(self.inputs["x"], 2, **opts)
@@ -244,6 +280,7 @@ class MaxPool2Backward(LayerOp):
     with indices) and move x and dy only. In-core torch times the backward from saved indices."""
 
     rows = ("x", "dy")
+    no_chain = NO_GRADIENT_CHAIN
 
     def __init__(self, x_shape):
         n, c, h, w = x_shape
@@ -255,7 +292,7 @@ class MaxPool2Backward(LayerOp):
         return {"y": d.maxpool2(x), "dy": d.randn(self.inputs["dy"]), "x": x}
 
     def pyooc(self, pyooc, a, o, **opts):
-        pyooc.pool_backward(a["y"], a["dy"], a["x"], 2, mode="max", out=o["dx"], **opts)
+        return {"dx": pyooc.pool_backward(a["y"], a["dy"], a["x"], 2, mode="max", out=_out(o, "dx"), **opts)}
 
     def plan(self, pyooc, **opts):
         return pyooc.plan_pool_backward(self.inputs["x"], 2, **opts)
@@ -282,6 +319,7 @@ class MaxPool2Backward(LayerOp):
 
 class SoftmaxChannel(LayerOp):
     rows = ("x",)
+    chain = "x"
 
     def __init__(self, shape):
         self.inputs, self.outputs = {"x": shape}, {"y": shape}
@@ -290,7 +328,7 @@ class SoftmaxChannel(LayerOp):
         return {"x": d.randn(self.inputs["x"], scale=3.0)}
 
     def pyooc(self, pyooc, a, o, **opts):
-        pyooc.softmax_forward(a["x"], mode="channel", out=o["y"], **opts)
+        return {"y": pyooc.softmax_forward(a["x"], mode="channel", out=_out(o, "y"), **opts)}
 
     def plan(self, pyooc, **opts):
         return pyooc.plan_softmax_forward(self.inputs["x"], mode="channel", **opts)
@@ -308,6 +346,7 @@ class AddBias(LayerOp):
 
     rows = ("c",)
     resident = ("a",)
+    chain = "c"
 
     def __init__(self, shape):
         self.inputs, self.outputs = {"a": (1, shape[1], 1, 1), "c": shape}, {"out": shape}
@@ -316,7 +355,7 @@ class AddBias(LayerOp):
         return {"a": d.randn(self.inputs["a"]), "c": d.randn(self.inputs["c"])}
 
     def pyooc(self, pyooc, a, o, **opts):
-        pyooc.add_tensor(a["a"], a["c"], out=o["out"], **opts)
+        return {"out": pyooc.add_tensor(a["a"], a["c"], out=_out(o, "out"), **opts)}
 
     def plan(self, pyooc, **opts):
         return pyooc.plan_add_tensor(self.inputs["a"], self.inputs["c"], **opts)
@@ -333,6 +372,7 @@ class BatchNormTraining(LayerOp):
     a second to normalize (x is over the budget), so the roofline takes the plan's bytes."""
 
     two_pass = True
+    chain = "x"
 
     def __init__(self, shape):
         c = (shape[1],)
@@ -344,9 +384,8 @@ class BatchNormTraining(LayerOp):
                 "bias": d.randn(self.inputs["bias"])}
 
     def pyooc(self, pyooc, a, o, **opts):
-        _, mean, invstd = pyooc.batchnorm_forward_training(a["x"], a["scale"], a["bias"], eps=EPS, out=o["y"],
-                                                           **opts)
-        o["saved_mean"][...], o["saved_invstd"][...] = mean, invstd
+        got = pyooc.batchnorm_forward_training(a["x"], a["scale"], a["bias"], eps=EPS, out=_out(o, "y"), **opts)
+        return _with_small_outputs(self, o, got)
 
     def plan(self, pyooc, **opts):
         return pyooc.plan_batchnorm_forward_training(self.inputs["x"], **opts)
@@ -367,6 +406,7 @@ class BatchNormBackward(LayerOp):
     """dx, dscale, dbias: a pass over x and dy for the two per-channel sums, a second for dx."""
 
     two_pass = True
+    no_chain = NO_GRADIENT_CHAIN
 
     def __init__(self, shape):
         c = (shape[1],)
@@ -380,9 +420,9 @@ class BatchNormBackward(LayerOp):
                 "saved_mean": mean, "saved_invstd": invstd}
 
     def pyooc(self, pyooc, a, o, **opts):
-        _, dscale, dbias = pyooc.batchnorm_backward(a["x"], a["dy"], a["scale"], a["saved_mean"], a["saved_invstd"],
-                                                    eps=EPS, out=o["dx"], **opts)
-        o["dscale"][...], o["dbias"][...] = dscale, dbias
+        got = pyooc.batchnorm_backward(a["x"], a["dy"], a["scale"], a["saved_mean"], a["saved_invstd"], eps=EPS,
+                                       out=_out(o, "dx"), **opts)
+        return _with_small_outputs(self, o, got)
 
     def plan(self, pyooc, **opts):
         return pyooc.plan_batchnorm_backward(self.inputs["x"], **opts)
@@ -406,6 +446,8 @@ class Matmul(LayerOp):
     """c = a @ b for a [M, K], b [K, N]: no slice of it is independent of a whole operand, so no
     torch chunk loop; its roofline's compute term is the in-core SGEMM."""
 
+    chain = "a"  # c = a @ b, then c @ b: only where b is square
+
     def __init__(self, m, k, n):
         self.inputs, self.outputs = {"a": (m, k), "b": (k, n)}, {"c": (m, n)}
         self.flops = 2 * m * n * k
@@ -415,7 +457,7 @@ class Matmul(LayerOp):
         return {"a": d.randn(self.inputs["a"]), "b": d.randn(self.inputs["b"], scale=1 / math.sqrt(k))}
 
     def pyooc(self, pyooc, a, o, **opts):
-        pyooc.matmul(a["a"], a["b"], out=o["c"], **opts)
+        return {"c": pyooc.matmul(a["a"], a["b"], out=_out(o, "c"), **opts)}
 
     def plan(self, pyooc, **opts):
         return pyooc.plan_matmul(self.inputs["a"], self.inputs["b"], **opts)
@@ -433,6 +475,7 @@ class Linear(LayerOp):
 
     rows = ("x",)
     resident = ("w", "b")
+    chain = "x"  # y = x @ w.T + b, then y @ w.T + b: only where w is square
 
     def __init__(self, m, k, n):
         self.inputs, self.outputs = {"w": (n, k), "b": (n,), "x": (m, k)}, {"y": (m, n)}
@@ -444,7 +487,7 @@ class Linear(LayerOp):
                 "x": d.randn(self.inputs["x"])}
 
     def pyooc(self, pyooc, a, o, **opts):
-        pyooc.linear_forward(a["x"], a["w"], a["b"], out=o["y"], **opts)
+        return {"y": pyooc.linear_forward(a["x"], a["w"], a["b"], out=_out(o, "y"), **opts)}
 
     def plan(self, pyooc, **opts):
         return pyooc.plan_linear_forward(self.inputs["x"], self.inputs["w"], bias=True, **opts)

@@ -1,7 +1,8 @@
 """Measuring one peer the same way for all of them: the device budget it gets (memory_limit_for),
-pyooc's variants (pageable or pinned arrays) with what pyooc reports about the run, and the torch
-peers sized to that budget by measurement (fit_peer) before they are timed. Each output is checked
-(_check.py) after its warm-up run and before the timed repeats (_timing.py)."""
+pyooc's variants (the arrays users pass: pageable or pinned, out= or a fresh result, a chain) with
+what pyooc reports about the run, and the torch peers sized to that budget by measurement (fit_peer)
+before they are timed. Each output is poisoned before its warm-up run and checked (_check.py) after
+it, before the timed repeats (_timing.py)."""
 
 import os
 import time
@@ -65,6 +66,53 @@ def run_pyooc_variant(pyooc, result, variant, call, poison, check, args, backend
     result["pyooc_stats"][variant]["link_GBps"] = moved / median(times) / GB if moved else None
     record_queue_profile(pyooc, result, variant, call, backend)
     return median(times)
+
+
+def run_fresh_variant(pyooc, result, variant, call, shapes, check, args, backend, torch=None):
+    """A pyooc variant whose call() returns new results (no out=: `y = op(x)`, as most callers write
+    it; outputs of these shapes): the previous results are dropped before each call (their blocks go
+    back to pyooc's pinned cache before the next are cut), the memory the warm-up's results are cut
+    from is poisoned (poison_new_results), and check(results) judges them. Returns the median
+    seconds, as run_pyooc_variant."""
+    made = {}
+
+    def call_fresh():
+        made["out"] = None
+        made["out"] = call()
+
+    return run_pyooc_variant(pyooc, result, variant, call_fresh, lambda: poison_new_results(pyooc, shapes, torch),
+                             lambda: check(made["out"]), args, backend)
+
+
+def poison_new_results(pyooc, shapes, torch=None):
+    """NaN into the memory the next call's new results are cut from: a fresh variant's poisoning, as
+    out.fill(nan) is the others'. For each shape, results are taken from the allocator pyooc's calls
+    use (pyooc.pinned_cache.new_result) until one is not a reused cache block (a new block, or a
+    plain numpy array) or no block is left idle, so every block that could serve the shape is among
+    them; all are filled with NaN (torch, where given, fills with every core) and given back. Without
+    a GPU results are plain numpy arrays, and malloc hands the freed memory out again (as a rule)."""
+    held = []
+    for shape in shapes:
+        while True:
+            reused = pyooc.pinned_results()["reused"]
+            held.append(pyooc.pinned_cache.new_result(tuple(shape)))
+            after = pyooc.pinned_results()
+            if after["reused"] == reused or after["idle_bytes"] == 0:
+                break
+    for a in held:
+        if torch is not None:
+            torch.from_numpy(a).fill_(float("nan"))
+        else:
+            a.fill(float("nan"))
+
+
+# Why a case has no chained variant (conv_forward's: the input is a previous call's result).
+NO_GRADIENT_CHAIN = "a gradient's output is not the next gradient's input"
+
+
+def shape_breaks_chain(out_name, in_name):
+    """Why an op whose output `out_name` cannot be its next call's `in_name` has no chained variant."""
+    return f"{out_name}'s shape differs from {in_name}'s: no chain of this layer"
 
 
 def run_torch_peer(torch, result, name, peer, limit, w_bytes, poison, check, repeats, args, warm_runs=1):

@@ -4,7 +4,9 @@ and the markdown table, written under --out (bench/results for a full run).
 Every benchmark's case carries the same timing keys (roofline_s, pyooc_pinned_s, pyooc_pageable_s,
 incore_torch_s, naive_torch_s, expert_torch_s), so one summary and one table serve them all; a
 benchmark adds its own sections (report_markdown's `sections`) or, like fused.py, writes its own
-table with markdown_table and target_row."""
+table with markdown_table and target_rows. The array variants users pass (issue 14: all pinned, a
+fresh result, a chain; pyooc_<variant>_s beside roofline_s) have their targets (VARIANT_TARGETS,
+summarize_variants) and table (variant_lines) here, for every benchmark that measures them."""
 
 import json
 import os
@@ -34,10 +36,38 @@ def summarize(r, targets):
         "expert_efficiency": ratio(rl, r["expert_torch_s"]),
     }
     r["targets"] = {}
+    add_targets(r, targets)
+
+
+def add_targets(r, targets, lower_is_better=False):
+    """Each target (key, goal, label) of r["ratios"][key] into r["targets"]: met, missed, or None
+    (not measured)."""
     for key, goal, label in targets:
         value = r["ratios"][key]
-        r["targets"][key] = {"goal": goal, "label": label, "value": value,
-                             "met": None if value is None else value >= goal}
+        t = r["targets"][key] = {"goal": goal, "label": label, "value": value}
+        if lower_is_better:
+            t["lower_is_better"] = True
+        t["met"] = None if value is None else value <= goal if lower_is_better else value >= goal
+
+
+# The array variants' targets (issue 14), against the roofline of the case: each (key, goal, label).
+VARIANT_TARGETS = [
+    ("all_pinned_efficiency", 0.90, "all pinned >= 0.90 of roofline"),
+    ("chained_efficiency", 0.90, "chained >= 0.90 of roofline"),
+    ("fresh_efficiency", 0.60, "fresh result >= 0.60 of roofline"),
+]
+
+
+def summarize_variants(r, targets=VARIANT_TARGETS):
+    """The array variants' ratios to the roofline (pyooc_all_pinned_s, pyooc_chained_s,
+    pyooc_fresh_s; None where not measured) and their targets, beside summarize's."""
+    rl = r["roofline_s"]
+    r["ratios"].update({
+        "all_pinned_efficiency": ratio(rl, r.get("pyooc_all_pinned_s")),
+        "chained_efficiency": ratio(rl, r.get("pyooc_chained_s")),
+        "fresh_efficiency": ratio(rl, r.get("pyooc_fresh_s")),
+    })
+    add_targets(r, targets)
 
 
 # --------------------------------------------------------------------------------------------
@@ -65,11 +95,7 @@ def report_markdown(report, name, case_detail, roofline_note="", sections=()):
     lines.append(markdown_table(["case", "working set", "memory_limit", "roofline", "pyooc pinned",
                                  "pyooc pageable", "in-core torch", "naive torch", "expert torch"], rows))
     lines += ["", "Targets:", ""]
-    rows = []
-    for c in report["cases"]:
-        for t in c["targets"].values():
-            value, verdict = target_row(t["value"], t["goal"])
-            rows.append([c["name"], t["label"], value, verdict])
+    rows = [row for c in report["cases"] for row in target_rows(c)]
     lines.append(markdown_table(["case", "target", "value", "verdict"], rows))
     lines += list(sections)
     notes = []
@@ -113,6 +139,40 @@ def target_row(value, goal, higher_is_better=True):
         return "-", "not measured"
     met = value >= goal if higher_is_better else value <= goal
     return f"{value:.2f}", "met" if met else "missed"
+
+
+def target_rows(case, keys=None):
+    """The targets table's rows of a case (those named in keys, else all): case, label, value,
+    verdict."""
+    rows = []
+    for key, t in case["targets"].items():
+        if keys is None or key in keys:
+            value, verdict = target_row(t["value"], t["goal"], not t.get("lower_is_better"))
+            rows.append([case["name"], t["label"], value, verdict])
+    return rows
+
+
+def variant_lines(report, columns):
+    """A table of the array variants' median seconds, each with its fraction of its bound: columns
+    (label, time key, bound key), e.g. ("all pinned", "pyooc_all_pinned_s", "roofline_s"); "-"
+    where a variant was not measured."""
+    host = report["bandwidth"].get("host_copy")
+    own = any(bound == "pageable_bound_s" for _, _, bound in columns)
+    lines = ["", "Array variants (seconds, fraction of the roofline; a pageable variant's own bound also counts the "
+             f"host copy of every byte with all cores, {host:.1f} GB/s measured in this run):" if host and own else
+             "Array variants (seconds, fraction of the roofline):", "",
+             "| case | " + " | ".join(label for label, _, _ in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for c in report["cases"]:
+        cells = []
+        for _, key, bound in columns:
+            t, rl = c.get(key), c.get(bound)
+            cells.append("-" if t is None else f"{t:.3f} ({rl / t:.2f})" if rl else f"{t:.3f}")
+        lines.append(f"| {c['name']} | " + " | ".join(cells) + " |")
+    stand_ins = {c["pinned_arrays"] for c in report["cases"] if c.get("pinned_arrays")}
+    for note in sorted(stand_ins):
+        lines += ["", f"Pinned variants: {note}."]
+    return lines
 
 
 def markdown_table(header, rows):

@@ -34,7 +34,8 @@ from _conv_geometry import (  # noqa: E402
     SELF_TEST_GEOMETRIES, ConvGeometry, chunk_conv_padding, plan_chunks, plan_data_grad_chunks, self_test_budgets)
 from _conv_peers import ExpertTorchGrad, NaiveTorchGrad, torch_grad_fns  # noqa: E402
 from _link import pageable_bound, roofline  # noqa: E402
-from _measure import memory_limit_for, plan_dict, run_pyooc_variant, run_torch_peer  # noqa: E402
+from _measure import (  # noqa: E402
+    NO_GRADIENT_CHAIN, memory_limit_for, plan_dict, run_fresh_variant, run_pyooc_variant, run_torch_peer)
 from _report import markdown_table, ratio, summarize  # noqa: E402
 from _timing import median, timed_runs  # noqa: E402
 from _torch_env import release_host_cache  # noqa: E402
@@ -205,16 +206,13 @@ def run_pyooc(pyooc, result, variant, op, geom, x, w, dy, out, limit, backend, r
                              lambda: check_output(result, variant, reference, out), args, backend)
 
 
-def run_pyooc_fresh(pyooc, result, op, geom, x, w, dy, limit, backend, reference, args):
+def run_pyooc_fresh(pyooc, torch, result, op, geom, x, w, dy, limit, backend, reference, args):
     """The gradient as most callers write it, a new result each call (out= not given)."""
-    made = {}
-
     def call():
-        made["out"] = None  # the previous result goes back to pyooc's pinned cache first
-        made["out"] = call_pyooc(pyooc, op, geom, x, w, dy, None, limit, backend)
+        return call_pyooc(pyooc, op, geom, x, w, dy, None, limit, backend)
 
-    return run_pyooc_variant(pyooc, result, "fresh", call, lambda: None,
-                             lambda: check_output(result, "fresh", reference, made["out"]), args, backend)
+    return run_fresh_variant(pyooc, result, "fresh", call, [geom.x_shape if op == "data" else geom.w_shape],
+                             lambda out: check_output(result, "fresh", reference, out), args, backend, torch)
 
 
 def run_grad_peer(torch, result, name, peer, limit, w_bytes, out, reference, repeats, args):
@@ -321,9 +319,9 @@ def run_case(name, spec, ctx):
         for peer in ("naive", "pinned", "all_pinned", "expert"):
             result["skipped"][peer] = "no torch/GPU (dry run)" if torch is None else "no in-core reference"
 
-    result["pyooc_fresh_s"] = attempt("fresh", lambda: run_pyooc_fresh(pyooc, result, op, geom, x, w, dy, limit,
+    result["pyooc_fresh_s"] = attempt("fresh", lambda: run_pyooc_fresh(pyooc, torch, result, op, geom, x, w, dy, limit,
                                                                        backend, reference, args))
-    result["skipped"]["chained"] = "a gradient's output is not the next gradient's input"
+    result["skipped"]["chained"] = NO_GRADIENT_CHAIN
     result["skipped"]["bf16"] = "bf16 is measured on the forward (bench/conv_forward.py)"
     summarize(result, fwd.TARGETS)
     fwd.summarize_variants(result)

@@ -34,8 +34,10 @@ from _conv_geometry import (  # noqa: E402
     SELF_TEST_GEOMETRIES, ConvGeometry, chunk_conv_padding, conv_out_len, plan_chunks, self_test_budgets)
 from _conv_peers import ExpertTorchConv, NaiveTorchConv, torch_conv_fn  # noqa: E402
 from _link import pageable_bound, roofline  # noqa: E402
-from _measure import memory_limit_for, plan_dict, run_pyooc_variant, run_torch_peer  # noqa: E402
+from _measure import (  # noqa: E402
+    memory_limit_for, plan_dict, run_fresh_variant, run_pyooc_variant, run_torch_peer, shape_breaks_chain)
 from _region_copy import copy_segments  # noqa: E402
+import _report  # noqa: E402
 from _report import report_markdown, summarize  # noqa: E402
 from _timing import median, timed_runs  # noqa: E402
 from _torch_env import release_host_cache  # noqa: E402
@@ -58,10 +60,8 @@ TARGETS = [
 #   chained     the input is a previous pyooc result (y1 = conv(y0, w))  pyooc_chained_s
 #   bf16        x, w and y in bfloat16, pinned (half the link bytes)     pyooc_bf16_s, against its own roofline
 PEERS = ("incore", "pageable", "naive", "pinned", "expert", "all_pinned", "fresh", "chained", "bf16")
-VARIANT_TARGETS = [
-    ("all_pinned_efficiency", 0.90, "all pinned >= 0.90 of roofline"),
-    ("chained_efficiency", 0.90, "chained >= 0.90 of roofline"),
-    ("fresh_efficiency", 0.60, "fresh result >= 0.60 of roofline"),
+# Every benchmark's variant targets (_report.VARIANT_TARGETS: all pinned, chained, fresh), then the conv's own.
+VARIANT_TARGETS = _report.VARIANT_TARGETS + [
     ("pageable_own_efficiency", 0.90, "pageable, out= >= 0.90 of its own bound (link or host copy)"),
     ("pageable_link_floor", 0.50, "pageable, out= >= 0.50 of the link roofline"),
     ("bf16_efficiency", 0.90, "bf16 >= 0.90 of its own roofline"),
@@ -290,18 +290,15 @@ def run_pyooc(pyooc, result, variant, x, w, y, geom, limit, backend, reference, 
                              lambda: check_output(result, variant, reference, y), args, backend)
 
 
-def run_pyooc_fresh(pyooc, result, variant, x, w, geom, limit, backend, reference, args):
+def run_pyooc_fresh(pyooc, torch, result, variant, x, w, geom, limit, backend, reference, args):
     """y = conv_forward(x, w) as most callers write it: a new result each call (where a GPU is, cut
-    from pyooc's pinned result cache), checked after the warm-up."""
-    made = {}
-
+    from pyooc's pinned result cache), checked after the warm-up (_measure.run_fresh_variant)."""
     def call():
-        made["y"] = None  # the previous result goes back to the cache before the next is cut
-        made["y"] = pyooc.conv_forward(x, w, stride=geom.stride, padding=geom.padding, dilation=geom.dilation,
-                                       memory_limit=limit, backend=backend)
+        return pyooc.conv_forward(x, w, stride=geom.stride, padding=geom.padding, dilation=geom.dilation,
+                                  memory_limit=limit, backend=backend)
 
-    return run_pyooc_variant(pyooc, result, variant, call, lambda: None,
-                             lambda: check_output(result, variant, reference, made["y"]), args, backend)
+    return run_fresh_variant(pyooc, result, variant, call, [geom.y_shape],
+                             lambda y: check_output(result, variant, reference, y), args, backend, torch)
 
 
 def run_bf16(pyooc, torch, result, x, w, geom, limit, ctx, args):
@@ -421,7 +418,7 @@ def run_case(name, spec, ctx):
         result["skipped"]["all_pinned"] = "no GPU: pinned memory needs CUDA (dry run)"
 
     result["pyooc_fresh_s"] = attempt(
-        "fresh", lambda: run_pyooc_fresh(pyooc, result, "fresh", x, w, geom, limit, backend, reference, args))
+        "fresh", lambda: run_pyooc_fresh(pyooc, torch, result, "fresh", x, w, geom, limit, backend, reference, args))
 
     if geom.y_shape == geom.x_shape:  # the result can be the next call's input
         def chained():
@@ -429,10 +426,10 @@ def run_case(name, spec, ctx):
                                     memory_limit=limit, backend=backend)
             chain_ref = (TorchReference(torch, geom, y0, w, None) if torch is not None
                          else Reference(None, np_conv(y0, w, geom.stride, geom.padding, geom.dilation)))
-            return run_pyooc_fresh(pyooc, result, "chained", y0, w, geom, limit, backend, chain_ref, args)
+            return run_pyooc_fresh(pyooc, torch, result, "chained", y0, w, geom, limit, backend, chain_ref, args)
         result["pyooc_chained_s"] = attempt("chained", chained)
     else:
-        result["skipped"]["chained"] = "y's shape differs from x's: no chain of this layer"
+        result["skipped"]["chained"] = shape_breaks_chain("y", "x")
 
     if backend == "cuda":
         result["pyooc_bf16_s"] = attempt("bf16", lambda: run_bf16(pyooc, torch, result, x, w, geom, limit, ctx, args))
@@ -471,26 +468,19 @@ def run_case(name, spec, ctx):
 
 
 def summarize_variants(r):
-    """The variants' ratios against the roofline (bf16 against its own, and against float32's
-    all-pinned run), with their targets, beside summarize's."""
-    def ratio(a, b):
-        return None if a is None or b is None or b == 0 else a / b
-
+    """The variants' ratios against the roofline (_report.summarize_variants), the pageable one
+    against its own bound too, bf16 against its own roofline and against float32's all-pinned run,
+    with their targets, beside summarize's."""
+    ratio = _report.ratio
     rl = r["roofline_s"]
     r["ratios"].update({
         "pageable_own_efficiency": ratio(r.get("pageable_bound_s"), r.get("pyooc_pageable_s")),
         "pageable_link_floor": ratio(rl, r.get("pyooc_pageable_s")),
-        "all_pinned_efficiency": ratio(rl, r.get("pyooc_all_pinned_s")),
-        "chained_efficiency": ratio(rl, r.get("pyooc_chained_s")),
-        "fresh_efficiency": ratio(rl, r.get("pyooc_fresh_s")),
         "bf16_efficiency": ratio(r.get("bf16_roofline_s"), r.get("pyooc_bf16_s")),
         "bf16_speedup": ratio(r.get("pyooc_all_pinned_s"), r.get("pyooc_bf16_s")),
         "ratio_vs_expert_all_pinned": ratio(r.get("expert_torch_s"), r.get("pyooc_all_pinned_s")),
     })
-    for key, goal, label in VARIANT_TARGETS:
-        value = r["ratios"][key]
-        r["targets"][key] = {"goal": goal, "label": label, "value": value,
-                             "met": None if value is None else value >= goal}
+    _report.summarize_variants(r, VARIANT_TARGETS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -504,28 +494,12 @@ VARIANT_COLUMNS = [("all pinned", "pyooc_all_pinned_s", "roofline_s"), ("pinned 
                    ("chained", "pyooc_chained_s", "roofline_s"), ("bf16 all pinned", "pyooc_bf16_s", "bf16_roofline_s")]
 
 
-def variant_lines(report):
-    """A table of every array variant's median seconds and its fraction of the roofline (bf16: of
-    its own, half the bytes)."""
-    host = report["bandwidth"].get("host_copy")
-    lines = ["", "Array variants (seconds, fraction of the roofline; a pageable variant's own bound also counts the "
-             f"host copy of every byte with all cores, {host:.1f} GB/s measured in this run):" if host else
-             "Array variants (seconds, fraction of the roofline):", "",
-             "| case | " + " | ".join(label for label, _, _ in VARIANT_COLUMNS) + " |",
-             "|---|" + "---|" * len(VARIANT_COLUMNS)]
-    for c in report["cases"]:
-        cells = []
-        for _, key, bound in VARIANT_COLUMNS:
-            t, rl = c.get(key), c.get(bound)
-            cells.append("-" if t is None else f"{t:.3f} ({rl / t:.2f})" if rl else f"{t:.3f}")
-        lines.append(f"| {c['name']} | " + " | ".join(cells) + " |")
-    return lines
-
-
 def markdown(report, name=NAME, roofline_note="", sections=()):
-    """The report as markdown (report_markdown), each case's note naming x and w, and the variants."""
+    """The report as markdown (report_markdown), each case's note naming x and w, and the variants
+    (every one's median seconds and fraction of the roofline; bf16: of its own, half the bytes)."""
     return report_markdown(report, name, lambda c: f"x {list(c['x_shape'])}, w {list(c['w_shape'])}",
-                           roofline_note=roofline_note, sections=list(sections) + variant_lines(report))
+                           roofline_note=roofline_note,
+                           sections=list(sections) + _report.variant_lines(report, VARIANT_COLUMNS))
 
 
 # --------------------------------------------------------------------------------------------

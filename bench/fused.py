@@ -7,21 +7,27 @@ one GPU and under one memory_limit:
     conv_forward -> add_tensor(bias) -> activation_forward("relu"): x + y against x + 5y moved;
   - backward cases (`bwd-*`): pyooc.conv_backward_data_filter_bias against conv_backward_data ->
     conv_backward_filter -> conv_backward_bias: dy once against three times;
-each on pageable numpy arrays and on pinned ones. Bytes moved come from the plans (the plan_*
-twins: bytes_h2d + bytes_d2h, summed over the unfused sequence) and are cross-checked against
-what the runs counted (last_stats: equal for pageable arrays; pinned ones skip halo zeros, so at
-most the plan's). Every output is checked (relative error < 1e-4) against torch in-core on the GPU
-(relu(conv + bias); torch.nn.grad's conv{2,3}d_input / _weight and dy's sum), or against float64
-numpy in a dry run, before it is timed; fused and unfused outputs must also agree. Timings: a
+each on pageable numpy arrays and on pinned ones (x and dy pinned, w and the bias pageable). Bytes
+moved come from the plans (the plan_* twins: bytes_h2d + bytes_d2h, summed over the unfused
+sequence) and are cross-checked against what the runs counted (last_stats: equal for pageable
+arrays; pinned ones skip halo zeros, so at most the plan's). The fused call also runs on the other
+arrays users pass (bench/conv_forward.py's variants, `pyooc_<variant>_s` against the fused
+roofline): all_pinned (w and the bias pinned too), fresh (pageable inputs, no out=: new results)
+and chained (forward: the fused call on its previous result; the backward has no chain). Every
+output is checked (relative error < 1e-4) against torch in-core on the GPU (relu(conv + bias);
+torch.nn.grad's conv{2,3}d_input / _weight and dy's sum), or against float64 numpy in a dry run,
+before it is timed; fused and unfused outputs must also agree. Timings: a
 warm-up, then the median of --repeats runs. FP32 everywhere (TF32 off in torch).
 
 Target (the issue's): conv + bias + relu fused <= 0.6x the time of the unfused sequence on a
 link-bound layer (3x3, 64 -> 64 channels at 224x224: moving a sample's x and y takes ~4x longer than
-its convolution on an H200).
+its convolution on an H200); and the variants' (issue 14's): all pinned and chained >= 0.9 of the
+roofline, fresh >= 0.6.
 
 Writes OUT/fused.json and OUT/fused.md (default OUT: bench/results) and prints the markdown table
 last. --quick runs smaller cases; --dry-run runs tiny cases on pyooc's host backend without a GPU or
-torch (it checks this script, the byte accounting and the numerics)."""
+torch (it checks this script, the byte accounting and the numerics; pageable arrays stand in for the
+pinned ones)."""
 
 import math
 import os
@@ -31,15 +37,17 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _arrays import pinned_copy  # noqa: E402
+from _arrays import PINNED_STAND_IN, pinned_copy, pinned_empty  # noqa: E402
 from _check import CheckFailed, checked, rel_error_on_device  # noqa: E402
 from _cli import attempt_peer, bench_main  # noqa: E402
 from _console import log  # noqa: E402
 from _conv_geometry import ConvGeometry  # noqa: E402
 from _conv_peers import torch_conv_fn, torch_grad_fns  # noqa: E402
 from _link import roofline  # noqa: E402
-from _measure import memory_limit_for, plan_dict  # noqa: E402
-from _report import markdown_table, ratio, target_row  # noqa: E402
+from _measure import (  # noqa: E402
+    NO_GRADIENT_CHAIN, memory_limit_for, plan_dict, run_fresh_variant, run_pyooc_variant, shape_breaks_chain)
+from _report import (  # noqa: E402
+    VARIANT_TARGETS, add_targets, markdown_table, ratio, summarize_variants, target_rows, variant_lines)
 from _timing import median, timed_after_warmup, timed_runs  # noqa: E402
 from _units import GB, GiB, fmt_bytes, fmt_s  # noqa: E402
 import conv_backward as bwd  # noqa: E402  (float64 gradient references, input drawing)
@@ -47,7 +55,12 @@ import conv_forward as fwd  # noqa: E402  (float64 conv reference, tolerance)
 
 NAME = "fused"
 TOLERANCE = fwd.TOLERANCE
-PEERS = ("incore", "fused_pageable", "unfused_pageable", "fused_pinned", "unfused_pinned")
+PEERS = ("incore", "fused_pageable", "unfused_pageable", "fused_pinned", "unfused_pinned", "all_pinned", "fresh",
+         "chained")
+# The fused call's array variants table: (label, time key, the bound its fraction is of).
+VARIANT_COLUMNS = [("fused, all pinned", "pyooc_all_pinned_s", "roofline_s"),
+                   ("fused, fresh result", "pyooc_fresh_s", "roofline_s"),
+                   ("fused, chained", "pyooc_chained_s", "roofline_s")]
 # Each target: (result key, goal, label); lower is better.
 FORWARD_TARGETS = [
     ("fused_over_unfused_pageable", 0.6, "conv+bias+relu fused <= 0.6x unfused time (pageable)"),
@@ -82,15 +95,16 @@ CASES = {
 
 class Sequence:
     """Runs pyooc calls one after another and adds up what each moved (last_stats) and what its
-    plan said it would (the plan that ran: stats["plan"])."""
+    plan said it would (the plan that ran: stats["plan"]); `out`: what the last call returned."""
 
     def __init__(self, pyooc):
         self.pyooc = pyooc
         self.counted = self.planned = 0
         self.calls = []
+        self.out = None
 
     def __call__(self, fn, *args, **kwargs):
-        out = fn(*args, **kwargs)
+        out = self.out = fn(*args, **kwargs)
         stats = self.pyooc.last_stats()
         plan = stats["plan"]
         self.counted += stats["bytes_h2d"] + stats["bytes_d2h"]
@@ -235,11 +249,27 @@ def outputs_for(kind, geom, alloc):
     return {"dx": alloc(geom.x_shape), "dw": alloc(geom.w_shape), "db": alloc((geom.w_shape[0],))}
 
 
+def out_arg(kind, outs):
+    """The fused and unfused calls' out=: y, or the tuple (dx, dw, db); None (new results) for None."""
+    if outs is None:
+        return None
+    return outs["y"] if kind == "forward" else (outs["dx"], outs["dw"], outs["db"])
+
+
+def named(kind, out):
+    """A fused call's returned outputs by name, as outputs_for names them."""
+    return {"y": out} if kind == "forward" else dict(zip(("dx", "dw", "db"), out))
+
+
+def poison(outputs):
+    for a in outputs.values():
+        a.fill(np.nan)
+
+
 def run_variant(result, variant, run, outputs, reference, ctx, pinned):
     """Warm-up (its output is checked), then the timed repeats; bytes counted against planned."""
     args = ctx["args"]
-    for a in outputs.values():
-        a.fill(np.nan)
+    poison(outputs)
     start = time.perf_counter()
     seq = run()
     warm = time.perf_counter() - start
@@ -268,9 +298,13 @@ def run_case(name, spec, ctx):
         "dtype": "float32", "working_set_bytes": ws, "memory_limit": limit, "flops": geom.flops,
         "planned_bytes": {"fused": fused_bytes, "unfused": unfused_bytes, "fused_over_unfused":
                           ratio(fused_bytes, unfused_bytes)},
-        "pyooc_plan": plan_dict(fused_plan), "incore_torch_s": None,
-        "times": {}, "errors": {}, "checked": {}, "bytes": {}, "seconds": {}, "failures": {}, "skipped": {},
+        "pyooc_plan": plan_dict(fused_plan), "incore_torch_s": None, "pyooc_all_pinned_s": None,
+        "pyooc_fresh_s": None, "pyooc_chained_s": None,
+        "times": {}, "errors": {}, "checked": {}, "bytes": {}, "seconds": {}, "pyooc_stats": {}, "failures": {},
+        "skipped": {},
     }
+    if torch is None:
+        result["pinned_arrays"] = PINNED_STAND_IN
     log(f"[{name}] {description}: working set {fmt_bytes(ws)}, memory_limit {fmt_bytes(limit)}; planned "
         f"{fmt_bytes(fused_bytes)} fused vs {fmt_bytes(unfused_bytes)} unfused over the link")
     started = time.perf_counter()
@@ -294,31 +328,34 @@ def run_case(name, spec, ctx):
     bytes_in = geom.x_bytes + geom.w_bytes + (geom.y_bytes if kind == "backward" else 0)
     bytes_out = geom.y_bytes if kind == "forward" else geom.x_bytes + geom.w_bytes
     result["roofline"] = roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
+    result["roofline_s"] = result["roofline"]["seconds"]
 
     fused_fn, unfused_fn = (forward_fused, forward_unfused) if kind == "forward" else (backward_fused, backward_unfused)
+    pinned_alloc = lambda shape: pinned_empty(pyooc, torch, shape)  # noqa: E731
+    pinned_in = {}  # pinned copies of the inputs, made once for the pinned variants and all_pinned
+
+    def pin(name, a):
+        if name not in pinned_in:
+            pinned_in[name] = None if a is None else pinned_copy(pyooc, torch, a)
+        return pinned_in[name]
+
     last = {}
     for memory in ("pageable", "pinned"):
-        if memory == "pinned" and torch is None:
-            for way in ("fused", "unfused"):
-                result["skipped"][f"{way}_pinned"] = "no GPU: pinned memory needs CUDA (dry run)"
-            continue
         if reference is None:
             for way in ("fused", "unfused"):
                 result["skipped"][f"{way}_{memory}"] = "no in-core reference"
             continue
         if memory == "pinned":
-            pin = lambda a: None if a is None else pinned_copy(pyooc, torch, a)  # noqa: E731
-            xs, dys, alloc = pin(x), pin(dy), pyooc.pinned_empty
+            xs, dys, alloc = pin("x", x), pin("dy", dy), pinned_alloc
         else:
             xs, dys, alloc = x, dy, lambda shape: np.empty(shape, dtype=np.float32)
         for way, fn in (("fused", fused_fn), ("unfused", unfused_fn)):
             variant = f"{way}_{memory}"
             outs = outputs_for(kind, geom, alloc)
-            out_arg = outs["y"] if kind == "forward" else (outs["dx"], outs["dw"], outs["db"])
             data = (xs, w, b) if kind == "forward" else (xs, w, dys)
 
-            def run(fn=fn, data=data, out_arg=out_arg):
-                return fn(pyooc, geom, *data, out_arg, limit, backend)
+            def run(fn=fn, data=data, out=out_arg(kind, outs)):
+                return fn(pyooc, geom, *data, out, limit, backend)
             result["seconds"][variant] = attempt(
                 variant, lambda variant=variant, run=run, outs=outs: run_variant(
                     result, variant, run, outs, reference, ctx, memory == "pinned"))
@@ -331,6 +368,41 @@ def run_case(name, spec, ctx):
             if not agree < TOLERANCE:
                 result["failures"][f"fused_{memory}"] = f"fused and unfused outputs differ: {agree:.3g}"
         last.clear()
+
+    # The fused call on the other arrays users pass (conv_forward's variants), against the same references.
+    def fused(data, outs):
+        return fused_fn(pyooc, geom, *data, out_arg(kind, outs), limit, backend)
+
+    def fresh_variant(variant, data, ref):
+        return run_fresh_variant(pyooc, result, variant, lambda: named(kind, fused(data, None).out),
+                                 outputs_for(kind, geom, lambda shape: shape).values(),
+                                 lambda outs: checked(result, variant, ref, outs, TOLERANCE), ctx["args"], backend,
+                                 torch)
+
+    def all_pinned():
+        data = (pin("x", x), pin("w", w), pin("b", b) if kind == "forward" else pin("dy", dy))
+        outs = outputs_for(kind, geom, pinned_alloc)
+        return run_pyooc_variant(pyooc, result, "all_pinned", lambda: fused(data, outs), lambda: poison(outs),
+                                 lambda: checked(result, "all_pinned", reference, outs, TOLERANCE), ctx["args"],
+                                 backend)
+
+    def chained():
+        y0 = fused((x, w, b), None).out  # the previous call's result
+        chain_ref = References(torch, incore_torch(torch, kind, geom, y0, w, b, None, 1)[1]) if torch is not None \
+            else References(None, numpy_references(kind, geom, y0, w, b, None))
+        return fresh_variant("chained", (y0, w, b), chain_ref)
+
+    data = (x, w, b if kind == "forward" else dy)
+    variants = {"all_pinned": all_pinned, "fresh": lambda: fresh_variant("fresh", data, reference), "chained": chained}
+    if kind == "backward":
+        result["skipped"]["chained"] = NO_GRADIENT_CHAIN
+    elif geom.y_shape != geom.x_shape:
+        result["skipped"]["chained"] = shape_breaks_chain("y", "x")
+    for variant, fn in variants.items():
+        if reference is None:
+            result["skipped"][variant] = "no in-core reference"
+        elif variant not in result["skipped"]:
+            result[f"pyooc_{variant}_s"] = attempt(variant, fn)
     summarize(result)
     result["case_seconds"] = time.perf_counter() - started
     return result
@@ -345,10 +417,8 @@ def summarize(r):
         "fused_pageable_efficiency": ratio(r["roofline"]["seconds"], s.get("fused_pageable")),
     }
     r["targets"] = {}
-    for key, goal, label in FORWARD_TARGETS if r["kind"] == "forward" else ():
-        value = r["ratios"][key]
-        r["targets"][key] = {"goal": goal, "label": label, "value": value, "lower_is_better": True,
-                             "met": None if value is None else value <= goal}
+    add_targets(r, FORWARD_TARGETS if r["kind"] == "forward" else (), lower_is_better=True)
+    summarize_variants(r)
 
 
 # --------------------------------------------------------------------------------------------
@@ -376,8 +446,7 @@ def self_test(rng):
             moved = []
             for fn in fns:
                 outs = outputs_for(kind, geom, lambda s: np.full(s, np.nan, dtype=np.float32))
-                out_arg = outs["y"] if kind == "forward" else (outs["dx"], outs["dw"], outs["db"])
-                seq = fn(pyooc, geom, x, w, b if kind == "forward" else dy, out_arg, limit, "host")
+                seq = fn(pyooc, geom, x, w, b if kind == "forward" else dy, out_arg(kind, outs), limit, "host")
                 assert seq.counted == seq.planned, (kind, fn.__name__, seq.counted, seq.planned)
                 err, how = refs.compare(outs)
                 assert err < 1e-5, (kind, fn.__name__, limit, err, how)
@@ -409,18 +478,19 @@ def markdown(report):
     lines.append(markdown_table(["case", "working set", "memory_limit", "bytes fused", "bytes unfused",
                                  "bytes ratio", "fused roofline", "fused pinned", "unfused pinned",
                                  "fused pageable", "unfused pageable", "in-core torch"], rows))
-    lines += ["", "Time ratios (fused / unfused) and targets:", ""]
+    lines += ["", "Time ratios (fused / unfused), the fused call's array variants against its roofline, and targets:",
+              ""]
     rows = []
     for c in report["cases"]:
         for key in ("fused_over_unfused_pinned", "fused_over_unfused_pageable"):
-            t = c["targets"].get(key)
             value = c["ratios"][key]
-            if t:
-                shown, verdict = target_row(value, t["goal"], higher_is_better=False)
-                rows.append([c["name"], t["label"], shown, verdict])
+            if key in c["targets"]:
+                rows += target_rows(c, (key,))
             else:
                 rows.append([c["name"], key.replace("_", " "), "-" if value is None else f"{value:.2f}", "(no target)"])
+        rows += target_rows(c, [key for key, _, _ in VARIANT_TARGETS])
     lines.append(markdown_table(["case", "target", "value", "verdict"], rows))
+    lines += variant_lines(report, VARIANT_COLUMNS)
     notes = []
     for c in report["cases"]:
         plan = c.get("pyooc_plan", {})

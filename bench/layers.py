@@ -9,7 +9,11 @@ measures, on one GPU:
     bytes_in / bytes_out the op's operands once (pyooc's signature: cuDNN's, e.g. y, dy and x for an
     activation gradient), except batch norm training and backward, which must read their inputs
     twice while they exceed the budget (statistics, then normalization): there the plan's bytes;
-  - pyooc on pageable numpy arrays and on pinned ones (pyooc.pinned_empty);
+  - pyooc on the arrays users pass (bench/conv_forward.py's variants, `pyooc_<variant>_s`): pageable
+    numpy arrays with out= (pageable), every array pinned (pinned: pyooc.pinned_empty, and all_pinned,
+    a second run on the same arrays: this benchmark's pinned already pins the parameters too), a
+    fresh result from pageable inputs (fresh: no out=) and a chain (chained: the op on a previous
+    call's result, where the output can be the next call's input; else skipped with the reason);
   - torch's in-core op with everything on the GPU (the roofline's compute term and the reference);
   - where slices of the leading dim are independent (element-wise, pooling / softmax / bias over N,
     linear over rows), a naive torch chunk loop and an expert one (pinned, three streams, double
@@ -21,8 +25,9 @@ the reference (relative error < 1e-4) before the peer is timed; a warm-up, then 
 Writes OUT/layers.json and OUT/layers.md (conv_forward's schema; default OUT: bench/results) and
 prints the table last. --quick: ~1 GB working sets; --dry-run: tiny cases on pyooc's host backend
 against numpy float64 references, no GPU or torch (checks the peers' chunking, pyooc's numerics and
-the report). Exit 1 when a check failed or a peer raised; the target (pinned >= 0.8 of the
-roofline) is reported, and fails the run only with --strict."""
+the report; pageable arrays stand in for the pinned ones). Exit 1 when a check failed or a peer
+raised; the targets (pinned >= 0.8 of the roofline, and the variants': all pinned and chained >= 0.9,
+fresh >= 0.6) are reported, and fail the run only with --strict."""
 
 import math
 import os
@@ -32,12 +37,13 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _arrays import PINNED_STAND_IN, pinned_empty  # noqa: E402
 from _check import Reference, checked  # noqa: E402
 from _cli import attempt_peer, bench_main  # noqa: E402
 from _console import log  # noqa: E402
 from _link import roofline  # noqa: E402
-from _measure import memory_limit_for, plan_dict, run_pyooc_variant, run_torch_peer  # noqa: E402
-from _report import markdown_table, ratio, report_markdown, summarize  # noqa: E402
+from _measure import memory_limit_for, plan_dict, run_fresh_variant, run_pyooc_variant, run_torch_peer  # noqa: E402
+from _report import markdown_table, ratio, report_markdown, summarize, summarize_variants, variant_lines  # noqa: E402
 from _timing import median, timed_runs  # noqa: E402
 from _units import GiB, fmt_bytes  # noqa: E402
 import _layer_ops as L  # noqa: E402
@@ -46,7 +52,11 @@ import _row_peers as R  # noqa: E402
 NAME = "layers"
 TOLERANCE = 1e-4
 TARGETS = [("pinned_efficiency", 0.80, "pyooc pinned >= 0.80 of roofline")]
-PEERS = ("incore", "pageable", "naive", "pinned", "expert")
+PEERS = ("incore", "pageable", "naive", "pinned", "expert", "all_pinned", "fresh", "chained")
+# The variants table: (label, time key, the bound its fraction is of).
+VARIANT_COLUMNS = [("all pinned", "pyooc_all_pinned_s", "roofline_s"), ("pinned", "pyooc_pinned_s", "roofline_s"),
+                   ("pageable, out=", "pyooc_pageable_s", "roofline_s"),
+                   ("fresh result", "pyooc_fresh_s", "roofline_s"), ("chained", "pyooc_chained_s", "roofline_s")]
 
 VGG = "VGG-like activation 256x56x56"
 
@@ -149,6 +159,11 @@ class OutputsReference:
     def __init__(self, refs):
         self.refs = refs
 
+    @classmethod
+    def of(cls, torch, outputs):
+        """From the reference outputs by name: torch tensors on the GPU, or float64 numpy (torch None)."""
+        return cls({n: Reference(torch, r) for n, r in outputs.items()})
+
     def compare(self, outs):
         worst, how = 0.0, []
         for name, ref in self.refs.items():
@@ -161,8 +176,9 @@ class OutputsReference:
 
 
 class Operands:
-    """One case's host arrays: the inputs (pageable, and pinned on demand) and outputs for each,
-    with the output's poisoning (NaN, or for an in-place op the pristine input restored)."""
+    """One case's host arrays: the inputs (pageable, and pinned on demand: pageable stand-ins in a
+    dry run) and outputs for each, with the output's poisoning (NaN, or for an in-place op the
+    pristine input restored)."""
 
     def __init__(self, op, torch, host, dev):
         self.op, self.torch, self.dev = op, torch, dev
@@ -178,13 +194,17 @@ class Operands:
 
     def pinned(self, pyooc):
         """Pinned copies of the inputs (from the device: at link speed) and pinned outputs, shared by
-        pyooc's pinned variant and the expert loop."""
+        pyooc's pinned and all_pinned variants and the expert loop."""
         if self._pinned is None:
+            alloc = lambda shape: pinned_empty(pyooc, self.torch, shape)  # noqa: E731
             inputs = {}
             for n, s in self.op.inputs.items():
-                inputs[n] = pyooc.pinned_empty(s)
-                self.torch.from_numpy(inputs[n]).copy_(self.dev[n])
-            self._pinned = (inputs, self._outputs(inputs, pyooc.pinned_empty))
+                inputs[n] = alloc(s)
+                if self.torch is None:
+                    np.copyto(inputs[n], self.pageable[0][n])
+                else:
+                    self.torch.from_numpy(inputs[n]).copy_(self.dev[n])
+            self._pinned = (inputs, self._outputs(inputs, alloc))
         return self._pinned
 
     def poison(self, outs):
@@ -242,10 +262,13 @@ def run_case(name, spec, ctx):
         "operand_bytes_in": op.bytes_in, "operand_bytes_out": op.bytes_out, "working_set_bytes": ws,
         "memory_limit": limit, "working_set_over_limit": ws / limit, "flops": op.flops,
         "roofline_s": None, "pyooc_pinned_s": None, "pyooc_pageable_s": None, "incore_torch_s": None,
-        "naive_torch_s": None, "expert_torch_s": None,
+        "naive_torch_s": None, "expert_torch_s": None, "pyooc_all_pinned_s": None, "pyooc_fresh_s": None,
+        "pyooc_chained_s": None,
         "times": {}, "errors": {}, "checked": {}, "pyooc_stats": {}, "failures": {}, "skipped": {},
         "pyooc_plan": plan_dict(plan),
     }
+    if torch is None:
+        result["pinned_arrays"] = PINNED_STAND_IN
     log(f"[{name}] {description}: working set {fmt_bytes(ws)}, memory_limit {fmt_bytes(limit)}; "
         f"pyooc plan: splits {plan.splits}, {plan.num_chunks} chunks")
     started = time.perf_counter()
@@ -276,25 +299,31 @@ def run_case(name, spec, ctx):
         try:
             if not holder:
                 call()
-            reference = OutputsReference({n: Reference(torch, t) for n, t in holder.items()})
+            reference = OutputsReference.of(torch, holder)
         except Exception as exc:  # without a reference nothing can be checked: report, keep the case
             result["failures"]["reference"] = f"{type(exc).__name__}: {exc}"
             reference = None
     else:
         result["skipped"]["incore"] = "no torch/GPU (dry run)"
-        reference = OutputsReference({n: Reference(None, r) for n, r in op.reference(host).items()})
+        reference = OutputsReference.of(None, op.reference(host))
     rl = roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
     result["roofline"] = rl
     result["roofline_s"] = rl["seconds"]
     if reference is None:
-        for peer in ("pageable", "naive", "pinned", "expert"):
+        for peer in (p for p in PEERS if p != "incore"):
             result["skipped"][peer] = "no in-core reference"
         return finish(result, started)
+    opts = dict(memory_limit=limit, backend=backend)
 
     def pyooc_variant(variant, ins, outs):
-        opts = dict(memory_limit=limit, backend=backend)
         return run_pyooc_variant(pyooc, result, variant, lambda: op.pyooc(pyooc, ins, outs, **opts),
                                  lambda: arrays.poison(outs), check(variant, outs), args, backend)
+
+    def fresh_variant(variant, ins, ref):
+        """The op with no out= on inputs ins: a new result each call, checked against ref."""
+        return run_fresh_variant(pyooc, result, variant, lambda: op.pyooc(pyooc, ins, None, **opts),
+                                 op.outputs.values(), lambda outs: checked(result, variant, ref, outs, TOLERANCE),
+                                 args, backend, torch)
 
     def torch_loop(peer_name, peer_cls, ins, outs, repeats, **kwargs):
         peer = peer_cls(torch, lambda *a: op.chunk_op(torch, *a), [op.row_view(ins[n]) for n in op.rows],
@@ -317,10 +346,26 @@ def run_case(name, spec, ctx):
                               args.naive_repeats)
         result["naive_torch_s"] = attempt("naive", naive)
 
-    if backend == "cuda":
-        result["pyooc_pinned_s"] = attempt("pinned", lambda: pyooc_variant("pinned", *arrays.pinned(pyooc)))
+    result["pyooc_pinned_s"] = attempt("pinned", lambda: pyooc_variant("pinned", *arrays.pinned(pyooc)))
+    # pinned already pins every array (inputs, parameters and outputs): all_pinned is a run of its own on them
+    result["pyooc_all_pinned_s"] = attempt("all_pinned", lambda: pyooc_variant("all_pinned", *arrays.pinned(pyooc)))
+
+    if op.in_place:
+        result["skipped"]["fresh"] = "in place (out is x): no new result"
     else:
-        result["skipped"]["pinned"] = "no GPU: pinned memory needs CUDA (dry run)"
+        result["pyooc_fresh_s"] = attempt("fresh", lambda: fresh_variant("fresh", ins, reference))
+
+    chain, why = op.chain_input()
+    if chain is None:
+        result["skipped"]["chained"] = why
+    else:
+        def chained():
+            y0 = op.pyooc(pyooc, ins, None, **opts)[op.main]  # the previous call's result
+            chain_ins = dict(ins, **{chain: y0})
+            chain_ref = OutputsReference.of(torch, op.incore(torch, dict(dev, **{chain: torch.from_numpy(y0).cuda()}))()
+                                            if torch is not None else op.reference(chain_ins))
+            return fresh_variant("chained", chain_ins, chain_ref)
+        result["pyooc_chained_s"] = attempt("chained", chained)
 
     if loops:
         def expert():
@@ -342,6 +387,7 @@ def run_case(name, spec, ctx):
 
 def finish(result, started):
     summarize(result, TARGETS)
+    summarize_variants(result)
     stats = result["pyooc_stats"].get("pinned") or result["pyooc_stats"].get("pageable") or {}
     moved = (stats.get("bytes_h2d") or 0) + (stats.get("bytes_d2h") or 0)
     result["pyooc_bytes_over_roofline_bytes"] = ratio(moved, result["bytes_in"] + result["bytes_out"]) if stats \
@@ -373,7 +419,7 @@ def markdown(report):
         shapes = "; ".join(f"{n} {list(s)}" for n, s in list(c["inputs"].items()) + list(c["outputs"].items()))
         return (f"{shapes}{' (in place)' if c['in_place'] else ''}; roofline bytes: {c['roofline_bytes']}, "
                 f"{fmt_bytes(c['bytes_in'])} in, {fmt_bytes(c['bytes_out'])} out")
-    return report_markdown(report, NAME, detail, sections=sections,
+    return report_markdown(report, NAME, detail, sections=sections + variant_lines(report, VARIANT_COLUMNS),
                            roofline_note="; in/out: the op's operands once, batch norm: the plan's two passes")
 
 
