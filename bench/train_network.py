@@ -352,8 +352,11 @@ def markdown(report):
                 rows.append([peer, "-", "-", "-", big.get("largest_side", "-"),
                              note or c["failures"].get(peer, c["skipped"].get(peer, "not run"))])
                 continue
+            # pyooc: torch's peak under its capped share, plus what pyooc's calls may hold beside it.
+            note = (f"torch capped at {fmt_bytes(r['torch_cap_bytes'])}; pyooc's calls <= "
+                    f"{fmt_bytes(r['pyooc_arena_bound_bytes'])}" if "torch_cap_bytes" in r else "")
             rows.append([peer, fmt_s(r["median_step_seconds"]), fmt_bytes(r["peak_device_bytes"]),
-                         " ".join(f"{v:.4g}" for v in r["losses"]), big.get("largest_side", "-"), ""])
+                         " ".join(f"{v:.4g}" for v in r["losses"]), big.get("largest_side", "-"), note])
         lines += [markdown_table(["peer", "time/step", "peak device (torch)", "losses", "largest side at budget",
                                   "note"], rows), ""]
         trows = [[k, f"{t['value']:.3g}", t["goal"], {True: "met", False: "missed", None: "not judged"}[t["met"]]]
