@@ -160,3 +160,47 @@ def test_model_with_a_skip_across_placements(rng):
     assert rel_err(loss2.detach().cpu().numpy(), loss.detach().cpu().numpy()) < 1e-5
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         assert rel_err(p.grad.cpu().numpy(), q.grad.cpu().numpy()) < 1e-4, name
+
+
+def test_training_stays_inside_torchs_share_of_the_budget(rng):
+    """Three SGD steps of the U-Net under a budget whose torch share is enforced by torch's own
+    allocator (set_per_process_memory_fraction, as bench/train_network.py does): the runner counts
+    what torch holds (parameters, gradients, the live skip, saved activations, in-core working sets)
+    and places layers so that no step runs out of memory, torch's peak stays inside its share, and
+    the losses are in-core torch's. The budget leaves room for the small layers only."""
+    torch.manual_seed(int(rng.integers(2**31)))
+    ref = _TinyUNet().cuda()
+    model = copy.deepcopy(ref)
+    x = rand(rng, (4, 16, 64, 64)).float().cuda()
+    ref_losses = []
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=1e-3)
+    for _ in range(3):
+        ref_opt.zero_grad(set_to_none=True)
+        loss = ref(x).square().mean()
+        loss.backward()
+        ref_opt.step()
+        ref_losses.append(loss.item())
+    del ref, ref_opt, loss
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    free = (policy.device_bytes(model.up, (4, 16, 32, 32)) + policy.device_bytes(model.enc[0], x.shape)) // 2
+    runner = policy.OutOfCore(model, policy_budget(model, "cuda", free), device="cuda", backend="cuda")
+    total = torch.cuda.get_device_properties(0).total_memory
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    torch.cuda.set_per_process_memory_fraction(runner.torch_budget / total)
+    try:
+        torch.cuda.reset_peak_memory_stats()
+        losses = []
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            loss = runner(x).square().mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        peak = torch.cuda.max_memory_allocated()
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    assert peak <= runner.torch_budget, (peak, runner.torch_budget)
+    assert "pyooc" in runner.decisions.values() and "device" in runner.decisions.values(), runner.decisions
+    for step, (a, b) in enumerate(zip(losses, ref_losses)):
+        assert abs(a - b) <= 1e-5 * abs(b), f"step {step}: {a} against in-core torch's {b}"
