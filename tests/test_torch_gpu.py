@@ -144,14 +144,33 @@ class _TinyUNet(nn.Module):
         return self.head(torch.cat([self.up(self.mid(self.down(skip))), skip], 1))
 
 
+def _unet_runner(model, x):
+    """The U-Net under a budget whose torch share has room, at the step's start, between the
+    upsampling's working set (in core) and the first conv's (pyooc)."""
+    free = (policy.device_bytes(model.up, (4, 16, 32, 32)) + policy.device_bytes(model.enc[0], x.shape)) // 2
+    return policy.OutOfCore(model, policy_budget(model, "cuda", free), device="cuda", backend="cuda")
+
+
+def _sgd_losses(model, x, runner=None, steps=3):
+    """The losses of `steps` plain SGD steps of model (run through `runner` when given) on x."""
+    run = runner or model
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = run(x).square().mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 def test_model_with_a_skip_across_placements(rng):
     torch.manual_seed(int(rng.integers(2**31)))
     ref = _TinyUNet().cuda()
     model = copy.deepcopy(ref)
     x = rand(rng, (4, 16, 64, 64)).float().cuda()
-    # A compute share between the upsampling's (in core) and the first conv's (pyooc) device bytes.
-    free = (policy.device_bytes(model.up, (4, 16, 32, 32)) + policy.device_bytes(model.enc[0], x.shape)) // 2
-    runner = policy.OutOfCore(model, policy_budget(model, "cuda", free), device="cuda", backend="cuda")
+    runner = _unet_runner(model, x)
     loss = ref(x).square().mean()
     loss.backward()
     loss2 = runner(x).square().mean()
@@ -172,31 +191,16 @@ def test_training_stays_inside_torchs_share_of_the_budget(rng):
     ref = _TinyUNet().cuda()
     model = copy.deepcopy(ref)
     x = rand(rng, (4, 16, 64, 64)).float().cuda()
-    ref_losses = []
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=1e-3)
-    for _ in range(3):
-        ref_opt.zero_grad(set_to_none=True)
-        loss = ref(x).square().mean()
-        loss.backward()
-        ref_opt.step()
-        ref_losses.append(loss.item())
-    del ref, ref_opt, loss
+    ref_losses = _sgd_losses(ref, x)
+    del ref
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    free = (policy.device_bytes(model.up, (4, 16, 32, 32)) + policy.device_bytes(model.enc[0], x.shape)) // 2
-    runner = policy.OutOfCore(model, policy_budget(model, "cuda", free), device="cuda", backend="cuda")
+    runner = _unet_runner(model, x)
     total = torch.cuda.get_device_properties(0).total_memory
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     torch.cuda.set_per_process_memory_fraction(runner.torch_budget / total)
     try:
         torch.cuda.reset_peak_memory_stats()
-        losses = []
-        for _ in range(3):
-            opt.zero_grad(set_to_none=True)
-            loss = runner(x).square().mean()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses = _sgd_losses(model, x, runner)
         peak = torch.cuda.max_memory_allocated()
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
