@@ -7,8 +7,9 @@ budget, and the model does not change.
 Per layer, at every call (shapes may change between calls):
 - **Placement.** A supported layer (the drop-in classes, modules.py) whose device working set fits
   what torch's share of the budget has free (below) runs in core: torch's own forward on the
-  device, its input moved there if it is not. A layer that does not fit runs chunked through pyooc (memory_limit = the
-  compute share) on host tensors: its input moved to the host if it is not, its output left there.
+  device, its input moved there if it is not. A layer that does not fit runs chunked through pyooc
+  (memory_limit = the compute share) on host tensors: its input moved to the host if it is not,
+  its output left there.
   Parameters stay where the user put them (on the device); a pyooc layer reads host copies, made
   with autograd-tracked .to("cpu"), so their gradients reach the device Parameters. Other modules
   (torch.cat, losses, user code) run where their inputs are; where those are on both the device and
