@@ -5,6 +5,7 @@ import operator
 import ml_dtypes
 import numpy as np
 
+from pyooc._device_arrays import DeviceArray, device_array, is_device_array
 from pyooc._foreign_arrays import host_array
 
 
@@ -19,10 +20,18 @@ def dtype_names(dtypes):
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
-def as_input(array, name, dtypes=FLOAT32):
-    """A C-contiguous ndarray of one of `dtypes` viewing the caller's memory (buffer protocol, no copy)."""
+def as_input(array, name, dtypes=FLOAT32, device_arrays=False):
+    """A C-contiguous ndarray of one of `dtypes` viewing the caller's memory (buffer protocol, no copy).
+    device_arrays: the function reads device-resident arrays in place (a DeviceArray for those,
+    pyooc/_device_arrays.py); elsewhere they are refused, naming the argument."""
     if array is None:
         raise TypeError(f"{name} must be an array, got None")
+    if device_arrays and isinstance(array, DeviceArray):  # made by a front end (pyooc.torch)
+        if array.dtype not in dtypes:
+            raise TypeError(f"{name} must have dtype {dtype_names(dtypes)}, got {array.dtype}")
+        return array
+    if device_arrays and is_device_array(array):
+        return device_array(array, name, dtypes)
     try:
         view = host_array(array, name)  # buffer protocol, __array_interface__ or CPU DLPack, zero-copy
     except TypeError as exc:
@@ -43,9 +52,11 @@ def as_input(array, name, dtypes=FLOAT32):
     return view
 
 
-def as_output(out, shape, inputs, dtype=np.float32):
+def as_output(out, shape, inputs, dtype=np.float32, device_arrays=False):
     """Checks the caller's `out=` array: shape, dtype (the inputs'), writable, contiguous, not
-    sharing memory with inputs."""
+    sharing memory with inputs. device_arrays: as for as_input."""
+    if device_arrays and (isinstance(out, DeviceArray) or is_device_array(out)):
+        return _device_output(out, shape, inputs, dtype)
     if out is not None and not isinstance(out, np.ndarray) and (
             hasattr(out, "__dlpack__") or hasattr(out, "__cuda_array_interface__")):
         out = host_array(out, "out")  # a CPU DLPack array (torch CPU, ...) viewed in place
@@ -60,7 +71,21 @@ def as_output(out, shape, inputs, dtype=np.float32):
     if not out.flags.c_contiguous:
         raise ValueError("out must be C-contiguous")
     for name, array in inputs.items():
-        if array is not None and np.may_share_memory(out, array):
+        if array is not None and not isinstance(array, DeviceArray) and np.may_share_memory(out, array):
+            raise ValueError(f"out overlaps {name}: the output must not share memory with an input")
+    return out
+
+
+def _device_output(out, shape, inputs, dtype):
+    out = out if isinstance(out, DeviceArray) else device_array(out, "out", (np.dtype(dtype),), writable=True)
+    if out.dtype != dtype:
+        raise TypeError(f"out must have dtype {np.dtype(dtype)}, got {out.dtype}")
+    if out.readonly:
+        raise ValueError("out is read-only")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"out has shape {list(out.shape)}, expected {list(shape)}")
+    for name, array in inputs.items():
+        if out.overlaps(array):
             raise ValueError(f"out overlaps {name}: the output must not share memory with an input")
     return out
 

@@ -9,6 +9,7 @@ the argument."""
 
 import numpy as np
 
+from pyooc._device_arrays import DeviceArray
 from pyooc._arrays import CONV_DTYPES, FLOAT32, as_float, as_input, as_int, as_output, dtype_names, spatial_tuple
 from pyooc._loader import load_native
 from pyooc.devices import call_devices
@@ -127,17 +128,21 @@ def check_dtype(dtype, allowed=FLOAT32):
 
 
 def raw_bytes(array):
-    """The bytes of a C-contiguous array, flat, as the bindings of every dtype take them (no copy)."""
-    return None if array is None else array.reshape(-1).view(np.uint8)
+    """The bytes of a C-contiguous array, flat, as the bindings of every dtype take them (no copy);
+    a DeviceArray as it is (the bindings take its device address)."""
+    if array is None or isinstance(array, DeviceArray):
+        return array
+    return array.reshape(-1).view(np.uint8)
 
 
 def conv_inputs(x, w, bias):
     """x, w and bias (or None) as zero-copy views of one dtype (float32, float16 or bfloat16), bias
-    checked against w's output channels."""
-    x = as_input(x, "x", CONV_DTYPES)
-    w = same_dtype(as_input(w, "w", CONV_DTYPES), "w", x, "x")
+    checked against w's output channels; device-resident ones as DeviceArrays (the convolutions
+    read them in place)."""
+    x = as_input(x, "x", CONV_DTYPES, device_arrays=True)
+    w = same_dtype(as_input(w, "w", CONV_DTYPES, device_arrays=True), "w", x, "x")
     # A w without dimensions is refused by libooc, naming its rank; its bias is checked for rank alone.
-    bias = bias_input(bias, w.shape[0] if w.ndim else None, "output channel", CONV_DTYPES)
+    bias = bias_input(bias, w.shape[0] if w.ndim else None, "output channel", CONV_DTYPES, device_arrays=True)
     return x, w, None if bias is None else same_dtype(bias, "bias", x, "x")
 
 
@@ -149,22 +154,24 @@ def same_dtype(array, name, first, first_name):
     return array
 
 
-def bias_input(bias, count, per, dtypes=FLOAT32):
+def bias_input(bias, count, per, dtypes=FLOAT32, device_arrays=False):
     """bias (or None) as a zero-copy view of `count` elements (None: any), one per `per` ("output
-    channel", ...)."""
+    channel", ...); device_arrays: as for as_input."""
     if bias is None:
         return None
-    bias = as_input(bias, "bias", dtypes)
+    bias = as_input(bias, "bias", dtypes, device_arrays)
     if bias.ndim != 1 or (count is not None and bias.shape[0] != count):
         raise ValueError(f"bias must have shape [{count}] (one per {per}), got {list(bias.shape)}")
     return bias
 
 
-def output_array(out, shape, inputs, beta, formula, dtype=np.float32):
+def output_array(out, shape, inputs, beta, formula, dtype=np.float32, device_arrays=False):
     """The array a scaled op writes: a new one of `dtype` (the inputs'), or the caller's out checked
-    against the inputs; beta != 0 scales out, so it needs one (formula: the op's, for the error)."""
+    against the inputs; beta != 0 scales out, so it needs one (formula: the op's, for the error).
+    A new one is a host array even when the inputs are on the device (pyooc's results are the
+    tensors that do not fit there); device_arrays: out may be device-resident."""
     if out is None:
         if beta != 0.0:
             raise ValueError(f"beta != 0 needs out= ({formula})")
         return new_result(shape, dtype)
-    return as_output(out, shape, inputs, dtype)
+    return as_output(out, shape, inputs, dtype, device_arrays)

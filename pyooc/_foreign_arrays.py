@@ -5,11 +5,10 @@
 - CPU DLPack producers (__dlpack__ with a CPU __dlpack_device__: torch CPU, JAX CPU, numpy):
   np.from_dlpack, zero-copy.
 - Device-resident arrays (__cuda_array_interface__, or a DLPack device other than the CPU: CuPy,
-  torch CUDA, JAX GPU) are refused with an error saying so, never copied silently. libooc's run
-  path does serve device pointers for the tensors it streams (native/src/exec/chunk_pipeline.cpp
-  DMAs every device-accessible tensor in place, as the C API's GPU tests exercise), but some
-  tensors of the numpy-level API are read or written on the host (batch norm's running statistics,
-  for one), so passing device arrays through is left until each argument is sorted and tested on a GPU."""
+  torch CUDA, JAX GPU) are refused here with an error saying so, never copied silently. The
+  convolutions take __cuda_array_interface__ arrays before they get here (pyooc/_device_arrays.py);
+  the other functions read or write some tensors on the host (batch norm's running statistics, for
+  one), so they refuse them until each argument is sorted and tested on a GPU."""
 
 import numpy as np
 
@@ -23,7 +22,7 @@ def device_resident_error(array, name, where):
         f"{name} is a device-resident array ({type(array).__module__}.{type(array).__name__} on {where}); "
         f"pyooc's numpy-level functions take host arrays (tensors that do not fit on the GPU live in host "
         f"memory) and do not copy silently: move it to the host first (e.g. cupy.asnumpy({name}), "
-        f"{name}.cpu() for torch), or use the C API (ooc_cudnn.h), which takes device pointers")
+        f"{name}.cpu() for torch); the convolutions and their gradients read device arrays in place")
 
 
 def host_array(array, name):

@@ -364,21 +364,45 @@ def plan_conv_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
     return Plan.wrap(plan)
 
 
-def conv_forward(const unsigned char[::1] x, tuple x_shape, const unsigned char[::1] w, tuple w_shape, bias,
-                 unsigned char[::1] y, tuple stride, tuple padding, tuple dilation, int64_t groups, double alpha,
-                 double beta, CallOptions options not None, str dtype="float32"):
-    """Runs on flat byte views of the caller's arrays of `dtype` (no copies)."""
-    cdef const unsigned char[::1] b
-    cdef const void* bias_ptr = NULL
-    if bias is not None:
-        b = bias
-        bias_ptr = &b[0]
+cdef const void* _data(object array) except? NULL:
+    """Where a binding's array argument starts: a flat byte view of host memory (raw_bytes), a
+    pyooc._device_arrays.DeviceArray (its device address), or None (NULL). The caller's objects
+    outlive the call, so the address stays valid after the view is released."""
+    cdef const unsigned char[::1] view
+    if array is None:
+        return NULL
+    address = getattr(array, "device_address", None)
+    if address is not None:
+        return <const void*><uintptr_t>address
+    view = array
+    return &view[0]
+
+
+cdef void* _writable_data(object array) except NULL:
+    """_data for an output: a writable host view or a writable DeviceArray."""
+    cdef unsigned char[::1] view
+    address = getattr(array, "device_address", None)
+    if address is not None:
+        return <void*><uintptr_t>address
+    view = array
+    return &view[0]
+
+
+def conv_forward(x_bytes, tuple x_shape, w_bytes, tuple w_shape, bias, y_bytes, tuple stride, tuple padding,
+                 tuple dilation, int64_t groups, double alpha, double beta, CallOptions options not None,
+                 str dtype="float32"):
+    """Runs on flat byte views of the caller's arrays of `dtype` (no copies), or on their device
+    memory (DeviceArray)."""
+    cdef const void* x = _data(x_bytes)
+    cdef const void* w = _data(w_bytes)
+    cdef const void* bias_ptr = _data(bias)
+    cdef void* y = _writable_data(y_bytes)
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta,
                                                  bias is not None, dtype)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.conv_forward(problem, &x[0], &w[0], bias_ptr, &y[0], options.c_obj, &plan, &stats)
+        ooc.conv_forward(problem, x, w, bias_ptr, y, options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
@@ -439,27 +463,26 @@ def plan_conv_backward(str operation, tuple first, tuple second, tuple third, tu
     return Plan.wrap(plan)
 
 
-def conv_backward(str operation, const unsigned char[::1] a, tuple a_shape, const unsigned char[::1] b,
-                  tuple b_shape, tuple third_shape, unsigned char[::1] out, tuple stride, tuple padding,
-                  tuple dilation, int64_t groups, double alpha, double beta, CallOptions options not None,
-                  str dtype="float32"):
+def conv_backward(str operation, a_bytes, tuple a_shape, b_bytes, tuple b_shape, tuple third_shape, out_bytes,
+                  tuple stride, tuple padding, tuple dilation, int64_t groups, double alpha, double beta,
+                  CallOptions options not None, str dtype="float32"):
     """Runs a gradient on flat byte views of the caller's arrays of `dtype` (no copies): a, b are
     (dy, w) for conv_backward_data, (x, dy) for conv_backward_filter, (dy, None) for
     conv_backward_bias; the shapes follow as for plan_conv_backward."""
     cdef ooc.ConvProblem problem = _backward_problem(operation, a_shape, b_shape, third_shape, stride, padding,
                                                      dilation, groups, alpha, beta, dtype)
-    cdef const void* b_ptr = NULL
-    if b is not None:
-        b_ptr = &b[0]
+    cdef const void* a = _data(a_bytes)
+    cdef const void* b_ptr = _data(b_bytes)
+    cdef void* out = _writable_data(out_bytes)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
         if problem.op == ooc.Operation.backward_data:
-            ooc.conv_backward_data(problem, &a[0], b_ptr, &out[0], options.c_obj, &plan, &stats)
+            ooc.conv_backward_data(problem, a, b_ptr, out, options.c_obj, &plan, &stats)
         elif problem.op == ooc.Operation.backward_filter:
-            ooc.conv_backward_filter(problem, &a[0], b_ptr, &out[0], options.c_obj, &plan, &stats)
+            ooc.conv_backward_filter(problem, a, b_ptr, out, options.c_obj, &plan, &stats)
         else:
-            ooc.conv_backward_bias(problem, &a[0], &out[0], options.c_obj, &plan, &stats)
+            ooc.conv_backward_bias(problem, a, out, options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
@@ -598,6 +621,15 @@ def register_pinned(uintptr_t address, size_t nbytes):
 def unregister_pinned(uintptr_t address):
     with nogil:
         ooc.unregister_pinned(<void*>address)
+
+
+def device_memory_ordinal(uintptr_t address):
+    return ooc.device_memory_ordinal(<const void*>address)
+
+
+def wait_for_stream(uintptr_t stream, int device):
+    with nogil:
+        ooc.wait_for_stream(stream, device)
 
 
 def cudnn_versions():

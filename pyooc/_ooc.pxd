@@ -1,5 +1,5 @@
 # Declarations mirroring libooc's public headers (native/include/ooc/*.hpp); nothing else here.
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uintptr_t
 from libcpp cimport bool
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -225,6 +225,8 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
     void free_pinned(void* ptr)
     void register_pinned(void* ptr, size_t bytes) except +translate_exception
     void unregister_pinned(void* ptr) except +translate_exception
+    int device_memory_ordinal(const void* ptr)
+    void wait_for_stream(uintptr_t stream, int device) except +translate_exception
 
 
 cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:

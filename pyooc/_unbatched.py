@@ -5,15 +5,18 @@ The call runs on a batch of one, a view; its result and out= are unbatched too."
 
 import numpy as np
 
+from pyooc._device_arrays import DeviceArray
+
 
 def as_batch_of_one(x, unbatched, out=None):
-    """(x, out) with a batch dimension of one put in front (views) when unbatched, else as given."""
+    """(x, out) with a batch dimension of one put in front (views, of host arrays or DeviceArrays:
+    pyooc/_device_arrays.py) when unbatched, else as given."""
     if not unbatched:
         return x, out
-    if out is not None and isinstance(out, np.ndarray):
-        out = out[np.newaxis]
-    return x[np.newaxis], out
+    if isinstance(out, (np.ndarray, DeviceArray)):
+        out = out.reshape((1,) + tuple(out.shape))
+    return x.reshape((1,) + tuple(x.shape)), out
 
 
 def without_batch(y, unbatched):
-    return y[0] if unbatched else y
+    return y.reshape(tuple(y.shape)[1:]) if unbatched else y

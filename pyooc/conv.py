@@ -5,6 +5,7 @@ plans the split and runs it with the GIL released."""
 from pyooc import _last_stats
 from pyooc._arrays import CONV_DTYPES, as_shape
 from pyooc._call_args import check_dtype, conv_args, conv_inputs, output_array, raw_bytes, spatial_dims
+from pyooc._device_arrays import caller_array, device_array, is_device_array, ready_device_arrays
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc._unbatched import as_batch_of_one, without_batch
@@ -52,14 +53,17 @@ def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, 
     default, else `device` alone; pyooc/devices.py)."""
     x, w, bias = conv_inputs(x, w, bias)
     unbatched = x.ndim == w.ndim - 1  # torch's unbatched (C, *spatial): pyooc/_unbatched.py
+    if is_device_array(out):  # as a DeviceArray before it is given a batch dimension
+        out = device_array(out, "out", CONV_DTYPES, writable=True)
     x, out = as_batch_of_one(x, unbatched, out)
     o = conv_args(spatial_dims(w.shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
                   kernel=w.shape[2:], devices=devices)
     # Validates the geometry (ValueError naming the argument) before anything is allocated.
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
     out = output_array(out, y_shape, {"x": x, "w": w, "bias": bias}, o["beta"], "y = alpha * conv(x, w) + beta * out",
-                       x.dtype)
+                       x.dtype, device_arrays=True)
+    ready_device_arrays({"x": x, "w": w, "bias": bias, "out": out}, o["options"], _native)
     _last_stats.record(_native.conv_forward(
         raw_bytes(x), x.shape, raw_bytes(w), w.shape, raw_bytes(bias), raw_bytes(out), o["stride"], o["padding"],
         o["dilation"], o["groups"], o["alpha"], o["beta"], o["options"], str(x.dtype)))
-    return without_batch(out, unbatched)
+    return caller_array(without_batch(out, unbatched))

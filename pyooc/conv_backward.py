@@ -6,6 +6,7 @@ released."""
 from pyooc import _last_stats
 from pyooc._arrays import CONV_DTYPES, as_input, as_shape
 from pyooc._call_args import check_dtype, conv_args, output_array, raw_bytes, same_dtype, spatial_dims
+from pyooc._device_arrays import caller_array, ready_device_arrays
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
@@ -24,11 +25,12 @@ def _run(operation, inputs, third_shape, out_shape, formula, out, o):
     _native.check_backward(operation, a.shape, b_shape, third_shape, o["stride"], o["padding"], o["dilation"],
                            o["groups"])
     given = {name: array for name, array in inputs.items() if array is not None}
-    out = output_array(out, out_shape(), given, o["beta"], formula, a.dtype)
+    out = output_array(out, out_shape(), given, o["beta"], formula, a.dtype, device_arrays=True)
+    ready_device_arrays({**given, "out": out}, o["options"], _native)
     _last_stats.record(_native.conv_backward(
         operation, raw_bytes(a), a.shape, raw_bytes(b), b_shape, third_shape, raw_bytes(out), o["stride"],
         o["padding"], o["dilation"], o["groups"], o["alpha"], o["beta"], o["options"], str(a.dtype)))
-    return out
+    return caller_array(out)
 
 
 def _plan(operation, shapes, w_shape, dtype, stride, padding, dilation, groups, alpha, beta, memory_limit, backend,
@@ -78,7 +80,7 @@ def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, group
     its input x (cuDNN's ConvolutionBackwardData, torch.nn.grad.conv{1,2,3}d_input), computed out of
     core. dy must have the shape conv_forward gives for x_shape and w with these options. Arrays and
     options as for conv_forward; the result is a new array of x_shape, or `out` (which beta scales)."""
-    inputs = {"dy": as_input(dy, "dy", CONV_DTYPES), "w": as_input(w, "w", CONV_DTYPES)}
+    inputs = {"dy": as_input(dy, "dy", CONV_DTYPES, device_arrays=True), "w": as_input(w, "w", CONV_DTYPES, device_arrays=True)}
     x_shape = as_shape(x_shape, "x_shape")
     o = conv_args(spatial_dims(inputs["w"].shape), stride, padding, dilation, groups, alpha, beta, memory_limit,
                   backend, device, kernel=inputs["w"].shape[2:], devices=devices)
@@ -93,7 +95,7 @@ def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, gro
     ConvolutionBackwardFilter, torch.nn.grad.conv{1,2,3}d_weight), computed out of core: the sum over
     samples and positions accumulates on the device in fp32. dy must have the shape conv_forward
     gives for x and w_shape; the result is a new array of w_shape, or `out` (which beta scales once)."""
-    inputs = {"x": as_input(x, "x", CONV_DTYPES), "dy": as_input(dy, "dy", CONV_DTYPES)}
+    inputs = {"x": as_input(x, "x", CONV_DTYPES, device_arrays=True), "dy": as_input(dy, "dy", CONV_DTYPES, device_arrays=True)}
     w_shape = as_shape(w_shape, "w_shape")
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
                   kernel=w_shape[2:], devices=devices)
@@ -106,7 +108,7 @@ def conv_backward_bias(dy, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, 
                        devices=None):
     """db = alpha * dy summed over samples and positions + beta * out (cuDNN's
     ConvolutionBackwardBias), computed out of core; dy is [N, K, *spatial], db has K elements."""
-    inputs = {"dy": as_input(dy, "dy", CONV_DTYPES), "": None}
+    inputs = {"dy": as_input(dy, "dy", CONV_DTYPES, device_arrays=True), "": None}
     o = conv_args(1, 1, 0, 1, 1, alpha, beta, memory_limit, backend, device, devices=devices)
     return _run("conv_backward_bias", inputs, (), lambda: inputs["dy"].shape[1:2], "db = alpha * sum(dy) + beta * out",
                 out, o)

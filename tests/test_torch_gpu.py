@@ -32,12 +32,28 @@ def fp32_torch():
      torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) = saved
 
 
-def test_cuda_tensors_are_refused_by_name():
-    x, w = torch.randn(1, 2, 5, 5, device="cuda"), torch.randn(3, 2, 3, 3)
+def test_cuda_tensors_go_through_the_convolutions_in_place(rng):
+    """A CUDA x and w: read in place, the result a CUDA tensor on their device, gradients too (on
+    each parameter's device, with a CPU bias); split by a small budget."""
+    x = rand(rng, (2, 8, 30, 31)).float().cuda().requires_grad_()
+    w = rand(rng, (6, 8, 3, 3), 0.3).float().cuda().requires_grad_()
+    b = rand(rng, (6,)).float().requires_grad_()  # on the CPU: a mix
+    y = pt.functional.conv2d(x, w, b, padding=1, memory_limit="200KiB", backend="cuda")
+    assert y.device == x.device and pyooc.last_stats()["chunks"] > 1
+    g = rand(rng, tuple(y.shape)).float().cuda()
+    y.backward(g)
+    xd, wd, bd = (t.detach().cpu().double().requires_grad_() for t in (x, w, b))
+    ref = nn.functional.conv2d(xd, wd, bd, padding=1)
+    ref.backward(g.cpu().double())
+    assert rel_err(y.detach().cpu().numpy(), ref.detach().numpy()) < 1e-5
+    assert x.grad.device == x.device and w.grad.device == w.device and b.grad.device.type == "cpu"
+    for got, want in ((x.grad, xd.grad), (w.grad, wd.grad), (b.grad, bd.grad)):
+        assert rel_err(got.cpu().numpy(), want.numpy()) < 1e-5
+
+
+def test_cuda_tensors_are_refused_by_name_where_an_op_reads_on_the_host():
     with pytest.raises(ValueError, match="input is on cuda"):
-        pt.functional.conv2d(x, w)
-    with pytest.raises(ValueError, match="weight is on cuda"):
-        pt.functional.conv2d(x.cpu(), w.cuda())
+        pt.functional.relu(torch.randn(2, 3, device="cuda"))
 
 
 def test_pinned_tensors_through_the_cuda_backend(rng):

@@ -2,8 +2,9 @@
 only: torch.compile and opcheck trace through it) and, where the op has a gradient, an autograd
 formula built from pyooc's own backward ops, so a backward pass streams out of core too.
 
-Every op takes CPU float32 contiguous tensors (pyooc/torch/_tensors.py) zero-copy and returns new
-CPU tensors sharing the result arrays. `memory_limit` (bytes; 0: pyooc's process default) and
+Every op takes CPU contiguous tensors (pyooc/torch/_tensors.py) zero-copy and returns new CPU tensors
+sharing the result arrays; the convolutions and their gradients also take CUDA tensors, read in
+place, and return CUDA tensors on the input's device. `memory_limit` (bytes; 0: pyooc's process default) and
 `backend` ("auto", "cuda", "host") are the numpy API's. The ops are opaque to torch.compile: it
 calls them as they are, and never traces into pyooc.
 
@@ -17,7 +18,8 @@ import torch
 
 import pyooc
 from pyooc.torch._shapes import conv_output_shape, conv_transpose_output_shape, padding_ends, pool_output_shape
-from pyooc.torch._tensors import CONV_DTYPES, as_array, as_array_or_none, as_tensor, contiguous_grad
+from pyooc.torch._tensors import (CONV_DTYPES, as_array, as_array_or_none, as_tensor, contiguous_grad, device_result,
+                                  result_tensor)
 
 Tensor = torch.Tensor
 
@@ -40,6 +42,12 @@ def _padding(padding, w):
     return [b for b, _ in ends] if all(b == a for b, a in ends) else ends
 
 
+def _conv_array(t, name):
+    """A convolution's tensor (or None) as pyooc takes it: CPU tensors viewed, CUDA tensors read in
+    place (their results are CUDA tensors on the input's device: _tensors.device_result)."""
+    return as_array_or_none(t, name, CONV_DTYPES, cuda=True)
+
+
 def _symmetric(padding, w):
     return len(padding) == w.dim() - 2
 
@@ -51,9 +59,11 @@ def _symmetric(padding, w):
 @torch.library.custom_op("pyooc::conv_forward", mutates_args=())
 def conv_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],
                  dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_forward, as_array(x, "input", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
-                          as_array_or_none(bias, "bias", CONV_DTYPES), stride=stride, padding=_padding(padding, w),
-                          dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend))
+    y, out = device_result(x, conv_output_shape(x.shape, w.shape, stride, padding, dilation))
+    return result_tensor(y, _run(pyooc.conv_forward, _conv_array(x, "input"), _conv_array(w, "weight"),
+                                 _conv_array(bias, "bias"), stride=stride, padding=_padding(padding, w),
+                                 dilation=dilation, groups=groups, out=out, memory_limit=memory_limit,
+                                 backend=backend))
 
 
 @conv_forward.register_fake
@@ -64,10 +74,10 @@ def _(x, w, bias, stride, padding, dilation, groups, memory_limit, backend):
 @torch.library.custom_op("pyooc::conv_backward_data", mutates_args=())
 def conv_backward_data(dy: Tensor, w: Tensor, x_shape: list[int], stride: list[int], padding: list[int],
                        dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_backward_data, as_array(dy, "grad_output", CONV_DTYPES),
-                          as_array(w, "weight", CONV_DTYPES), x_shape,
-                          stride=stride, padding=_padding(padding, w), dilation=dilation, groups=groups,
-                          memory_limit=memory_limit, backend=backend))
+    dx, out = device_result(dy, x_shape)
+    return result_tensor(dx, _run(pyooc.conv_backward_data, _conv_array(dy, "grad_output"), _conv_array(w, "weight"),
+                                  x_shape, stride=stride, padding=_padding(padding, w), dilation=dilation,
+                                  groups=groups, out=out, memory_limit=memory_limit, backend=backend))
 
 
 @conv_backward_data.register_fake
@@ -78,10 +88,10 @@ def _(dy, w, x_shape, stride, padding, dilation, groups, memory_limit, backend):
 @torch.library.custom_op("pyooc::conv_backward_filter", mutates_args=())
 def conv_backward_filter(x: Tensor, dy: Tensor, w_shape: list[int], stride: list[int], padding: list[int],
                          dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_backward_filter, as_array(x, "input", CONV_DTYPES),
-                          as_array(dy, "grad_output", CONV_DTYPES), w_shape,
-                          stride=stride, padding=_padding(padding, x), dilation=dilation, groups=groups,
-                          memory_limit=memory_limit, backend=backend))
+    dw, out = device_result(x, w_shape)
+    return result_tensor(dw, _run(pyooc.conv_backward_filter, _conv_array(x, "input"), _conv_array(dy, "grad_output"),
+                                  w_shape, stride=stride, padding=_padding(padding, x), dilation=dilation,
+                                  groups=groups, out=out, memory_limit=memory_limit, backend=backend))
 
 
 @conv_backward_filter.register_fake
@@ -91,8 +101,9 @@ def _(x, dy, w_shape, stride, padding, dilation, groups, memory_limit, backend):
 
 @torch.library.custom_op("pyooc::conv_backward_bias", mutates_args=())
 def conv_backward_bias(dy: Tensor, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_backward_bias, as_array(dy, "grad_output", CONV_DTYPES), memory_limit=memory_limit,
-                          backend=backend))
+    db, out = device_result(dy, [dy.shape[1]])
+    return result_tensor(db, _run(pyooc.conv_backward_bias, _conv_array(dy, "grad_output"), out=out,
+                                  memory_limit=memory_limit, backend=backend))
 
 
 @conv_backward_bias.register_fake
@@ -119,6 +130,7 @@ def _conv_setup(ctx, inputs, output):
     x, w, bias, stride, padding, dilation, groups, memory_limit, backend = inputs
     ctx.save_for_backward(x, w)
     ctx.has_bias = bias is not None
+    ctx.bias_device = None if bias is None else bias.device
     ctx.geometry = (stride, padding, dilation, groups, memory_limit, backend)
 
 
@@ -128,7 +140,8 @@ def _conv_backward(ctx, dy):
     stride, padding, dilation, groups, memory_limit, backend = ctx.geometry
     want_dx, want_dw, want_db = _needs(ctx, 0), _needs(ctx, 1), ctx.has_bias and _needs(ctx, 2)
     # One pass over dy serves all three (the fused backward: float32, ungrouped, cuDNN's symmetric padding).
-    if want_dx and want_dw and groups == 1 and _symmetric(padding, w) and x.dtype == torch.float32:
+    on_cpu = all(t.device.type == "cpu" for t in (x, dy, w))  # the fused backward takes host arrays
+    if want_dx and want_dw and groups == 1 and _symmetric(padding, w) and x.dtype == torch.float32 and on_cpu:
         dx, dw, db = conv_backward_data_filter_bias(x, dy, w, stride, padding, dilation, groups, memory_limit,
                                                     backend)
         return dx, dw, db if want_db else None, None, None, None, None, None, None
@@ -137,6 +150,9 @@ def _conv_backward(ctx, dy):
     dw = conv_backward_filter(x, dy, list(w.shape), stride, padding, dilation, groups, memory_limit,
                               backend) if want_dw else None
     db = conv_backward_bias(dy, memory_limit, backend) if want_db else None
+    # Each gradient on its parameter's device (the ops put results on their first input's).
+    dw = dw.to(w.device) if dw is not None else None
+    db = db.to(ctx.bias_device) if db is not None else None
     return dx, dw, db, None, None, None, None, None, None
 
 

@@ -3,32 +3,35 @@
 A CPU tensor (pageable or pinned) is viewed with Tensor.numpy(): no copy, and pyooc's pinned rule
 sees pinned memory as pinned. A result array comes back through torch.from_numpy: no copy either.
 
-CUDA tensors are refused (ValueError naming the argument): pyooc's Python bindings take
-buffer-protocol host memory only. libooc itself serves device pointers (the C API,
-native/src/api/memory_kind.hpp), but a numpy view of device memory would crash on any host access,
-and a silent device-to-host copy would hide a whole-tensor transfer; pyooc.torch.policy moves tensors
-between the device and the host explicitly, where it decides to.
+CUDA tensors: the convolutions and their gradients read and write them in place (device_view: a
+pyooc DeviceArray of the tensor's memory, waited for on torch's current stream), and their results
+are CUDA tensors on the input's device, as torch's are. The other ops refuse them (ValueError
+naming the argument): they read some tensors on the host, and a silent device-to-host copy would
+hide a whole-tensor transfer; pyooc.torch.policy moves tensors between the device and the host
+explicitly, where it decides to.
 """
 
 import ml_dtypes
 import numpy as np
 import torch
 
+from pyooc._device_arrays import DeviceArray
+
 FLOAT32 = (torch.float32,)
 # What pyooc's convolutions and their gradients compute in (pyooc/_arrays.py's CONV_DTYPES).
 CONV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def check_tensor(t, name, dtypes=FLOAT32):
+def check_tensor(t, name, dtypes=FLOAT32, cuda=False):
     """t as pyooc takes it, or an exception naming the argument: one of `dtypes` (NotImplementedError
-    for the others: what pyooc does not compute in), CPU, dense, C-contiguous."""
+    for the others: what pyooc does not compute in), CPU (or CUDA, where `cuda`), dense, C-contiguous."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in dtypes:
         names = ", ".join(str(d) for d in dtypes)
         raise NotImplementedError(f"{name}: pyooc supports dtype {names} only here, got {t.dtype} "
                                   f"(cast with .float(); pyooc does not fall back to torch's op)")
-    if t.device.type != "cpu":
+    if t.device.type != "cpu" and not (cuda and t.device.type == "cuda"):
         raise ValueError(f"{name} is on {t.device}: pyooc.torch takes CPU tensors (pageable or pinned), which it "
                          f"streams through the GPU itself; move it with .cpu(), or let pyooc.torch.policy place "
                          f"the layers of a model")
@@ -40,17 +43,45 @@ def check_tensor(t, name, dtypes=FLOAT32):
     return t
 
 
-def as_array(t, name, dtypes=FLOAT32):
+_NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
+                 torch.bfloat16: np.dtype(ml_dtypes.bfloat16)}
+
+
+def as_array(t, name, dtypes=FLOAT32, cuda=False):
     """A numpy view of the CPU contiguous tensor t of one of `dtypes` (no copy; autograd's view of
-    it detached). bfloat16, which numpy lacks, is viewed as ml_dtypes' bfloat16."""
-    t = check_tensor(t, name, dtypes).detach()
+    it detached). bfloat16, which numpy lacks, is viewed as ml_dtypes' bfloat16. cuda: the op reads
+    CUDA tensors in place, as device_view's DeviceArray."""
+    t = check_tensor(t, name, dtypes, cuda).detach()
+    if t.device.type == "cuda":
+        return device_view(t)
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
 
 
-def as_array_or_none(t, name, dtypes=FLOAT32):
-    return None if t is None else as_array(t, name, dtypes)
+def as_array_or_none(t, name, dtypes=FLOAT32, cuda=False):
+    return None if t is None else as_array(t, name, dtypes, cuda)
+
+
+def device_view(t):
+    """The CUDA tensor t as pyooc's DeviceArray (pyooc/_device_arrays.py): its address, and torch's
+    current stream on its device, whose queued work pyooc waits for before reading it."""
+    stream = torch.cuda.current_stream(t.device).cuda_stream
+    return DeviceArray(t, t.data_ptr(), tuple(t.shape), _NUMPY_DTYPES[t.dtype], False, stream)
+
+
+def device_result(like, shape):
+    """(tensor, out=) for an op's result: on a CUDA `like`, a new tensor on its device and its
+    DeviceArray, which pyooc writes in place; on the CPU (None, None): pyooc allocates the array."""
+    if like.device.type != "cuda":
+        return None, None
+    t = torch.empty(list(shape), dtype=like.dtype, device=like.device)
+    return t, device_view(t)
+
+
+def result_tensor(tensor, array):
+    """What an op returns: the CUDA tensor device_result made, or the CPU tensor sharing `array`."""
+    return tensor if tensor is not None else as_tensor(array)
 
 
 def as_tensor(array):

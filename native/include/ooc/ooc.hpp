@@ -72,6 +72,15 @@ void free_pinned(void* ptr) noexcept;
 void register_pinned(void* ptr, size_t bytes);
 void unregister_pinned(void* ptr);
 
+// Device arrays of other libraries (CuPy, torch CUDA), which the convolutions read and write in
+// place: every function above takes device pointers too and copies them at device speed.
+// The GPU whose memory holds `ptr`, or -1 for host memory of any kind (and without a GPU). Never throws.
+int device_memory_ordinal(const void* ptr) noexcept;
+// Waits for the producer's work on its arrays before a call reads them: `stream` as
+// __cuda_array_interface__ gives it (a cudaStream_t as an integer; 1 and 2 CUDA's default streams),
+// or 0 when it names none, which waits for all of `device`'s work. Throws cuda_error.
+void wait_for_stream(uintptr_t stream, int device);
+
 namespace testing {
 // Test-only fault injection: the `countdown`-th next operation of kind `where` fails as if the
 // library doing it had returned an error, so tests can prove error paths drain the queues, free

@@ -1,6 +1,7 @@
 // ooc.hpp's entry points that reach the machine directly rather than run an operation: pinned host
 // memory, the measured link, and the test-only hooks of ooc::testing.
 #include "backend/backend.hpp"
+#include "backend/cuda/foreign_stream.hpp"
 #include "backend/cuda/link_bandwidth.hpp"
 #include "backend/cuda/pinned_memory.hpp"
 #include "backend/fault_injection.hpp"
@@ -12,6 +13,8 @@ void* alloc_pinned(size_t bytes) { return pinned_host_alloc(bytes); }
 void free_pinned(void* ptr) noexcept { pinned_host_free(ptr); }
 void register_pinned(void* ptr, size_t bytes) { pinned_host_register(ptr, bytes); }
 void unregister_pinned(void* ptr) { pinned_host_unregister(ptr); }
+
+void wait_for_stream(uintptr_t stream, int device) { wait_for_foreign_stream(stream, device); }
 
 LinkBandwidth measure_link_bandwidth(int device, size_t bytes) { return measure_pinned_link_bandwidth(device, bytes); }
 

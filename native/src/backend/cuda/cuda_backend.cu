@@ -187,12 +187,14 @@ class CudaBackend final : public Backend {
     work();
   }
 
+  // cudaMemcpyDefault: the "host" side may be a caller's device array (the Python API's device
+  // arrays, the C API's device pointers), which an explicit host kind would misdescribe.
   void do_copy_h2d(void* device_dst, const void* host_src, size_t bytes) override {
-    OOC_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, resources_->h2d.get()));
+    OOC_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyDefault, resources_->h2d.get()));
   }
 
   void do_copy_d2h(void* host_dst, const void* device_src, size_t bytes) override {
-    OOC_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, resources_->d2h.get()));
+    OOC_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDefault, resources_->d2h.get()));
   }
 
   // The convolutions: cuDNN's legacy API with the cached setup of each chunk shape (conv_setup_cache.hpp),

@@ -12,4 +12,9 @@ bool is_device_accessible(const void* host_ptr) noexcept;
 // any kind and whenever CUDA cannot tell. Never throws.
 bool is_device_memory(const void* ptr) noexcept;
 
+// The ordinal of the GPU whose memory holds `ptr` (device memory; managed memory: the device it was
+// allocated on), or -1 for host memory of any kind and whenever CUDA cannot tell. Never throws.
+// ooc/ooc.hpp declares it too, for the Python API's device arrays; it is defined once, here.
+int device_memory_ordinal(const void* ptr) noexcept;
+
 }  // namespace ooc
