@@ -50,9 +50,12 @@ void report_speed(const TrainResult& r, cudnnHandle_t cudnn, cublasHandle_t cubl
   // Where the step's time goes: the chunked runs themselves (oocTotals_t::seconds), the host's data,
   // and the rest (the direct calls, planning and each call's fixed cost).
   const double chunked = t.seconds / r.timed_steps;
-  std::printf("speed: of it %.3f ms in the chunked runs, %.3f ms drawing the batch, %.3f ms elsewhere "
-              "(direct calls, planning, per-call costs); plain: %.3f ms drawing the batch\n",
-              1e3 * chunked, 1e3 * r.data_seconds_per_step,
+  // Inside the chunked runs, the issuing thread's waits for the device (oocTotals_t::paceWaitSeconds):
+  // a large share means the device (or the link) bounds the chunks, a small one that issuing does.
+  std::printf("speed: of it %.3f ms in the chunked runs (%.3f ms of them waiting for the device), %.3f ms "
+              "drawing the batch, %.3f ms elsewhere (direct calls, planning, per-call costs); plain: %.3f ms "
+              "drawing the batch\n",
+              1e3 * chunked, 1e3 * t.paceWaitSeconds / r.timed_steps, 1e3 * r.data_seconds_per_step,
               1e3 * (r.seconds_per_step - chunked - r.data_seconds_per_step), 1e3 * plain.data_seconds_per_step);
   std::printf("speed: link roofline %.3f ms per step (%.1f / %.1f / %.1f GB/s h2d / d2h / both): %.2f of it\n",
               1e3 * roofline, h2d / 1e9, d2h / 1e9, bidir / 1e9, roofline / r.seconds_per_step);

@@ -414,6 +414,7 @@ cdef dict _ran(ooc.Plan& plan, ooc.RunStats& stats):
         "device_bytes_reserved": stats.device_bytes_reserved, "chunks": stats.chunks,
         "seconds": stats.seconds, "gather_seconds": stats.gather_seconds,
         "scatter_seconds": stats.scatter_seconds, "host_wait_seconds": stats.host_wait_seconds,
+        "pace_wait_seconds": stats.pace_wait_seconds,
         "h2d_busy_seconds": stats.h2d_busy_seconds, "compute_busy_seconds": stats.compute_busy_seconds,
         "d2h_busy_seconds": stats.d2h_busy_seconds, "plan": Plan.wrap(plan),
     }

@@ -192,7 +192,7 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
     cdef cppclass RunStats:
         size_t bytes_h2d, bytes_d2h, device_bytes_reserved
         int64_t chunks
-        double seconds, gather_seconds, scatter_seconds, host_wait_seconds
+        double seconds, gather_seconds, scatter_seconds, host_wait_seconds, pace_wait_seconds
         double h2d_busy_seconds, compute_busy_seconds, d2h_busy_seconds
 
     ctypedef void (*PlanObserver)(const Plan& plan, bool automatic_chose_host)

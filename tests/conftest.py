@@ -202,8 +202,9 @@ def run_checked(x, w, *, bias=None, memory_limit=None, alpha=1.0, beta=0.0, out=
     assert plan.peak_device_bytes <= plan.memory_limit
     if memory_limit is not None:
         assert plan.memory_limit == pyooc.parse_memory_limit(memory_limit)
-    for key in ("seconds", "gather_seconds", "scatter_seconds", "host_wait_seconds"):
+    for key in ("seconds", "gather_seconds", "scatter_seconds", "host_wait_seconds", "pace_wait_seconds"):
         assert stats[key] >= 0.0
+    assert stats["pace_wait_seconds"] <= stats["seconds"]
     return plan
 
 

@@ -503,6 +503,8 @@ typedef struct oocTotals {
   long long chunks;
   size_t bytesH2D, bytesD2H; /* bytes copied over each link direction by the chunked calls */
   double seconds;            /* wall time of the chunked runs */
+  double paceWaitSeconds;    /* of which the issuing thread waited for the device: near `seconds`
+                                when the device bounds the runs, near 0 when issuing them does */
 } oocTotals_t;
 void oocResetTotals(void);
 /* CUDNN_STATUS_BAD_PARAM for a null totals. */

@@ -4,6 +4,7 @@
 // (plan/, backend/, exec/) include this header, never an operation header.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -63,9 +64,35 @@ struct RunStats {
   int64_t chunks = 0;
   double seconds = 0;                    // wall time of the pipeline
   double gather_seconds = 0, scatter_seconds = 0, host_wait_seconds = 0;  // host worker time by stage
+  // Time the issuing thread waited for the device to catch up (exec/chunk_pacer.hpp): near the
+  // call's time when the device bounds it, near zero when issuing the chunks does.
+  double pace_wait_seconds = 0;
   // Device time each queue was busy; -1 unless measured (cuda backend with OOC_PROFILE_QUEUES=1).
   double h2d_busy_seconds = -1, compute_busy_seconds = -1, d2h_busy_seconds = -1;
 };
+
+// RunStats of several runs as one: the passes of one operation run one after another (a layer's
+// reduce then apply; the C API's batch norm), the shares of a spread call side by side on several
+// devices. Bytes, chunks and host worker time add up either way; wall time adds up for sequential
+// runs and is the slowest share's for parallel ones; the arena is the largest any run held.
+enum class RunsWere { sequential, parallel };
+
+inline void accumulate(RunStats& total, const RunStats& s, RunsWere runs) {
+  total.bytes_h2d += s.bytes_h2d;
+  total.bytes_d2h += s.bytes_d2h;
+  total.device_bytes_reserved = std::max(total.device_bytes_reserved, s.device_bytes_reserved);
+  total.chunks += s.chunks;
+  total.seconds = runs == RunsWere::sequential ? total.seconds + s.seconds : std::max(total.seconds, s.seconds);
+  total.gather_seconds += s.gather_seconds;
+  total.scatter_seconds += s.scatter_seconds;
+  total.host_wait_seconds += s.host_wait_seconds;
+  total.pace_wait_seconds += s.pace_wait_seconds;
+  // Queue busy times are -1 where unmeasured: a measured one is kept rather than summed with -1.
+  auto add = [](double& a, double b) { a = a < 0 || b < 0 ? std::max(a, b) : a + b; };
+  add(total.h2d_busy_seconds, s.h2d_busy_seconds);
+  add(total.compute_busy_seconds, s.compute_busy_seconds);
+  add(total.d2h_busy_seconds, s.d2h_busy_seconds);
+}
 
 // Every activation, in the order of ActivationMode: X(name). A mode's formula (value and gradient,
 // host and device alike) lives in backend/activation_formulas.hpp; cuDNN runs those it has.

@@ -125,17 +125,7 @@ bool user_did_not_cancel(void* context, const ChunkProgress*) {
 // What several shares measured, as one run: bytes and chunks add up, the rest is the slowest's.
 RunStats combined(const std::vector<RunStats>& runs) {
   RunStats total = runs.front();
-  for (size_t i = 1; i < runs.size(); ++i) {
-    const RunStats& r = runs[i];
-    total.bytes_h2d += r.bytes_h2d;
-    total.bytes_d2h += r.bytes_d2h;
-    total.chunks += r.chunks;
-    total.device_bytes_reserved = std::max(total.device_bytes_reserved, r.device_bytes_reserved);
-    total.seconds = std::max(total.seconds, r.seconds);
-    total.gather_seconds += r.gather_seconds;
-    total.scatter_seconds += r.scatter_seconds;
-    total.host_wait_seconds += r.host_wait_seconds;
-  }
+  for (size_t i = 1; i < runs.size(); ++i) accumulate(total, runs[i], RunsWere::parallel);
   return total;
 }
 

@@ -89,13 +89,6 @@ Geometry forward_geometry(Operation op, cudnnBatchNormMode_t mode, cudnnTensorDe
                   alpha, beta);
 }
 
-void add_run(RunStats& total, const RunStats& s) {
-  total.bytes_h2d += s.bytes_h2d;
-  total.bytes_d2h += s.bytes_d2h;
-  total.chunks += s.chunks;
-  total.seconds += s.seconds;
-}
-
 }  // namespace
 }  // namespace ooc::capi
 
@@ -223,7 +216,7 @@ extern "C" cudnnStatus_t ooc_cudnnBatchNormalizationBackward(
           std::vector<float> dscale(static_cast<size_t>(C)), dbias(static_cast<size_t>(C));
           batchnorm_backward(g.problem, floats(x), floats(dy), scale.data(), mean.data(), invstd.data(), floats(dx),
                              dscale.data(), dbias.data(), options, plan, stats);
-          add_run(*stats, statistics);
+          accumulate(*stats, statistics, RunsWere::sequential);
           // The parameter gradients blend like the data gradient, with their own alpha and beta.
           const double a = scalar(alphaParamDiff), b = scalar(betaParamDiff);
           for (auto [result, values] : {std::pair{dBnScaleResult, &dscale}, std::pair{dBnBiasResult, &dbias}}) {

@@ -26,7 +26,7 @@ thread_local LastCall t_last_call;
 struct Totals {
   std::atomic<long long> calls{0}, out_of_core_calls{0}, chunks{0};
   std::atomic<size_t> bytes_h2d{0}, bytes_d2h{0};
-  std::atomic<long long> nanoseconds{0};
+  std::atomic<long long> nanoseconds{0}, pace_wait_nanoseconds{0};
 };
 Totals g_totals;
 
@@ -38,6 +38,7 @@ void add_to_totals(bool out_of_core, const RunStats& stats) {
   g_totals.bytes_h2d += stats.bytes_h2d;
   g_totals.bytes_d2h += stats.bytes_d2h;
   g_totals.nanoseconds += static_cast<long long>(stats.seconds * 1e9);
+  g_totals.pace_wait_nanoseconds += static_cast<long long>(stats.pace_wait_seconds * 1e9);
 }
 thread_local std::string t_last_error;
 
@@ -217,6 +218,7 @@ extern "C" void oocResetTotals(void) {
   g_totals.bytes_h2d = 0;
   g_totals.bytes_d2h = 0;
   g_totals.nanoseconds = 0;
+  g_totals.pace_wait_nanoseconds = 0;
 }
 
 extern "C" cudnnStatus_t oocGetTotals(oocTotals_t* totals) {
@@ -227,6 +229,7 @@ extern "C" cudnnStatus_t oocGetTotals(oocTotals_t* totals) {
   totals->bytesH2D = g_totals.bytes_h2d;
   totals->bytesD2H = g_totals.bytes_d2h;
   totals->seconds = static_cast<double>(g_totals.nanoseconds.load()) * 1e-9;
+  totals->paceWaitSeconds = static_cast<double>(g_totals.pace_wait_nanoseconds.load()) * 1e-9;
   return CUDNN_STATUS_SUCCESS;
 }
 

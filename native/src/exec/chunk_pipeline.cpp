@@ -245,12 +245,16 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   buffers.workspace = workspace;
   // Paces the loop and asks the call's observer between chunks: a cancel throws from here, and the
   // destructors above drain the queues before anything is freed.
-  ChunkPacer pacer(backend, res.events(ChunkPacer::kLead), ObservedCall::current());
+  const double chunk_seconds = plan.predicted_seconds / static_cast<double>(std::max<int64_t>(
+                                  1, static_cast<int64_t>(plan.num_chunks()) * std::max(plan.passes, 1)));
+  ChunkPacer pacer(backend, res.events(ChunkPacer::lead_for(!inputs_direct, chunk_seconds)), ObservedCall::current());
+  std::vector<bool> loaded(spec.inputs.size());
   for (const Chunk& ch : plan.chunks) {
     pacer.before_chunk(stats.chunks);
     for (size_t i = 0; i < spec.inputs.size(); ++i) {
       const StreamedInput& in = spec.inputs[i];
-      if (in.loads && !in.loads(ch)) continue;
+      loaded[i] = !in.loads || in.loads(ch);
+      if (!loaded[i]) continue;
       SlotRing& r = in_rings[i];
       const int s = r.advance();
       load(in.region(ch), in_direct[i], r.slots[s], r.free[s], r.ready[s]);
@@ -267,9 +271,12 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
       backend.wait(Queue::compute, outr.free[s]);
     }
     const int os = outr.current;
-    for (const SlotRing& r : in_rings) backend.wait(Queue::compute, r.ready[r.current]);
+    // A slot kept from an earlier chunk was waited for by that chunk's compute, on the same queue.
+    for (size_t i = 0; i < in_rings.size(); ++i)
+      if (loaded[i]) backend.wait(Queue::compute, in_rings[i].ready[in_rings[i].current]);
     if (ch.first_c && load_out) backend.wait(Queue::compute, outr.ready[os]);
-    if (has_resident) backend.wait(Queue::compute, resident_ready);
+    // Once: the compute queue keeps its order, so every later chunk runs after the resident load too.
+    if (has_resident && stats.chunks == 0) backend.wait(Queue::compute, resident_ready);
     for (size_t i = 0; i < in_rings.size(); ++i) buffers.in[i] = in_rings[i].current_data();
     buffers.out = outr.slots[os];
     buffers.beta = ch.first_c ? spec.beta : 1.0;
@@ -289,6 +296,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   stats.host_wait_seconds += scatter.host_wait_seconds();
   backend.synchronize();
   pacer.finished(stats.chunks);
+  stats.pace_wait_seconds = pacer.waited_seconds();
   stats.seconds = seconds_since(start);
   const std::array<double, 3> busy = backend.queue_busy_seconds();
   stats.h2d_busy_seconds = busy[0];

@@ -29,21 +29,6 @@ TensorView matrix_view(const void* data, int64_t rows, int64_t cols, int64_t ld,
   return v;
 }
 
-void add_stats(RunStats& total, const RunStats& s) {
-  total.bytes_h2d += s.bytes_h2d;
-  total.bytes_d2h += s.bytes_d2h;
-  total.device_bytes_reserved = std::max(total.device_bytes_reserved, s.device_bytes_reserved);
-  total.chunks += s.chunks;
-  total.seconds += s.seconds;
-  total.gather_seconds += s.gather_seconds;
-  total.scatter_seconds += s.scatter_seconds;
-  total.host_wait_seconds += s.host_wait_seconds;
-  auto add = [](double& a, double b) { a = a < 0 || b < 0 ? std::max(a, b) : a + b; };
-  add(total.h2d_busy_seconds, s.h2d_busy_seconds);
-  add(total.compute_busy_seconds, s.compute_busy_seconds);
-  add(total.d2h_busy_seconds, s.d2h_busy_seconds);
-}
-
 }  // namespace
 
 RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans_b, const void* a, int64_t lda,
@@ -136,7 +121,7 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
         backend.channel_moments(shape_of(ch), b.in[0], statistics(b.out));
       };
     }
-    add_stats(total, run_chunks(plan, backend, pool, spec));
+    accumulate(total, run_chunks(plan, backend, pool, spec), RunsWere::sequential);
 
     // Merge the chunks' rows per channel in float64: Chan et al.'s pairwise update of (count,
     // mean, M2) for the statistics, plain sums for the gradients.
@@ -195,7 +180,7 @@ RunStats run_batchnorm(const Plan& plan, Backend& backend, const BatchnormTensor
     backend.channel_affine(shape_of(ch), b.in[0], backward ? b.in[1] : nullptr, statistics(b.resident) + per * ch.c.begin, b.beta,
                            b.out);
   };
-  add_stats(total, run_chunks(plan, backend, pool, spec));
+  accumulate(total, run_chunks(plan, backend, pool, spec), RunsWere::sequential);
   return total;
 }
 
