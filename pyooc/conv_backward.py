@@ -9,6 +9,7 @@ from pyooc._call_args import check_dtype, conv_args, output_array, raw_bytes, sa
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
+from pyooc.precision import accepts_math
 
 _native = load_native()
 
@@ -40,6 +41,7 @@ def _plan(operation, shapes, w_shape, dtype, stride, padding, dilation, groups, 
                                       o["alpha"], o["beta"], o["options"], dtype)
 
 
+@accepts_math
 @accepts_machine
 def plan_conv_backward_data(dy_shape, w_shape, x_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                             beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0,
@@ -52,6 +54,7 @@ def plan_conv_backward_data(dy_shape, w_shape, x_shape, *, stride=1, padding=0, 
                  memory_limit, backend, device, pinned)
 
 
+@accepts_math
 @accepts_machine
 def plan_conv_backward_filter(x_shape, dy_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                               beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0,
@@ -71,6 +74,7 @@ def plan_conv_backward_bias(dy_shape, *, alpha=1.0, beta=0.0, dtype="float32", m
                  device, pinned)
 
 
+@accepts_math
 @observed
 def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
                        memory_limit=None, backend="auto", device=0, devices=None):
@@ -86,6 +90,7 @@ def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, group
                 "dx = alpha * conv_transpose(dy, w) + beta * out", out, o)
 
 
+@accepts_math
 @observed
 def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
                          memory_limit=None, backend="auto", device=0, devices=None):
