@@ -277,6 +277,11 @@ void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, co
   OOC_CUDNN_CHECK(Algorithms::max_count(handle, &max_count));
   std::vector<typename Algorithms::Perf> results(static_cast<size_t>(std::max(max_count, 1)));
   int returned = 0;
+  // Find times what the descriptor's math type allows: the setup's own, not the heuristic pick's
+  // adopted one (which may be FMA). The pick's is restored when nothing Find timed qualifies.
+  cudnnMathType_t picked_math = s.math;
+  OOC_CUDNN_CHECK(cudnnGetConvolutionMathType(s.conv, &picked_math));
+  adopt_math(s, s.math);
   OOC_CUDNN_CHECK(Algorithms::find(handle, s, in1, in2, out, static_cast<int>(results.size()), &returned,
                                    results.data(), workspace_limit ? workspace : nullptr, workspace_limit));
   if (log_algorithms()) {
@@ -293,11 +298,12 @@ void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, co
     if (r.status != CUDNN_STATUS_SUCCESS || (!s.tensor_cores_allowed && uses_tensor_cores(r.mathType)) ||
         r.memory > workspace_limit)
       continue;
-    adopt_math(s, r.mathType);
+    picked_math = r.mathType;
     Algorithms::chosen(s) = r.algo;
     s.workspace_bytes = r.memory;
     break;
   }
+  adopt_math(s, picked_math);
   if (log_algorithms())
     std::fprintf(stderr, "ooc: %s: chose algo %d, workspace %zu\n", describe(s, Algorithms::op).c_str(),
                  static_cast<int>(Algorithms::chosen(s)), s.workspace_bytes);
