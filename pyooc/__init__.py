@@ -35,6 +35,7 @@ from pyooc.fused import (  # noqa: E402
     pooling_activation_conv_backward_data_filter_bias)
 from pyooc.memory import get_memory_limit, parse_memory_limit, set_memory_limit  # noqa: E402
 from pyooc.devices import get_devices, set_devices  # noqa: E402
+from pyooc.precision import get_math, set_math  # noqa: E402
 from pyooc.pinned_cache import pinned_results, set_pinned_results  # noqa: E402
 from pyooc.pinned import pin, pinned_empty, unpin  # noqa: E402
 from pyooc.progress import CancelToken, get_progress, set_progress  # noqa: E402
@@ -100,7 +101,7 @@ __all__ = [
     "activation_forward", "activation_backward", "softmax_forward", "softmax_backward", "add_tensor",
     "plan_activation_forward", "plan_activation_backward", "plan_softmax_forward", "plan_softmax_backward",
     "plan_add_tensor", "pool_forward", "plan_pool_forward", "pool_backward", "plan_pool_backward",
-    "last_stats", "set_memory_limit", "set_devices", "get_devices", "set_pinned_results", "pinned_results",
+    "last_stats", "set_memory_limit", "set_devices", "get_devices", "set_math", "get_math", "set_pinned_results", "pinned_results",
     "conv_bias_activation_forward", "plan_conv_bias_activation_forward", "conv_backward_data_filter_bias",
     "plan_conv_backward_data_filter_bias", "activation_conv_backward_data_filter_bias",
     "plan_activation_conv_backward_data_filter_bias", "conv_bias_activation_pooling_forward",

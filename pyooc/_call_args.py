@@ -17,6 +17,7 @@ from pyooc.machine import planning_machine
 from pyooc.memory import parse_memory_limit
 from pyooc.progress import call_observer
 from pyooc.pinned_cache import new_result
+from pyooc.precision import call_math
 
 _native = load_native()
 BACKENDS = ("auto", "cuda", "host")
@@ -32,11 +33,12 @@ def call_options(memory_limit, backend, device, pinned=False, devices=None):
     None: the process default), backend, device; pinned (plan_* only): plan as if every array
     were pinned; devices: the devices it spreads over (pyooc/devices.py; None: the process
     default). Its observer (Ctrl-C, the call's progress= and cancel=: pyooc/progress.py) comes
-    from the call's context, so that no function passes them."""
+    from the call's context, so that no function passes them; so does its math mode (the call's
+    math=, else the process default: pyooc/precision.py)."""
     check_backend(backend)
     # machine: the model a plan_* call was given (pyooc/machine.py's accepts_machine), else None.
     return _native.CallOptions(parse_memory_limit(memory_limit) or 0, backend, as_device(device), bool(pinned),
-                               call_observer(), planning_machine(), call_devices(devices))
+                               call_observer(), planning_machine(), call_devices(devices), call_math())
 
 
 def as_device(device):

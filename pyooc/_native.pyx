@@ -95,6 +95,12 @@ cdef class Plan:
         return self.c_obj.get().backend.decode()
 
     @property
+    def math(self):
+        """How its float32 convolutions and GEMMs multiply: "fp32" (full FP32) or "tf32"
+        (pyooc/precision.py); the host backend computes full FP32 under either."""
+        return _MATH_NAMES[self.c_obj.get().math]
+
+    @property
     def splits(self):
         """Number of pieces per dimension: n, k (output channels), c (input channels) and each
         spatial dimension (d, h, w): of y / dy, or of dx for conv_backward_data. A grouped
@@ -278,14 +284,16 @@ cdef class CallOptions:
     built once per call by pyooc/_call_args.py and passed as the last argument of every binding.
     memory_limit: bytes, 0 for the process default; backend: "auto", "cuda" or "host" (the names
     _call_args checked); assume_pinned: read by the plan_* bindings only; observer: the call's
-    CallObserver (Ctrl-C, CancelToken, progress; _observe.pxi), kept alive here for the call."""
+    CallObserver (Ctrl-C, CancelToken, progress; _observe.pxi), kept alive here for the call;
+    math: "fp32" or "tf32" (pyooc/precision.py checked it)."""
     cdef ooc.Options c_obj
     cdef readonly CallObserver observer
     cdef ooc.MachineModel machine_model  # what c_obj.machine points to when a model was given
 
     def __cinit__(self, size_t memory_limit, str backend, int device, bint assume_pinned=False,
-                  CallObserver observer=None, machine=None, tuple devices=()):
+                  CallObserver observer=None, machine=None, tuple devices=(), str math="fp32"):
         self.c_obj.memory_limit = memory_limit
+        self.c_obj.math = _MATH_MODES[math]
         self.c_obj.backend = _BACKENDS[backend]
         self.c_obj.device = device
         self.c_obj.devices = list(devices)
@@ -324,9 +332,13 @@ cdef class CallOptions:
     def devices(self):
         return tuple(self.c_obj.devices)
 
+    @property
+    def math(self):
+        return _MATH_NAMES[self.c_obj.math]
+
     def __repr__(self):
         return (f"<pyooc.CallOptions memory_limit={self.memory_limit} backend={self.backend!r} "
-                f"device={self.device} assume_pinned={self.assume_pinned}>")
+                f"device={self.device} assume_pinned={self.assume_pinned} math={self.math!r}>")
 
 
 cdef tuple _padding_ends(tuple padding):
@@ -338,6 +350,9 @@ cdef tuple _padding_ends(tuple padding):
     pairs = [(p, p) if isinstance(p, int) else p for p in padding]
     return [b for b, _ in pairs], [a for _, a in pairs]
 
+
+_MATH_MODES = {"fp32": ooc.MathMode.fp32, "tf32": ooc.MathMode.tf32}
+_MATH_NAMES = {ooc.MathMode.fp32: "fp32", ooc.MathMode.tf32: "tf32"}
 
 _DTYPES = {"float32": ooc.DType.float32, "float16": ooc.DType.float16, "bfloat16": ooc.DType.bfloat16}
 

@@ -136,6 +136,7 @@ cdef extern from "ooc/plan.hpp" namespace "ooc" nogil:
     cdef cppclass Plan:
         ConvProblem problem
         string backend
+        MathMode math
         Tiling tiling
         int64_t splits_g, splits_n, splits_k, splits_c
         Dims3 splits_out
@@ -166,6 +167,10 @@ cdef extern from "<atomic>" namespace "std" nogil:
 
 
 cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
+    cdef enum class MathMode(int):
+        fp32
+        tf32
+
     cdef enum class BackendKind(int):
         automatic
         host
@@ -188,6 +193,7 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
         bool assume_pinned
         const CallObserver* observer
         const MachineModel* machine
+        MathMode math
 
     cdef cppclass RunStats:
         size_t bytes_h2d, bytes_d2h, device_bytes_reserved

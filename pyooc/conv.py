@@ -10,10 +10,12 @@ from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc._unbatched import as_batch_of_one, without_batch
 from pyooc.machine import accepts_machine
+from pyooc.precision import accepts_math
 
 _native = load_native()
 
 
+@accepts_math
 @accepts_machine
 def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                       beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0, pinned=False):
@@ -34,6 +36,7 @@ def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dila
                                      o["alpha"], o["beta"], bool(bias), o["options"], dtype)
 
 
+@accepts_math
 @observed
 def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
                  memory_limit=None, backend="auto", device=0, devices=None):

@@ -10,6 +10,7 @@ from pyooc._device_arrays import caller_array, ready_device_arrays
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
+from pyooc.precision import accepts_math
 
 _native = load_native()
 
@@ -42,6 +43,7 @@ def _plan(operation, shapes, w_shape, dtype, stride, padding, dilation, groups, 
                                       o["alpha"], o["beta"], o["options"], dtype)
 
 
+@accepts_math
 @accepts_machine
 def plan_conv_backward_data(dy_shape, w_shape, x_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                             beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0,
@@ -54,6 +56,7 @@ def plan_conv_backward_data(dy_shape, w_shape, x_shape, *, stride=1, padding=0, 
                  memory_limit, backend, device, pinned)
 
 
+@accepts_math
 @accepts_machine
 def plan_conv_backward_filter(x_shape, dy_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                               beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0,
@@ -73,6 +76,7 @@ def plan_conv_backward_bias(dy_shape, *, alpha=1.0, beta=0.0, dtype="float32", m
                  device, pinned)
 
 
+@accepts_math
 @observed
 def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
                        memory_limit=None, backend="auto", device=0, devices=None):
@@ -88,6 +92,7 @@ def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, group
                 "dx = alpha * conv_transpose(dy, w) + beta * out", out, o)
 
 
+@accepts_math
 @observed
 def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
                          memory_limit=None, backend="auto", device=0, devices=None):

@@ -14,6 +14,7 @@ from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.layers import _coef
 from pyooc.machine import accepts_machine
+from pyooc.precision import accepts_math
 from pyooc.pinned_cache import new_result
 
 _native = load_native()
@@ -77,6 +78,7 @@ def _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory
     return o
 
 
+@accepts_math
 @observed
 def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=None, z=None, alpha1=1.0, alpha2=0.0,
                                  stride=1, padding=0, dilation=1, groups=1, out=None, memory_limit=None,
@@ -110,6 +112,7 @@ def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=Non
     return out
 
 
+@accepts_math
 @accepts_machine
 def plan_conv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1,
                                       padding=0, dilation=1, groups=1, dtype="float32", memory_limit=None,
@@ -132,6 +135,7 @@ def _pool_geometry(spatial, kernel, stride, padding, mode):
     return kernel, stride, spatial_tuple(padding, spatial, "pool_padding")
 
 
+@accepts_math
 @observed
 def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_stride=None, pool_padding=0,
                                          pool_mode="max", activation="relu", coef=None, z=None, alpha1=1.0,
@@ -170,6 +174,7 @@ def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_s
     return out
 
 
+@accepts_math
 @accepts_machine
 def plan_conv_bias_activation_pooling_forward(x_shape, w_shape, *, pool_kernel, pool_stride=None, pool_padding=0,
                                               bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1, padding=0,
@@ -185,6 +190,7 @@ def plan_conv_bias_activation_pooling_forward(x_shape, w_shape, *, pool_kernel, 
         o["alpha2"] if z else 0.0, bool(bias), *pool, o["options"])
 
 
+@accepts_math
 @observed
 def deconv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=None, z=None, alpha1=1.0,
                                    alpha2=0.0, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
@@ -220,6 +226,7 @@ def deconv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=N
     return out
 
 
+@accepts_math
 @accepts_machine
 def plan_deconv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1,
                                         padding=0, output_padding=0, dilation=1, groups=1, dtype="float32",
@@ -250,6 +257,7 @@ def _backward_outputs(out, x, dy, w, more_inputs=None):
     return tuple(checked)
 
 
+@accepts_math
 @observed
 def conv_backward_data_filter_bias(x, dy, w, *, stride=1, padding=0, dilation=1, groups=1, out=None,
                                    memory_limit=None, backend="auto", device=0):
@@ -277,6 +285,7 @@ def conv_backward_data_filter_bias(x, dy, w, *, stride=1, padding=0, dilation=1,
     return dx, dw, db
 
 
+@accepts_math
 @accepts_machine
 def plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
                                         dtype="float32", memory_limit=None, backend="auto", device=0, pinned=False):
@@ -291,6 +300,7 @@ def plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, stride=1,
                                                        o["groups"], o["options"])
 
 
+@accepts_math
 @observed
 def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu", coef=None, pre=None, stride=1,
                                               padding=0, dilation=1, groups=1, out=None, memory_limit=None,
@@ -329,6 +339,7 @@ def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu",
     return dx, dw, db
 
 
+@accepts_math
 @accepts_machine
 def plan_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, activation="relu", coef=None,
                                                    pre=False, stride=1, padding=0, dilation=1, groups=1,
@@ -345,6 +356,7 @@ def plan_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *
         *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], o["options"])
 
 
+@accepts_math
 @observed
 def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_kernel, pool_stride=None,
                                                       pool_padding=0, pool_mode="max", activation="relu", coef=None,
@@ -389,6 +401,7 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
     return dx, dw, db
 
 
+@accepts_math
 @accepts_machine
 def plan_pooling_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, pool_kernel,
                                                            pool_stride=None, pool_padding=0, activation="relu",

@@ -11,6 +11,7 @@ from pyooc._call_args import bias_input, check_dtype, conv_args, output_array
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
+from pyooc.precision import accepts_math
 
 _native = load_native()
 
@@ -44,6 +45,7 @@ def _gemm(a, a_shape, trans_a, b, b_shape, trans_b, bias, out, o, inputs):
     return out
 
 
+@accepts_math
 @accepts_machine
 def plan_matmul(a_shape, b_shape, *, bias=False, alpha=1.0, beta=0.0, dtype="float32", memory_limit=None,
                 backend="auto", device=0):
@@ -56,6 +58,7 @@ def plan_matmul(a_shape, b_shape, *, bias=False, alpha=1.0, beta=0.0, dtype="flo
     return _native.plan_matmul(a_shape, b_shape, o["alpha"], o["beta"], bool(bias), o["options"])
 
 
+@accepts_math
 @observed
 def matmul(a, b, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, backend="auto", device=0):
     """alpha * a @ b + beta * out for float32 matrices a [M, K], b [K, N], out of core (cuBLAS SGEMM
@@ -66,6 +69,7 @@ def matmul(a, b, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, backend="a
     return _gemm(a, a.shape, False, b, b.shape, False, None, out, o, {"a": a, "b": b})
 
 
+@accepts_math
 @accepts_machine
 def plan_linear_forward(x_shape, w_shape, *, bias=False, memory_limit=None, backend="auto", device=0):
     """The Plan linear_forward would run (x [M, K], w [N, K])."""
@@ -75,6 +79,7 @@ def plan_linear_forward(x_shape, w_shape, *, bias=False, memory_limit=None, back
                        device=device)
 
 
+@accepts_math
 @observed
 def linear_forward(x, w, bias=None, *, out=None, memory_limit=None, backend="auto", device=0):
     """y = x @ w.T + bias (torch.nn.functional.linear) for x [M, K], w [N, K], bias [N], out of
@@ -85,6 +90,7 @@ def linear_forward(x, w, bias=None, *, out=None, memory_limit=None, backend="aut
     return _gemm(x, x.shape, False, w, (w.shape[1], w.shape[0]), True, bias, out, o, {"x": x, "w": w, "bias": bias})
 
 
+@accepts_math
 @observed
 def linear_backward(x, w, dy, *, bias=True, memory_limit=None, backend="auto", device=0):
     """Gradients of y = x @ w.T + bias: (dx = dy @ w [M, K], dw = dy.T @ x [N, K], db = dy summed

@@ -76,7 +76,8 @@ inline Filter filter(const Shape& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT,
   return f;
 }
 
-// FMA math: plain FP32, as the out-of-core path computes, so the two agree to fp32 rounding.
+// FMA math: plain FP32, in cuDNN and (honouring it) the out-of-core path, so the two agree to fp32
+// rounding.
 inline Convolution convolution(const Shape& padding, const Shape& stride, const Shape& dilation,
                                cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION,
                                cudnnDataType_t compute = CUDNN_DATA_FLOAT, int groups = 1) {

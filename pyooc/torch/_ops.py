@@ -28,8 +28,30 @@ def _limit(memory_limit):
     return None if memory_limit == 0 else memory_limit
 
 
+# torch's TF32 switches, read when an op runs, as torch reads them: convolutions follow
+# torch.backends.cudnn.allow_tf32 (on by default in torch), GEMMs torch.backends.cuda.matmul.allow_tf32
+# (off by default). A switch that is on passes math="tf32"; one that is off leaves pyooc's own
+# default (pyooc.set_math, full FP32 unless set). docs/torch.md says so.
+_CONVOLUTIONS = (pyooc.conv_forward, pyooc.conv_backward_data, pyooc.conv_backward_filter,
+                 pyooc.conv_backward_data_filter_bias, pyooc.deconv_bias_activation_forward,
+                 pyooc.conv_bias_activation_forward, pyooc.activation_conv_backward_data_filter_bias,
+                 pyooc.conv_bias_activation_pooling_forward, pyooc.pooling_activation_conv_backward_data_filter_bias)
+_GEMMS = (pyooc.linear_forward, pyooc.linear_backward, pyooc.matmul)
+
+
+def _torch_math(fn):
+    """The math= torch's switches ask of `fn`, or {} where they ask nothing (or fn multiplies nothing)."""
+    if fn in _CONVOLUTIONS:
+        allowed = torch.backends.cudnn.allow_tf32
+    elif fn in _GEMMS:
+        allowed = torch.backends.cuda.matmul.allow_tf32
+    else:
+        return {}
+    return {"math": "tf32"} if allowed else {}
+
+
 def _run(fn, *args, memory_limit, backend, **kwargs):
-    return fn(*args, memory_limit=_limit(memory_limit), backend=backend, **kwargs)
+    return fn(*args, memory_limit=_limit(memory_limit), backend=backend, **_torch_math(fn), **kwargs)
 
 
 def _needs(ctx, i):

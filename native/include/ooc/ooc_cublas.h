@@ -23,8 +23,9 @@ extern "C" {
  *   - A, B and C on the device and within oocSetMemoryLimit's budget (or no budget set): the call
  *     goes straight to cublasSgemm with the caller's handle (its stream, math mode, workspace);
  *   - otherwise pyooc runs it out of core (tiles of C, with K split and accumulated when needed)
- *     on its own streams after synchronizing the handle's stream, in plain FP32 whatever the
- *     handle's math mode, and returns when C is in place.
+ *     on its own streams after synchronizing the handle's stream, and returns when C is in place.
+ *     It honours the handle's math mode as cublasSgemm does: TF32 under CUBLAS_TF32_TENSOR_OP_MATH,
+ *     full FP32 under any other mode (CUBLAS_DEFAULT_MATH, cuBLAS' default, included).
  * Status: CUBLAS_STATUS_NOT_INITIALIZED for a null handle; CUBLAS_STATUS_INVALID_VALUE for m, n
  * or k < 0, another op, a leading dimension below its matrix's rows, or a null pointer that would be
  * read; CUBLAS_STATUS_ALLOC_FAILED when no split fits the budget or memory runs out;

@@ -12,7 +12,11 @@
  *     `algo`, `workSpace` and `workSpaceSizeInBytes` are accepted and ignored there: each chunk
  *     has its own shape, so pyooc picks an algorithm per chunk and carves its workspace from the
  *     budget (the caller's workspace may be host memory or too small for any chunk's choice).
- *     Out-of-core math is plain FP32 (no TF32), whatever the descriptor's math type.
+ *     Out-of-core chunks honour convDesc's math type as cuDNN does for float32 data: CUDNN_FMA_MATH
+ *     is full FP32; CUDNN_DEFAULT_MATH (what cudnnCreateConvolutionDescriptor sets),
+ *     CUDNN_TENSOR_OP_MATH and CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION let the chunks use TF32 on
+ *     sm_80 and later (docs/precision.md). Set it with cuDNN's own cudnnSetConvolutionMathType
+ *     (the descriptors are cuDNN's); half-precision data uses tensor cores under any of them.
  *
  * What is served today (both paths, so that a call's status never depends on the budget):
  * fully-packed NCHW float32 tensors and filters (4-D and 5-D: 2-D and 3-D convolution),

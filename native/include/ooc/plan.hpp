@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ooc/problem.hpp"
+#include "ooc/types.hpp"
 
 namespace ooc {
 
@@ -111,6 +112,7 @@ struct CandidateSummary {
 struct Plan {
   ConvProblem problem;          // problem.op says which operation
   std::string backend;          // "host" or "cuda"
+  MathMode math = MathMode::fp32;  // the call's Options::math, which its float32 chunks compute with
   Tiling tiling;
   int64_t splits_g = 1, splits_n = 1, splits_k = 1, splits_c = 1;  // k, c: tiles inside one group tile
   Dims3 splits_out{1, 1, 1};

@@ -13,6 +13,14 @@
 namespace ooc {
 
 enum class BackendKind { automatic, host, cuda };  // automatic: cuda when a GPU is present
+
+// How float32 convolutions and GEMMs multiply on the cuda backend (docs/precision.md). fp32: full
+// single precision, FMA kernels only (the default, so a result never silently loses bits). tf32:
+// tensor cores may read the operands rounded to TF32 (10 mantissa bits; results within about 5e-3
+// of the norm) and accumulate in float32. Half precision uses tensor cores either way and the host
+// backend computes full FP32 either way, so both ignore it.
+enum class MathMode { fp32, tf32 };
+const char* math_mode_name(MathMode mode);  // "fp32", "tf32"
 struct MachineModel;  // plan.hpp
 
 // Where a call stands, as its observer sees it: chunks completed of all the call's chunks (every
@@ -55,6 +63,9 @@ struct Options {
   // automatic the GPU need not be present (the cuda backend's workspace rules are applied without
   // it); the caller keeps the model alive for the call.
   const MachineModel* machine = nullptr;
+  // float32 convolutions and GEMMs: full FP32 or TF32 allowed. Plans are kept per mode and record
+  // it (Plan::math).
+  MathMode math = MathMode::fp32;
 };
 
 // What one run did, measured (the plan says what it predicted).

@@ -64,6 +64,7 @@ PlannerConfig planner_config(Backend& backend, const Options& options) {
   cfg.filter_workspace_per_x_byte = backend.filter_workspace_per_x_byte();
   cfg.machine = backend.machine();
   cfg.backend = backend.name();
+  cfg.math = options.math;
   return cfg;
 }
 
@@ -93,6 +94,7 @@ PlannerConfig given_gpu_config(const Options& options) {
   cfg.filter_workspace_per_x_byte = cuda_workspace::kFilterPerXByte;
   cfg.machine = *options.machine;
   cfg.backend = "cuda";
+  cfg.math = options.math;
   return cfg;
 }
 

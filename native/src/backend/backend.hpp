@@ -41,6 +41,7 @@ struct ChunkConv {
   int spatial_dims = 2;
   int64_t n = 1, c = 1, k = 1, groups = 1;
   Dims3 in{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1}, out{1, 1, 1};
+  MathMode math = MathMode::fp32;  // a float32 convolution's: the plan's (Plan::math)
 };
 
 // One GEMM chunk, row-major dense tiles: c[m, n] = alpha * op(a) @ op(b) + beta * c (+ bias[n]);
@@ -49,6 +50,7 @@ struct ChunkGemm {
   int64_t m = 1, n = 1, k = 1;
   bool trans_a = false, trans_b = false;
   DType dtype = DType::float32;
+  MathMode math = MathMode::fp32;  // a float32 GEMM's: the plan's (Plan::math)
 };
 
 // One batch-norm chunk: a dense [n, c, space] tile (space: the spatial elements of one channel row).

@@ -74,8 +74,8 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionForward(cudnnHandle_t handle, const
     check_handle(handle);
     require_pointers({{alpha, "alpha"}, {x, "x"}, {w, "w"}, {beta, "beta"}, {y, "y"}});
     const ConvProblem p = forward_problem(xDesc, wDesc, convDesc, yDesc, scalar(alpha), scalar(beta), false);
-    return dispatch(
-        "cudnnConvolutionForward", {{x, p.x_elements()}, {w, p.w_elements()}, {y, p.y_elements()}}, handle,
+    return dispatch_conv(
+        "cudnnConvolutionForward", {{x, p.x_elements()}, {w, p.w_elements()}, {y, p.y_elements()}}, handle, convDesc,
         [&] {
           return cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, workSpace,
                                          workSpaceSizeInBytes, beta, yDesc, y);
@@ -102,10 +102,10 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBiasActivationForward(
     const ConvProblem p = forward_problem(xDesc, wDesc, convDesc, yDesc, scalar(alpha1), scalar(alpha2), true);
     expect_shape(tensor_shape(zDesc, "zDesc"), p.y_shape(), "zDesc");
     expect_shape(tensor_shape(biasDesc, "biasDesc"), bias_shape(p.y_shape().size(), p.k), "biasDesc");
-    return dispatch(
+    return dispatch_conv(
         "cudnnConvolutionBiasActivationForward",
         {{x, p.x_elements()}, {w, p.w_elements()}, {z, z == y ? 0 : p.y_elements()}, {bias, p.k}, {y, p.y_elements()}},
-        handle,
+        handle, convDesc,
         [&] {
           return cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workSpace,
                                                        workSpaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias,
@@ -136,8 +136,8 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardData(cudnnHandle_t handle, 
     const ConvGeometry& g = s.geometry;
     const ConvProblem p = ConvProblem::backward_data(s.y, s.w, s.x, g.stride, g.padding, g.dilation, g.groups,
                                                      scalar(alpha), scalar(beta), s.dtype);
-    return dispatch(
-        "cudnnConvolutionBackwardData", {{w, p.w_elements()}, {dy, p.y_elements()}, {dx, p.x_elements()}}, handle,
+    return dispatch_conv(
+        "cudnnConvolutionBackwardData", {{w, p.w_elements()}, {dy, p.y_elements()}, {dx, p.x_elements()}}, handle, convDesc,
         [&] {
           return cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, algo, workSpace,
                                               workSpaceSizeInBytes, beta, dxDesc, dx);
@@ -162,8 +162,8 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardFilter(cudnnHandle_t handle
     const ConvGeometry& g = s.geometry;
     const ConvProblem p = ConvProblem::backward_filter(s.x, s.y, s.w, g.stride, g.padding, g.dilation, g.groups,
                                                        scalar(alpha), scalar(beta), s.dtype);
-    return dispatch(
-        "cudnnConvolutionBackwardFilter", {{x, p.x_elements()}, {dy, p.y_elements()}, {dw, p.w_elements()}}, handle,
+    return dispatch_conv(
+        "cudnnConvolutionBackwardFilter", {{x, p.x_elements()}, {dy, p.y_elements()}, {dw, p.w_elements()}}, handle, convDesc,
         [&] {
           return cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc, algo, workSpace,
                                                 workSpaceSizeInBytes, beta, dwDesc, dw);

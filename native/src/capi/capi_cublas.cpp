@@ -79,11 +79,22 @@ void check_ld(const char* name, int ld, int rows) {
 }
 
 Options cublas_out_of_core_options(cublasHandle_t handle) {
-  return out_of_core_options([handle] {
+  Options options = out_of_core_options([handle] {
     cudaStream_t stream = nullptr;
     check_cublas(cublasGetStream(handle, &stream), "cublasGetStream");
     return stream;
   });
+  // The handle's math mode, as cublasSgemm honours it: TF32 only under CUBLAS_TF32_TENSOR_OP_MATH
+  // (the flag bits above it, such as CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, aside);
+  // cuBLAS' default is full FP32. Not asked of the host backend (tests hand it no real handle),
+  // which computes full FP32 either way.
+  if (options.backend == BackendKind::cuda) {
+    cublasMath_t mode{};
+    check_cublas(cublasGetMathMode(handle, &mode), "cublasGetMathMode");
+    constexpr unsigned kModeBits = 0xf;
+    if ((static_cast<unsigned>(mode) & kModeBits) == CUBLAS_TF32_TENSOR_OP_MATH) options.math = MathMode::tf32;
+  }
+  return options;
 }
 
 }  // namespace ooc::capi

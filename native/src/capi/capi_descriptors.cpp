@@ -123,6 +123,13 @@ ConvGeometry conv_geometry(cudnnConvolutionDescriptor_t desc, size_t spatial_dim
   return g;
 }
 
+MathMode conv_math_mode(cudnnConvolutionDescriptor_t desc) {
+  if (!desc) throw invalid_argument("convDesc is null");
+  cudnnMathType_t math{};
+  check_read(cudnnGetConvolutionMathType(desc, &math), "convDesc");
+  return math == CUDNN_FMA_MATH ? MathMode::fp32 : MathMode::tf32;
+}
+
 ActivationSetting activation_setting(cudnnActivationDescriptor_t desc, const char* name) {
   if (!desc) throw invalid_argument(std::string(name) + " is null");
   ActivationSetting a;

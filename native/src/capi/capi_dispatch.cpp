@@ -75,6 +75,12 @@ Options out_of_core_options(cudnnHandle_t handle) {
   });
 }
 
+Options out_of_core_options(cudnnHandle_t handle, cudnnConvolutionDescriptor_t convDesc) {
+  Options options = out_of_core_options(handle);
+  options.math = conv_math_mode(convDesc);
+  return options;
+}
+
 void check_handle(cudnnHandle_t handle) {
   if (!handle) throw invalid_argument("handle is null");
 }

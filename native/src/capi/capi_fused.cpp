@@ -72,12 +72,12 @@ void check_pre(const void* pre, cudnnTensorDescriptor_t preDesc, const Shape& y)
   if (pre) expect_shape(tensor_shape(preDesc, "preDesc"), y, "preDesc");
 }
 
-// Every fused call runs chunked and records its plan as the thread's last call.
+// Every fused call runs chunked (as convDesc's math type says) and records its plan as the thread's last call.
 template <typename Chunked>
-cudnnStatus_t run_chunked(cudnnHandle_t handle, Chunked chunked) {
+cudnnStatus_t run_chunked(cudnnHandle_t handle, cudnnConvolutionDescriptor_t convDesc, Chunked chunked) {
   Plan plan;
   RunStats stats;
-  chunked(out_of_core_options(handle), &plan, &stats);
+  chunked(out_of_core_options(handle, convDesc), &plan, &stats);
   record_plan_run(std::move(plan), stats);
   return CUDNN_STATUS_SUCCESS;
 }
@@ -104,7 +104,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBiasActivationPoolingForward(
     const Shape ys = tensor_shape(yDesc, "yDesc");
     same_rank(ys, "yDesc", conv.y_shape(), "xDesc");
     expect_shape(ys, pool.problem.y_shape(), "yDesc (the pooled output)");
-    return run_chunked(handle, [&](const Options& options, Plan* plan, RunStats* stats) {
+    return run_chunked(handle, convDesc, [&](const Options& options, Plan* plan, RunStats* stats) {
       conv_bias_activation_pooling_forward(conv, act, pool.problem, pool.mode, floats(x), floats(w), floats(z),
                                            floats(bias), floats(y), options, plan, stats);
     });
@@ -140,7 +140,7 @@ extern "C" cudnnStatus_t ooc_cudnnDeconvolutionBiasActivationForward(
     }
     expect_shape(ys, p.x_shape(), "yDesc");
     check_z_and_bias(alpha2, z, zDesc, bias, biasDesc, ys, ys[1]);
-    return run_chunked(handle, [&](const Options& options, Plan* plan, RunStats* stats) {
+    return run_chunked(handle, convDesc, [&](const Options& options, Plan* plan, RunStats* stats) {
       deconv_bias_activation_forward(p, act, floats(x), floats(w), floats(z), floats(bias), floats(y), options, plan,
                                      stats);
     });
@@ -156,7 +156,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardDataFilterBias(
     check_handle(handle);
     require_pointers({{x, "x"}, {dy, "dy"}, {w, "w"}, {dx, "dx"}, {dw, "dw"}, {db, "db"}});
     const ConvProblem p = backward_problem(conv_inputs(xDesc, wDesc, convDesc), dyDesc, "dyDesc", dxDesc, dwDesc, dbDesc);
-    return run_chunked(handle, [&](const Options& options, Plan* plan, RunStats* stats) {
+    return run_chunked(handle, convDesc, [&](const Options& options, Plan* plan, RunStats* stats) {
       conv_backward_data_filter_bias(p, floats(x), floats(dy), floats(w), floats(dx), floats(dw), floats(db), options,
                                      plan, stats);
     });
@@ -180,7 +180,7 @@ extern "C" cudnnStatus_t ooc_cudnnActivationConvolutionBackwardDataFilterBias(
       expect_shape(tensor_shape(yDesc, "yDesc"), ys, "yDesc");
       check_pre(pre, preDesc, ys);
     }
-    return run_chunked(handle, [&](const Options& options, Plan* plan, RunStats* stats) {
+    return run_chunked(handle, convDesc, [&](const Options& options, Plan* plan, RunStats* stats) {
       activation_conv_backward_data_filter_bias(p, act, floats(x), floats(dy), floats(w), floats(y), floats(pre),
                                                 floats(dx), floats(dw), floats(db), options, plan, stats);
     });
@@ -205,7 +205,7 @@ extern "C" cudnnStatus_t ooc_cudnnPoolingActivationConvolutionBackwardDataFilter
     const Pooling pool = pooling(poolingDesc, ys, 1.0, 0.0);
     expect_shape(tensor_shape(qDesc, "qDesc"), pool.problem.y_shape(), "qDesc");
     expect_shape(tensor_shape(dqDesc, "dqDesc"), pool.problem.y_shape(), "dqDesc");
-    return run_chunked(handle, [&](const Options& options, Plan* plan, RunStats* stats) {
+    return run_chunked(handle, convDesc, [&](const Options& options, Plan* plan, RunStats* stats) {
       pooling_activation_conv_backward_data_filter_bias(p, act, pool.problem, pool.mode, floats(x), floats(dq),
                                                         floats(w), floats(q), floats(y), floats(pre), floats(dx),
                                                         floats(dw), floats(db), options, plan, stats);

@@ -95,6 +95,10 @@ struct ConvGeometry {
 };
 // Cross-correlation, float compute, `spatial_dims` dimensions.
 ConvGeometry conv_geometry(cudnnConvolutionDescriptor_t desc, size_t spatial_dims);
+// What a convolution descriptor's math type (cudnnSetConvolutionMathType) allows float32 data,
+// as cuDNN reads it: CUDNN_FMA_MATH full FP32; CUDNN_DEFAULT_MATH (a fresh descriptor's),
+// CUDNN_TENSOR_OP_MATH and _ALLOW_CONVERSION TF32, which cuDNN runs on sm_80 and later.
+MathMode conv_math_mode(cudnnConvolutionDescriptor_t desc);
 
 struct ActivationSetting {
   cudnnActivationMode_t mode{};
@@ -157,6 +161,8 @@ std::optional<std::string> in_core(const char* call, std::initializer_list<Tenso
 // inputs) and the legacy default stream; `caller_stream` is only asked on the cuda backend.
 Options out_of_core_options(const std::function<cudaStream_t()>& caller_stream);
 Options out_of_core_options(cudnnHandle_t handle);
+// A convolution's: also computing as convDesc's math type says (conv_math_mode).
+Options out_of_core_options(cudnnHandle_t handle, cudnnConvolutionDescriptor_t convDesc);
 
 // True while tests run the out-of-core path on the host backend (testing::use_host_backend).
 bool host_backend_for_tests() noexcept;
@@ -214,6 +220,13 @@ cudnnStatus_t dispatch(const char* cudnn_call, std::initializer_list<TensorRef> 
                        Direct direct, Chunked chunked) {
   return dispatch_call(CUDNN_STATUS_SUCCESS, cudnn_call, handle, tensors, [handle] { return out_of_core_options(handle); },
                        direct, chunked);
+}
+// dispatch for a convolution, whose chunks compute as convDesc's math type says.
+template <typename Direct, typename Chunked>
+cudnnStatus_t dispatch_conv(const char* cudnn_call, std::initializer_list<TensorRef> tensors, cudnnHandle_t handle,
+                            cudnnConvolutionDescriptor_t convDesc, Direct direct, Chunked chunked) {
+  return dispatch_call(CUDNN_STATUS_SUCCESS, cudnn_call, handle, tensors,
+                       [handle, convDesc] { return out_of_core_options(handle, convDesc); }, direct, chunked);
 }
 
 // Per-channel (and other small) tensors the library reads and writes on the host: copies of

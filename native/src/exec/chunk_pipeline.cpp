@@ -90,8 +90,10 @@ void store_kept(const OperationSpec& spec, Backend& backend, char* kept_dev, Pip
 
 }  // namespace
 
-ChunkConv chunk_shape(const Chunk& ch, const ConvProblem& p) {
+ChunkConv chunk_shape(const Chunk& ch, const Plan& plan) {
+  const ConvProblem& p = plan.problem;
   ChunkConv s;
+  s.math = plan.math;
   s.dtype = p.dtype;
   s.out_dtype = p.output_dtype();
   s.spatial_dims = p.spatial_dims;

@@ -93,7 +93,6 @@ struct OperationSpec {
 
 RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const OperationSpec& spec);
 
-// The chunk's shapes as the compute kernel sees them (backend.hpp's ChunkConv).
 // `data` advanced by `elements` elements of `dtype` (the start of a part of a device buffer).
 inline const void* advanced(const void* data, int64_t elements, DType dtype) {
   return data ? static_cast<const char*>(data) + elements * static_cast<int64_t>(dtype_size(dtype)) : nullptr;
@@ -101,6 +100,8 @@ inline const void* advanced(const void* data, int64_t elements, DType dtype) {
 inline void* advanced(void* data, int64_t elements, DType dtype) {
   return data ? static_cast<char*>(data) + elements * static_cast<int64_t>(dtype_size(dtype)) : nullptr;
 }
-ChunkConv chunk_shape(const Chunk& ch, const ConvProblem& p);
+// The chunk's shapes as the compute kernel sees them (backend.hpp's ChunkConv), with the plan's
+// math mode.
+ChunkConv chunk_shape(const Chunk& ch, const Plan& plan);
 
 }  // namespace ooc

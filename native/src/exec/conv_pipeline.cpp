@@ -64,7 +64,7 @@ OperationSpec conv_forward_spec(const Plan& plan, Backend& backend, const void* 
   }
   spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
     const void* chunk_bias = ch.last_c && p.has_bias ? advanced(b.resident, ch.k.begin, p.dtype) : nullptr;
-    backend.conv_forward(chunk_shape(ch, p), b.in[0], b.in[1], chunk_bias, b.out, p.alpha, b.beta, b.workspace,
+    backend.conv_forward(chunk_shape(ch, plan), b.in[0], b.in[1], chunk_bias, b.out, p.alpha, b.beta, b.workspace,
                          plan.workspace_bytes);
   };
   return spec;
@@ -85,7 +85,7 @@ OperationSpec conv_backward_data_spec(const Plan& plan, Backend& backend, const 
   dy_in.region = [inner = dy_in.region](const Chunk& ch) { return through_window(inner(ch), ch.out_read); };
   spec.out_region = [inner = spec.out_region](const Chunk& ch) { return through_window(inner(ch), ch.target); };
   spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
-    backend.conv_backward_data(chunk_shape(ch, p), b.in[0], b.in[1], b.out, p.alpha, b.beta, b.workspace,
+    backend.conv_backward_data(chunk_shape(ch, plan), b.in[0], b.in[1], b.out, p.alpha, b.beta, b.workspace,
                                plan.workspace_bytes);
   };
   return spec;
@@ -101,7 +101,7 @@ RunStats run_conv_backward_filter(const Plan& plan, Backend& backend, const void
   const ConvProblem& p = plan.problem;
   OperationSpec spec = spec_for(plan, Operation::backward_filter, {Family::x, x}, {Family::y, dy}, {Family::w, dw});
   spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
-    backend.conv_backward_filter(chunk_shape(ch, p), b.in[0], b.in[1], b.out, p.alpha, b.beta, b.workspace,
+    backend.conv_backward_filter(chunk_shape(ch, plan), b.in[0], b.in[1], b.out, p.alpha, b.beta, b.workspace,
                                  plan.workspace_bytes);
   };
   return run_chunks(plan, backend, pool, spec);
@@ -111,7 +111,7 @@ RunStats run_conv_backward_bias(const Plan& plan, Backend& backend, const void* 
   const ConvProblem& p = plan.problem;
   OperationSpec spec = spec_for(plan, Operation::backward_bias, {Family::y, dy}, {Family::y, nullptr}, {Family::bias, db});
   spec.compute = [&](const Chunk& ch, const ChunkBuffers& b) {
-    backend.conv_backward_bias(chunk_shape(ch, p), b.in[0], b.out, p.alpha, b.beta);
+    backend.conv_backward_bias(chunk_shape(ch, plan), b.in[0], b.out, p.alpha, b.beta);
   };
   return run_chunks(plan, backend, pool, spec);
 }

@@ -191,7 +191,7 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const void* x, c
   const int d = layout.split_dim;
   spec.compute = [&plan, &p, &backend, layout, carried_rows, d, es](const Chunk& ch, const ChunkBuffers& b) {
     std::vector<Range>& carried = *carried_rows;
-    const ChunkConv shape = chunk_shape(ch, p);
+    const ChunkConv shape = chunk_shape(ch, plan);
     const size_t j = static_cast<size_t>(ch.c.begin / plan.tiling.c);
     const Extent slot_extent{ch.n.size(), ch.c.size(), ch.in[0].size(), ch.in[1].size(), ch.in[2].size()};
     const TensorView slot = TensorView::contiguous(b.out, slot_extent, kMaxRank, es);
@@ -309,7 +309,7 @@ RunStats run_pooling_activation_conv_backward_data_filter_bias(
     if (ch.load_y) {
       void* pooled_dy = scratch + layout.pooled_dy_offset;
       const std::array<Range, kMaxSpatial> y_rows = rows_of(ch, false), q_rows = rows_of(ch, true);
-      ChunkConv window = chunk_shape(ch, p);
+      ChunkConv window = chunk_shape(ch, plan);
       window.c = window.k = p.k;
       int64_t y_elements = ch.n.size() * p.k, dz_elements = y_elements, q_elements = y_elements;
       for (int d = 0; d < kMaxSpatial; ++d) {

@@ -56,7 +56,7 @@ RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans
     spec.resident_bytes = plan.bias_bytes;
   }
   spec.compute = [&](const Chunk& ch, const ChunkBuffers& buf) {
-    const ChunkGemm shape{ch.n.size(), ch.k.size(), ch.c.size(), trans_a, trans_b, p.dtype};
+    const ChunkGemm shape{ch.n.size(), ch.k.size(), ch.c.size(), trans_a, trans_b, p.dtype, plan.math};
     backend.gemm(shape, buf.in[0], buf.in[1], ch.last_c && p.has_bias ? advanced(buf.resident, ch.k.begin, p.dtype) : nullptr, buf.out,
                  p.alpha, buf.beta, buf.workspace, plan.workspace_bytes);
   };

@@ -87,8 +87,8 @@ RunStats run_pool_forward(const Plan& plan, Backend& backend, PoolMode mode, con
   spec.out = {y, plan.y_buffers, plan.y_slot_bytes};
   // The computed y rows (ch.out) are written back through a window over the tile (ch.target).
   spec.out_region = [yv = y_view(p, y)](const Chunk& ch) { return through_window(yv, ch, ch.target, ch.out); };
-  spec.compute = [&backend, &p, mode](const Chunk& ch, const ChunkBuffers& b) {
-    backend.pool_forward(chunk_shape(ch, p), mode, b.in[0], b.out, p.alpha, b.beta);
+  spec.compute = [&backend, &plan, &p, mode](const Chunk& ch, const ChunkBuffers& b) {
+    backend.pool_forward(chunk_shape(ch, plan), mode, b.in[0], b.out, p.alpha, b.beta);
   };
   return run_chunks(plan, backend, pool, spec);
 }
@@ -106,8 +106,8 @@ RunStats run_pool_backward(const Plan& plan, Backend& backend, PoolMode mode, co
   spec.add_input({x, slots, plan.x_slot_bytes}, [xv](const Chunk& ch) { return Region{xv, spatial_box(ch, ch.in)}; });
   spec.out = {dx, slots, plan.x_slot_bytes};
   spec.out_region = [dxv](const Chunk& ch) { return through_window(dxv, ch, ch.target, ch.in); };
-  spec.compute = [&backend, &p, mode](const Chunk& ch, const ChunkBuffers& b) {
-    backend.pool_backward(chunk_shape(ch, p), mode, b.in[0], b.in[1], b.in[2], b.out, p.alpha, b.beta);
+  spec.compute = [&backend, &plan, &p, mode](const Chunk& ch, const ChunkBuffers& b) {
+    backend.pool_backward(chunk_shape(ch, plan), mode, b.in[0], b.in[1], b.in[2], b.out, p.alpha, b.beta);
   };
   return run_chunks(plan, backend, pool, spec);
 }

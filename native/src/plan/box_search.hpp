@@ -55,6 +55,7 @@ inline Plan box_plan_header(const ConvProblem& p, const PlannerConfig& config, c
   Plan plan;
   plan.problem = p;
   plan.backend = config.backend;
+  plan.math = config.math;
   plan.machine = config.machine;
   plan.memory_limit = config.memory_limit;
   plan.order = LoopOrder::ns_outer;

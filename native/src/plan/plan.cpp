@@ -24,6 +24,8 @@ std::string format_bytes(double bytes) {
 }
 
 
+const char* math_mode_name(MathMode mode) { return mode == MathMode::tf32 ? "tf32" : "fp32"; }
+
 std::string Plan::describe() const {
   const int sd = problem.spatial_dims;
   const SlotNames names = slot_names(problem.op);
@@ -36,7 +38,8 @@ std::string Plan::describe() const {
                                           : num_chunks() > static_cast<size_t>(splits_g * splits_k * splits_c));
   std::ostringstream s;
   s << "Plan for " << (fused.empty() ? std::string() : fused + ": ") << problem.describe() << "\n"
-    << "  backend " << backend << ", memory_limit " << format_bytes(static_cast<double>(memory_limit)) << "\n"
+    << "  backend " << backend << (math == MathMode::tf32 ? ", math tf32" : "") << ", memory_limit "
+    << format_bytes(static_cast<double>(memory_limit)) << "\n"
     << "  splits: " << (problem.groups > 1 ? "groups=" + std::to_string(splits_g) + " " : std::string())
     << "n=" << splits_n << " k=" << splits_k << " c=" << splits_c << " out=" << format_shape(split_out) << "  (tiles: "
     << (problem.groups > 1 ? "groups=" + std::to_string(tiling.g) + " " : std::string()) << "n=" << tiling.n

@@ -19,7 +19,7 @@ PlanKey& PlanKey::add(const PlannerConfig& c) {
   const MachineModel& m = c.machine;
   add(m.h2d_bytes_per_s).add(m.d2h_bytes_per_s).add(m.bidir_bytes_per_s).add(m.host_copy_bytes_per_s);
   add(m.flops_per_s).add(m.chunk_half_flops).add(m.chunk_overhead_s).add(m.copies_share_compute);
-  return add(c.backend);
+  return add(c.backend).add(c.math);
 }
 
 namespace {

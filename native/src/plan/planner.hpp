@@ -17,6 +17,7 @@ struct PlannerConfig {
   double filter_workspace_per_x_byte = 0;  // backward filter reserves this much workspace per byte of x chunk
   MachineModel machine;
   std::string backend = "host";
+  MathMode math = MathMode::fp32;  // Options::math: not read by the search, recorded in the plan
 };
 
 // Throws out_of_budget (saying what the smallest plan needs) when nothing fits.

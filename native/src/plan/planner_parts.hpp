@@ -90,6 +90,7 @@ inline Plan plan_with_totals(const ConvProblem& p, const PlannerConfig& config, 
   Plan plan;
   plan.problem = p;
   plan.backend = config.backend;
+  plan.math = config.math;
   plan.machine = config.machine;
   plan.memory_limit = config.memory_limit;
   plan.workspace_bytes = workspace;

@@ -134,8 +134,22 @@ std::string describe(const ConvSetup& s, Operation op) {
   return out.str();
 }
 
+// The descriptor's math type. Float32 data: CUDNN_FMA_MATH (full FP32) unless the chunk allows
+// TF32, then CUDNN_DEFAULT_MATH, the mode under which cuDNN may run FP32 data as TF32 on tensor
+// cores (sm_80 and later; CUDNN_TENSOR_OP_MATH only permits tensor cores without converting the
+// data, and torch's allow_tf32 sets DEFAULT likewise). Half data: tensor cores, exact in FP32.
+cudnnMathType_t conv_math_type(const ChunkConv& shape) {
+  if (shape.dtype != DType::float32) return CUDNN_TENSOR_OP_MATH;
+  return shape.math == MathMode::tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
 bool uses_tensor_cores(cudnnMathType_t math) {
   return math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// The descriptor's math type for an algorithm cuDNN reported with `math` (ConvSetup::adopts_algorithm_math).
+void adopt_math(ConvSetup& s, cudnnMathType_t math) {
+  if (s.adopts_algorithm_math) OOC_CUDNN_CHECK(cudnnSetConvolutionMathType(s.conv, math));
 }
 
 // The cuDNN calls that list, size and pick one operation's algorithms, so that one search serves all.
@@ -211,6 +225,7 @@ struct BackwardFilterAlgorithms {
 // one, which needs no workspace, otherwise.
 template <typename Algorithms>
 void use_fallback(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit) {
+  adopt_math(s, s.math);
   for (typename Algorithms::Algo algo : Algorithms::fallbacks) {
     size_t needed = 0;
     if (algo != Algorithms::fallbacks.back() &&
@@ -222,7 +237,8 @@ void use_fallback(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit) {
   }
 }
 
-// The heuristic's first choice that is full FP32 and fits the workspace; the fallback otherwise.
+// The heuristic's first choice that the setup's math type allows and fits the workspace; the
+// fallback otherwise.
 template <typename Algorithms>
 void choose_algorithm(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit) {
   int max_count = 0;
@@ -233,8 +249,9 @@ void choose_algorithm(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit
   for (int i = 0; i < std::min(returned, static_cast<int>(results.size())); ++i) {
     const typename Algorithms::Perf& r = results[static_cast<size_t>(i)];
     if (r.status != CUDNN_STATUS_SUCCESS || (!s.tensor_cores_allowed && uses_tensor_cores(r.mathType))) continue;
-    // Asked of the FMA-only descriptor that will run: the heuristic's figure may be for another
-    // math type. A failure only means this algorithm cannot run that way: try the next.
+    // Asked of the descriptor that will run: the heuristic's figure may be for another math type.
+    // A failure only means this algorithm cannot run that way: try the next.
+    adopt_math(s, r.mathType);
     size_t needed = 0;
     if (Algorithms::workspace(handle, s, r.algo, &needed) != CUDNN_STATUS_SUCCESS) continue;
     if (needed > workspace_limit) continue;
@@ -251,7 +268,7 @@ void choose_algorithm(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit
                  static_cast<int>(Algorithms::chosen(s)), s.workspace_bytes, workspace_limit);
 }
 
-// The fastest full-FP32 algorithm timed on these buffers whose workspace fits; keeps the current
+// The fastest allowed algorithm timed on these buffers whose workspace fits; keeps the current
 // choice when none qualifies.
 template <typename Algorithms>
 void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, const void* in2, void* out,
@@ -260,6 +277,11 @@ void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, co
   OOC_CUDNN_CHECK(Algorithms::max_count(handle, &max_count));
   std::vector<typename Algorithms::Perf> results(static_cast<size_t>(std::max(max_count, 1)));
   int returned = 0;
+  // Find times what the descriptor's math type allows: the setup's own, not the heuristic pick's
+  // adopted one (which may be FMA). The pick's is restored when nothing Find timed qualifies.
+  cudnnMathType_t picked_math = s.math;
+  OOC_CUDNN_CHECK(cudnnGetConvolutionMathType(s.conv, &picked_math));
+  adopt_math(s, s.math);
   OOC_CUDNN_CHECK(Algorithms::find(handle, s, in1, in2, out, static_cast<int>(results.size()), &returned,
                                    results.data(), workspace_limit ? workspace : nullptr, workspace_limit));
   if (log_algorithms()) {
@@ -276,10 +298,12 @@ void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, co
     if (r.status != CUDNN_STATUS_SUCCESS || (!s.tensor_cores_allowed && uses_tensor_cores(r.mathType)) ||
         r.memory > workspace_limit)
       continue;
+    picked_math = r.mathType;
     Algorithms::chosen(s) = r.algo;
     s.workspace_bytes = r.memory;
     break;
   }
+  adopt_math(s, picked_math);
   if (log_algorithms())
     std::fprintf(stderr, "ooc: %s: chose algo %d, workspace %zu\n", describe(s, Algorithms::op).c_str(),
                  static_cast<int>(Algorithms::chosen(s)), s.workspace_bytes);
@@ -306,7 +330,9 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
   const CudnnGeometry g = geometry_of(shape);
   auto s = std::make_unique<ConvSetup>();
   const cudnnDataType_t type = cudnn_type(shape.dtype);
-  s->tensor_cores_allowed = shape.dtype != DType::float32;
+  s->tensor_cores_allowed = shape.dtype != DType::float32 || shape.math == MathMode::tf32;
+  s->adopts_algorithm_math = shape.dtype == DType::float32 && shape.math == MathMode::tf32;
+  s->math = conv_math_type(shape);
   set_packed_tensor(s->x, g.x, g.tensor_dims, "x", type);
   set_packed_tensor(s->y, g.y, g.tensor_dims, "y", type);
   const int bias_dims[5] = {1, g.y[1], 1, 1, 1};
@@ -316,12 +342,10 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
     set_packed_tensor(s->w_partial, g.w, g.tensor_dims, "dw", type);
     set_packed_tensor(s->w_accumulator, g.w, g.tensor_dims, "dw", cudnn_type(shape.out_dtype));
   }
-  // Float32 computation for every dtype (half and bfloat16 accumulate in float32); full FP32 (no
-  // TF32) for float32 data, tensor cores for half data, whose products are exact in FP32.
+  // Float32 computation for every dtype (half and bfloat16 accumulate in float32).
   OOC_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(s->conv, g.spatial_dims, g.padding, g.stride, g.dilation,
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  OOC_CUDNN_CHECK(
-      cudnnSetConvolutionMathType(s->conv, shape.dtype == DType::float32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  OOC_CUDNN_CHECK(cudnnSetConvolutionMathType(s->conv, s->math));
   OOC_CUDNN_CHECK(cudnnSetConvolutionGroupCount(s->conv, g.groups));
   check_output_dims(*s, g);
   switch (op) {
@@ -337,7 +361,7 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
 }  // namespace
 
 ConvSetupCache::Key ConvSetupCache::key_of(const ChunkConv& s, size_t workspace_limit, Operation op) {
-  static_assert(std::tuple_size<Key>::value == 7 + 6 * kMaxSpatial + 2,
+  static_assert(std::tuple_size<Key>::value == 8 + 6 * kMaxSpatial + 2,
                 "the key holds every ChunkConv field, the workspace limit and the operation");
   Key key{};
   size_t i = 0;
@@ -348,6 +372,7 @@ ConvSetupCache::Key ConvSetupCache::key_of(const ChunkConv& s, size_t workspace_
   key[i++] = s.c;
   key[i++] = s.k;
   key[i++] = s.groups;
+  key[i++] = static_cast<int64_t>(s.math);
   for (const Dims3* dims : {&s.in, &s.kernel, &s.stride, &s.padding, &s.dilation, &s.out})
     for (int64_t v : *dims) key[i++] = v;
   key[i++] = static_cast<int64_t>(workspace_limit);

@@ -21,7 +21,7 @@ struct ConvSetup {
   // in the inputs' dtype and the accumulator in float32, for cudnnTransformTensor.
   TensorDescriptor w_partial, w_accumulator;
   FilterDescriptor w;     // w / dw
-  ConvolutionDescriptor conv;  // math type CUDNN_FMA_MATH: full FP32, never TF32
+  ConvolutionDescriptor conv;  // math type: conv_math_type's
   // The algorithm of the setup's operation (the others keep their defaults).
   cudnnConvolutionFwdAlgo_t algorithm = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   cudnnConvolutionBwdDataAlgo_t data_algorithm = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
@@ -29,8 +29,13 @@ struct ConvSetup {
   size_t workspace_bytes = 0;  // what the algorithm needs, within the limit it was chosen for
   bool benchmarked = false;    // the algorithm was timed on real buffers, not only suggested
   // Half-precision data: tensor-core algorithms compute it exactly in FP32; float32 data keeps to
-  // full-FP32 (FMA) ones, never TF32.
+  // full-FP32 (FMA) ones unless the chunk's math mode is tf32.
   bool tensor_cores_allowed = false;
+  // Float32 data with TF32 allowed: the descriptor takes the math type cuDNN reported the chosen
+  // algorithm for (torch does the same), since an algorithm's TF32 kernels run only under it;
+  // `math` is the descriptor's type before any choice, which the fallbacks run with.
+  bool adopts_algorithm_math = false;
+  cudnnMathType_t math = CUDNN_FMA_MATH;
 };
 
 class ConvSetupCache {
@@ -46,7 +51,7 @@ class ConvSetupCache {
   // runs every FP32 shape within the workspace limit. False when it already was the fallback.
   static bool fall_back(cudnnHandle_t handle, ConvSetup& setup, Operation op, size_t workspace_limit);
 
-  // Times every full-FP32 algorithm of `op` on the chunk's own device buffers (cudnnFind*Ex) and
+  // Times every algorithm the setup's math type allows of `op` on the chunk's own device buffers (cudnnFind*Ex) and
   // keeps the fastest whose workspace fits: cuDNN's heuristic pick ran the H200 bench layers at
   // half the in-core speed. Overwrites `out`, so it is only called where the output is about to be
   // overwritten anyway (beta == 0). Inputs in the backend's argument order: forward (x, w, y),
@@ -55,7 +60,7 @@ class ConvSetupCache {
                         void* out, void* workspace, size_t workspace_limit);
 
  private:
-  using Key = std::array<int64_t, 27>;  // every ChunkConv field, the workspace limit, the operation
+  using Key = std::array<int64_t, 28>;  // every ChunkConv field, the workspace limit, the operation
   static Key key_of(const ChunkConv& shape, size_t workspace_limit, Operation op);
 
   std::map<Key, std::unique_ptr<ConvSetup>> setups_;

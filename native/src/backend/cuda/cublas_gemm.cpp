@@ -31,10 +31,13 @@ void CublasGemm::run(const ChunkGemm& s, const float* a, const float* b, float* 
                      void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (!handle_) {
     check_cublas(cublasCreate(&handle_), "cublasCreate");
-    check_cublas(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     check_cublas(cublasSetPointerMode(handle_, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
   }
   check_cublas(cublasSetStream(handle_, stream), "cublasSetStream");
+  // Per chunk, as the handle serves calls of either mode. CUBLAS_DEFAULT_MATH keeps cublasSgemm in
+  // full FP32; CUBLAS_TF32_TENSOR_OP_MATH lets it round the operands to TF32 on tensor cores.
+  check_cublas(cublasSetMathMode(handle_, s.math == MathMode::tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+               "cublasSetMathMode");
   // After cublasSetStream, which resets the workspace to cuBLAS' own pool (memory outside the budget).
   check_cublas(cublasSetWorkspace(handle_, workspace_bytes ? workspace : nullptr, workspace_bytes),
                "cublasSetWorkspace");
