@@ -261,14 +261,15 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
         max
     PoolMode pool_mode_from_name(const string& name) except +translate_exception
     ConvProblem pool_problem(const vector[int64_t]& x_shape, const vector[int64_t]& kernel,
-                             const vector[int64_t]& stride, const vector[int64_t]& padding) except +translate_exception
+                             const vector[int64_t]& stride, const vector[int64_t]& padding,
+                             DType dtype) except +translate_exception
     Plan plan_pool_forward(const ConvProblem& problem, const Options& options) except +translate_exception
-    void pool_forward(const ConvProblem& problem, PoolMode mode, const float* x, float* y, const Options& options,
+    void pool_forward(const ConvProblem& problem, PoolMode mode, const void* x, void* y, const Options& options,
                       Plan* used, RunStats* stats) except +translate_exception
     ConvProblem pool_backward_problem(const ConvProblem& forward) except +translate_exception
     Plan plan_pool_backward(const ConvProblem& problem, const Options& options) except +translate_exception
-    void pool_backward(const ConvProblem& problem, PoolMode mode, const float* y, const float* dy, const float* x,
-                       float* dx, const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void pool_backward(const ConvProblem& problem, PoolMode mode, const void* y, const void* dy, const void* x,
+                       void* dx, const Options& options, Plan* used, RunStats* stats) except +translate_exception
     ActivationMode activation_mode_from_name(const string& name) except +translate_exception
     SoftmaxMode softmax_mode_from_name(const string& name) except +translate_exception
     Plan plan_activation_forward(const vector[int64_t]& shape, const Options& options,
@@ -276,24 +277,26 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
     Plan plan_activation_backward(const vector[int64_t]& shape, ActivationMode mode,
                                   const Options& options, DType dtype) except +translate_exception
     Plan plan_softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode,
-                              const Options& options) except +translate_exception
+                              const Options& options, DType dtype) except +translate_exception
     Plan plan_softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode,
-                               const Options& options) except +translate_exception
+                               const Options& options, DType dtype) except +translate_exception
     Plan plan_add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, bool in_place,
-                         const Options& options) except +translate_exception
+                         const Options& options, DType dtype) except +translate_exception
     void activation_forward(const vector[int64_t]& shape, ActivationMode mode, double coef, const void* x, void* y,
                             const Options& options, Plan* used, RunStats* stats, double alpha, double beta,
                             DType dtype) except +translate_exception
     void activation_backward(const vector[int64_t]& shape, ActivationMode mode, double coef, const void* y,
                              const void* dy, const void* x, void* dx, const Options& options, Plan* used,
                              RunStats* stats, double alpha, double beta, DType dtype) except +translate_exception
-    void softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const float* x, float* y,
-                         const Options& options, Plan* used, RunStats* stats) except +translate_exception
-    void softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                          float* dx, const Options& options, Plan* used, RunStats* stats) except +translate_exception
-    void add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, double alpha, const float* a,
-                    double beta, const float* c, float* out, const Options& options, Plan* used,
-                    RunStats* stats) except +translate_exception
+    void softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const void* x, void* y,
+                         const Options& options, Plan* used, RunStats* stats, double alpha, double beta,
+                         DType dtype) except +translate_exception
+    void softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const void* y, const void* dy,
+                          void* dx, const Options& options, Plan* used, RunStats* stats, double alpha, double beta,
+                          DType dtype) except +translate_exception
+    void add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, double alpha, const void* a,
+                    double beta, const void* c, void* out, const Options& options, Plan* used,
+                    RunStats* stats, DType dtype) except +translate_exception
 
 
 cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:

@@ -352,7 +352,7 @@ def _(x, dq, w, q, y, pre, pool_kernel, pool_stride, pool_padding, pool_mode, ac
 @torch.library.custom_op("pyooc::pool_forward", mutates_args=())
 def pool_forward(x: Tensor, kernel: list[int], stride: list[int], padding: list[int], mode: str,
                  memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.pool_forward, as_array(x, "input"), kernel, stride=stride, padding=padding,
+    return as_tensor(_run(pyooc.pool_forward, as_array(x, "input", CONV_DTYPES), kernel, stride=stride, padding=padding,
                           mode=mode, memory_limit=memory_limit, backend=backend))
 
 
@@ -364,8 +364,8 @@ def _(x, kernel, stride, padding, mode, memory_limit, backend):
 @torch.library.custom_op("pyooc::pool_backward", mutates_args=())
 def pool_backward(y: Tensor, dy: Tensor, x: Tensor, kernel: list[int], stride: list[int], padding: list[int],
                   mode: str, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.pool_backward, as_array(y, "output"), as_array(dy, "grad_output"),
-                          as_array(x, "input"), kernel, stride=stride, padding=padding, mode=mode,
+    return as_tensor(_run(pyooc.pool_backward, as_array(y, "output", CONV_DTYPES),
+                          as_array(dy, "grad_output", CONV_DTYPES), as_array(x, "input", CONV_DTYPES), kernel, stride=stride, padding=padding, mode=mode,
                           memory_limit=memory_limit, backend=backend))
 
 
@@ -432,7 +432,7 @@ activation_forward.register_autograd(_activation_backward, setup_context=_activa
 
 @torch.library.custom_op("pyooc::softmax_forward", mutates_args=())
 def softmax_forward(x: Tensor, log: bool, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.softmax_forward, as_array(x, "input"), mode="channel", log=log,
+    return as_tensor(_run(pyooc.softmax_forward, as_array(x, "input", CONV_DTYPES), mode="channel", log=log,
                           memory_limit=memory_limit, backend=backend))
 
 
@@ -443,7 +443,8 @@ def _(x, log, memory_limit, backend):
 
 @torch.library.custom_op("pyooc::softmax_backward", mutates_args=())
 def softmax_backward(y: Tensor, dy: Tensor, log: bool, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.softmax_backward, as_array(y, "output"), as_array(dy, "grad_output"),
+    return as_tensor(_run(pyooc.softmax_backward, as_array(y, "output", CONV_DTYPES),
+                          as_array(dy, "grad_output", CONV_DTYPES),
                           mode="channel", log=log, memory_limit=memory_limit, backend=backend))
 
 
@@ -648,8 +649,8 @@ matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
 
 @torch.library.custom_op("pyooc::add_tensor", mutates_args=())
 def add_tensor(a: Tensor, c: Tensor, alpha: float, beta: float, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.add_tensor, as_array(a, "a"), as_array(c, "c"), alpha=alpha, beta=beta,
-                          memory_limit=memory_limit, backend=backend))
+    return as_tensor(_run(pyooc.add_tensor, as_array(a, "a", CONV_DTYPES), as_array(c, "c", CONV_DTYPES),
+                          alpha=alpha, beta=beta, memory_limit=memory_limit, backend=backend))
 
 
 @add_tensor.register_fake

@@ -3,7 +3,7 @@ positional and keyword arguments, plus `memory_limit=` (bytes or "512MiB"; defau
 process default, pyooc.set_memory_limit) and `backend=` ("auto", "cuda", "host").
 
 What pyooc does not compute raises NotImplementedError naming the argument (dtypes other than
-float32 outside the convolutions, which also take float16 and bfloat16; ceil_mode, pooling
+float32, except float16 and bfloat16 for the convolutions, activations, pooling and softmax; ceil_mode, pooling
 dilation, ...): pyooc.torch never falls back to torch's own op
 silently, since that op would need the whole tensor on one device. `inplace=True` is accepted for
 torch's signatures but computes out of place: the result is a new tensor, the input is unchanged
@@ -164,7 +164,7 @@ def _pool_geometry(spatial, kernel_size, stride, padding):
 
 def _max_pool(spatial, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, memory_limit,
               backend):
-    _rank(input, spatial, f"max_pool{spatial}d")
+    _rank(input, spatial, f"max_pool{spatial}d", CONV_DTYPES)
     if any(d != 1 for d in _tuple(dilation, spatial, "dilation")):
         _not_implemented("dilation", dilation, "1")
     if ceil_mode:
@@ -195,7 +195,7 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
 
 def _avg_pool(spatial, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
               memory_limit, backend):
-    _rank(input, spatial, f"avg_pool{spatial}d")
+    _rank(input, spatial, f"avg_pool{spatial}d", CONV_DTYPES)
     if ceil_mode:
         _not_implemented("ceil_mode", ceil_mode, "False")
     if divisor_override is not None:
@@ -275,9 +275,9 @@ def linear(input, weight, bias=None, *, memory_limit=None, backend="auto"):
 def _softmax_view(input, dim, dtype, name):
     """input viewed as [before, C, after] around the reduced dim (a view: no copy), for pyooc's
     channel softmax; torch's implicit dim when dim is None."""
-    check_tensor(input, "input")
-    if dtype is not None and dtype != torch.float32:
-        _not_implemented("dtype", dtype, "None or torch.float32")
+    check_tensor(input, "input", CONV_DTYPES)
+    if dtype is not None and dtype != input.dtype:  # torch would cast input to dtype first: a copy
+        _not_implemented("dtype", dtype, f"None or the input's dtype, {input.dtype}")
     if dim is None:  # torch's legacy choice (it warns; the explicit dim is better)
         dim = 0 if input.dim() in (0, 1, 3) else 1
     if input.dim() == 0:

@@ -53,6 +53,12 @@ std::string format_shape(const Shape& shape) {
   return o.str();
 }
 
+void same_dtype(DType type, const char* name, DType first, const char* first_name, const char* call) {
+  if (type != first)
+    throw not_supported(std::string(name) + " has data type " + dtype_name(type) + ", " + first_name + " " +
+                        dtype_name(first) + ": mixed data types in " + call + " are not supported");
+}
+
 int64_t elements(const Shape& shape) { return checked_tensor_elements(shape, sizeof(float), "a tensor"); }
 
 Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank, int max_rank, DType* dtype) {

@@ -1,5 +1,7 @@
 #include "backend/cuda/layer_kernels.hpp"
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
 
 #include "backend/activation_formulas.hpp"
@@ -118,6 +120,27 @@ __global__ void row_bias_kernel(int64_t total, int64_t cols, const float* bias, 
     c[i] += bias[i % cols];
 }
 
+// out's five extents and a's element strides along them (0 where a broadcasts).
+struct Broadcast5 {
+  int64_t extent[5];
+  int64_t a_stride[5];
+};
+
+__global__ void add_bf16_kernel(int64_t total, Broadcast5 g, float alpha, const __nv_bfloat16* a, float beta,
+                                const __nv_bfloat16* b, __nv_bfloat16* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = i, ai = 0;
+    for (int d = 4; d >= 0; --d) {
+      ai += (rest % g.extent[d]) * g.a_stride[d];
+      rest /= g.extent[d];
+    }
+    // beta == 0 never reads the output (cuDNN's rule: it may hold NaN).
+    const float prev = beta == 0.0f ? 0.0f : beta * __bfloat162float(b ? b[i] : out[i]);
+    out[i] = __float2bfloat16_rn(alpha * __bfloat162float(a[ai]) + prev);
+  }
+}
+
 unsigned grid_for(int64_t total, int threads) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((total + threads - 1) / threads, 65535)));
 }
@@ -178,6 +201,24 @@ void activation_backward(int64_t count, ActivationMode mode, float coef, const f
 void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* c, cudaStream_t stream) {
   const int64_t total = rows * cols;
   row_bias_kernel<<<grid_for(total, 256), 256, 0, stream>>>(total, cols, bias, c);
+  OOC_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_tensor_bf16(const ChunkConv& a_shape, const ChunkConv& out_shape, float alpha, const void* a, float beta,
+                     const void* b, void* out, cudaStream_t stream) {
+  const int64_t out_ext[5] = {out_shape.n, out_shape.c, out_shape.in[0], out_shape.in[1], out_shape.in[2]};
+  const int64_t a_ext[5] = {a_shape.n, a_shape.c, a_shape.in[0], a_shape.in[1], a_shape.in[2]};
+  Broadcast5 g{};
+  int64_t stride = 1, total = 1;
+  for (int d = 4; d >= 0; --d) {
+    g.extent[d] = out_ext[d];
+    g.a_stride[d] = a_ext[d] == 1 ? 0 : stride;
+    stride *= a_ext[d];
+    total *= out_ext[d];
+  }
+  add_bf16_kernel<<<grid_for(total, 256), 256, 0, stream>>>(total, g, alpha, static_cast<const __nv_bfloat16*>(a), beta,
+                                                            static_cast<const __nv_bfloat16*>(b),
+                                                            static_cast<__nv_bfloat16*>(out));
   OOC_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -38,6 +38,10 @@ void activation_forward(int64_t count, ActivationMode mode, float coef, const fl
                         float beta, cudaStream_t stream);
 void activation_backward(int64_t count, ActivationMode mode, float coef, const float* y, const float* dy,
                          const float* x, float* dx, float alpha, float beta, cudaStream_t stream);
+// out = alpha * a + beta * (b ? b : out) over bfloat16 chunks, a broadcast along its unit dims
+// (add_tensor's contract, backend.hpp), computed in float32: cudnnAddTensor documents no bfloat16.
+void add_tensor_bf16(const ChunkConv& a_shape, const ChunkConv& out_shape, float alpha, const void* a, float beta,
+                     const void* b, void* out, cudaStream_t stream);
 // c[i, j] += bias[j] over a row-major [rows, cols] matrix.
 void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* c, cudaStream_t stream);
 

@@ -139,28 +139,23 @@ class HostBackend final : public Backend {
   }
   void do_softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const void* x, void* y, double alpha,
                           double beta) override {
-    float32_kernel(s, "softmax_forward");
-    host_softmax_forward(s, mode, log, f(x), f(y), alpha, beta, ThreadPool::shared());
+    host_softmax_forward(s, mode, log, x, y, alpha, beta, ThreadPool::shared());
   }
   void do_softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const void* y, const void* dy,
                            void* dx, double alpha, double beta) override {
-    float32_kernel(s, "softmax_backward");
-    host_softmax_backward(s, mode, log, f(y), f(dy), f(dx), alpha, beta, ThreadPool::shared());
+    host_softmax_backward(s, mode, log, y, dy, dx, alpha, beta, ThreadPool::shared());
   }
   void do_pool_forward(const ChunkConv& s, PoolMode mode, const void* x, void* y, double alpha,
                        double beta) override {
-    float32_kernel(s, "pool_forward");
-    host_pool_forward(s, mode, f(x), f(y), alpha, beta, ThreadPool::shared());
+    host_pool_forward(s, mode, x, y, alpha, beta, ThreadPool::shared());
   }
   void do_pool_backward(const ChunkConv& s, PoolMode mode, const void* y, const void* dy, const void* x, void* dx,
                         double alpha, double beta) override {
-    float32_kernel(s, "pool_backward");
-    host_pool_backward(s, mode, f(y), f(dy), f(x), f(dx), alpha, beta, ThreadPool::shared());
+    host_pool_backward(s, mode, y, dy, x, dx, alpha, beta, ThreadPool::shared());
   }
   void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const void* a, double beta,
                      const void* b, void* out) override {
-    float32_kernel(out_shape, "add_tensor");
-    host_add_tensor(a_shape, out_shape, alpha, f(a), beta, f(b), f(out), ThreadPool::shared());
+    host_add_tensor(a_shape, out_shape, alpha, a, beta, b, out, ThreadPool::shared());
   }
 
   void do_copy_on_device(const StridedCopy& c) override { strided_memcpy(c); }
