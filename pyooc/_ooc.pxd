@@ -234,17 +234,18 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
     void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, const float* b,
                 const float* bias, float* c, const Options& options, Plan* used,
                 RunStats* stats) except +translate_exception
-    ConvProblem batchnorm_problem(Operation op, const vector[int64_t]& x_shape) except +translate_exception
+    ConvProblem batchnorm_problem(Operation op, const vector[int64_t]& x_shape,
+                                  DType dtype) except +translate_exception
     Plan plan_batchnorm(const ConvProblem& problem, const Options& options) except +translate_exception
-    void batchnorm_forward_training(const ConvProblem& problem, const float* x, const float* scale,
+    void batchnorm_forward_training(const ConvProblem& problem, const void* x, const float* scale,
                                     const float* bias, double eps, double momentum, float* running_mean,
-                                    float* running_var, float* y, float* saved_mean, float* saved_invstd,
+                                    float* running_var, void* y, float* saved_mean, float* saved_invstd,
                                     const Options& options, Plan* used, RunStats* stats) except +translate_exception
-    void batchnorm_forward_inference(const ConvProblem& problem, const float* x, const float* scale,
-                                     const float* bias, const float* mean, const float* var, double eps, float* y,
+    void batchnorm_forward_inference(const ConvProblem& problem, const void* x, const float* scale,
+                                     const float* bias, const float* mean, const float* var, double eps, void* y,
                                      const Options& options, Plan* used, RunStats* stats) except +translate_exception
-    void batchnorm_backward(const ConvProblem& problem, const float* x, const float* dy, const float* scale,
-                            const float* saved_mean, const float* saved_invstd, float* dx, float* dscale,
+    void batchnorm_backward(const ConvProblem& problem, const void* x, const void* dy, const float* scale,
+                            const float* saved_mean, const float* saved_invstd, void* dx, float* dscale,
                             float* dbias, const Options& options, Plan* used,
                             RunStats* stats) except +translate_exception
     cdef enum class ActivationMode(int):

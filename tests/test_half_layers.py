@@ -3,8 +3,8 @@ add_tensor and pooling (forward and backward, max / avg / avg excluding padding)
 backend: results in the input dtype against float64 references of the same (exactly upcast)
 inputs, within fp16 1e-3 / bf16 1e-2 of the norm, on fresh random inputs with NaN-poisoned
 outputs, under budgets that force each split kind (uneven edges included); plans stream half the
-bytes of float32 ones; mixed and unsupported dtypes are refused naming the argument. The cuda
-backend's twins are marked gpu."""
+bytes of float32 ones; mixed and unsupported dtypes are refused naming the argument (batch norm's
+too; its numerics: tests/test_half_batchnorm.py). The cuda backend's twins are marked gpu."""
 
 import ml_dtypes
 import numpy as np
@@ -212,6 +212,7 @@ def test_a_half_plan_fits_a_budget_in_fewer_chunks(name):
 
 X16, B16 = np.ones((2, 3, 4, 4), np.float16), np.ones((1, 3, 1, 1), np.float16)
 BF = np.ones((2, 3, 4, 4), ml_dtypes.bfloat16)
+ONES, ZEROS = np.ones(3, np.float32), np.zeros(3, np.float32)
 
 
 @pytest.mark.parametrize("call, pattern", [
@@ -232,6 +233,17 @@ BF = np.ones((2, 3, 4, 4), ml_dtypes.bfloat16)
      r"a must have dtype float32, float16 or bfloat16, got float64"),
     (lambda: pyooc.plan_pool_forward((2, 3, 4, 4), 2, dtype="float64", backend="host"),
      r"dtype must be float32, float16 or bfloat16, got float64"),
+    # batch norm: x, dy and y share a dtype; the per-channel arrays are float32 whatever x is
+    (lambda: pyooc.batchnorm_backward(X16, X16.astype(ml_dtypes.bfloat16), ONES, ZEROS, ONES, backend="host"),
+     r"dy must have the dtype of x \(float16\), got bfloat16: mixed dtypes"),
+    (lambda: pyooc.batchnorm_forward_inference(X16, ONES.astype(np.float16), ZEROS, ZEROS, ONES, backend="host"),
+     r"scale must have dtype float32, got float16"),
+    (lambda: pyooc.batchnorm_forward_training(X16, ONES, ZEROS, out=np.ones(X16.shape, np.float32), backend="host"),
+     r"out must have dtype float16, got float32"),
+    (lambda: pyooc.batchnorm_forward_training(X16.astype(np.float64), ONES, ZEROS, backend="host"),
+     r"x must have dtype float32, float16 or bfloat16, got float64"),
+    (lambda: pyooc.plan_batchnorm_backward((2, 3, 4, 4), dtype="int8", backend="host"),
+     r"dtype must be float32, float16 or bfloat16, got int8"),
 ])
 def test_mixed_and_unsupported_dtypes_are_refused(call, pattern):
     with pytest.raises(TypeError, match=pattern):

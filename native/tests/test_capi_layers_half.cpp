@@ -1,7 +1,8 @@
-// The C API's layer entry points (AddTensor, Activation*, Pooling*, Softmax*) on CUDNN_DATA_HALF
-// and CUDNN_DATA_BFLOAT16 descriptors, without a GPU: each gives the same elements as the library
-// call of that dtype (whose numerics tests/test_half_layers.py checks against float64), under a
-// budget that splits it, with blends and poisoned outputs; mixed data types are NOT_SUPPORTED.
+// The C API's layer entry points (AddTensor, Activation*, Pooling*, Softmax*, BatchNormalization*)
+// on CUDNN_DATA_HALF and CUDNN_DATA_BFLOAT16 descriptors, without a GPU: each gives the same
+// elements as the library call of that dtype (whose numerics tests/test_half_layers.py and
+// tests/test_half_batchnorm.py check against float64), under a budget that splits it, with blends
+// and poisoned outputs; mixed data types are NOT_SUPPORTED.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -157,6 +158,67 @@ TEST_F(CapiLayerHost, HalfPrecisionLayersMatchTheLibrary) {
             n, beta, t.dtype, rng, "pooling backward");
       }
     }
+}
+
+// Batch norm of half x: float per-channel tensors (cuDNN's rule), statistics as the library's.
+TEST_F(CapiLayerHost, HalfPrecisionBatchNormMatchesTheLibrary) {
+  std::mt19937 rng(test_seed(62));
+  const Shape shape{4, 3, 5, 6};
+  const size_t n = 4 * 3 * 5 * 6;
+  const float one = 1.0f, zero = 0.0f;
+  const std::vector<float> scale = random_vector(3, rng), bias = random_vector(3, rng);
+  const std::vector<float> mean = random_vector(3, rng), var(3, 0.75f);
+  for (const HalfType& t : kHalfTypes) {
+    SCOPED_TRACE(ooc::dtype_name(t.dtype));
+    const Tensor d = tensor(shape, t.cudnn), pd = tensor({1, 3, 1, 1});
+    const Bits x = random_bits(n, t.dtype, rng), dy = random_bits(n, t.dtype, rng);
+    const ooc::ConvProblem inference = ooc::batchnorm_problem(ooc::Operation::batchnorm_forward_inference, shape, t.dtype);
+    const ooc::ConvProblem training = ooc::batchnorm_problem(ooc::Operation::batchnorm_forward_training, shape, t.dtype);
+    const ooc::ConvProblem backward = ooc::batchnorm_problem(ooc::Operation::batchnorm_backward, shape, t.dtype);
+    size_t limit = split_budget([&](const ooc::Options& o) { return ooc::plan_batchnorm(backward, o); });
+    oocSetMemoryLimit(limit);
+    expect_same(
+        [&](void* y) {
+          return ooc_cudnnBatchNormalizationForwardInference(kHandle, CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.get(),
+                                                             x.data(), d.get(), y, pd.get(), scale.data(), bias.data(),
+                                                             mean.data(), var.data(), 1e-4);
+        },
+        [&](void* y) {
+          ooc::batchnorm_forward_inference(inference, x.data(), scale.data(), bias.data(), mean.data(), var.data(),
+                                           1e-4, y, host_call(limit));
+        },
+        n, 0.0f, t.dtype, rng, "batch norm inference");
+    std::vector<float> saved_mean(3), saved_invstd(3), lib_mean(3), lib_invstd(3);
+    expect_same(
+        [&](void* y) {
+          return ooc_cudnnBatchNormalizationForwardTraining(kHandle, CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.get(),
+                                                            x.data(), d.get(), y, pd.get(), scale.data(), bias.data(),
+                                                            0.1, nullptr, nullptr, 1e-4, saved_mean.data(),
+                                                            saved_invstd.data());
+        },
+        [&](void* y) {
+          ooc::batchnorm_forward_training(training, x.data(), scale.data(), bias.data(), 1e-4, 0.1, nullptr, nullptr, y,
+                                          lib_mean.data(), lib_invstd.data(), host_call(limit));
+        },
+        n, 0.0f, t.dtype, rng, "batch norm training");
+    EXPECT_EQ(saved_mean, lib_mean);
+    EXPECT_EQ(saved_invstd, lib_invstd);
+    std::vector<float> dscale(3), dbias(3), lib_dscale(3), lib_dbias(3);
+    expect_same(
+        [&](void* dx) {
+          return ooc_cudnnBatchNormalizationBackward(kHandle, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero,
+                                                     d.get(), x.data(), d.get(), dy.data(), d.get(), dx, pd.get(),
+                                                     scale.data(), dscale.data(), dbias.data(), 1e-4,
+                                                     saved_mean.data(), saved_invstd.data());
+        },
+        [&](void* dx) {
+          ooc::batchnorm_backward(backward, x.data(), dy.data(), scale.data(), saved_mean.data(), saved_invstd.data(),
+                                  dx, lib_dscale.data(), lib_dbias.data(), host_call(limit));
+        },
+        n, 0.0f, t.dtype, rng, "batch norm backward");
+    EXPECT_EQ(dscale, lib_dscale);
+    EXPECT_EQ(dbias, lib_dbias);
+  }
 }
 
 TEST_F(CapiLayerHost, MixedDataTypesInALayerCallAreNotSupported) {

@@ -3,7 +3,8 @@ positional and keyword arguments, plus `memory_limit=` (bytes or "512MiB"; defau
 process default, pyooc.set_memory_limit) and `backend=` ("auto", "cuda", "host").
 
 What pyooc does not compute raises NotImplementedError naming the argument (dtypes other than
-float32, except float16 and bfloat16 for the convolutions, activations, pooling and softmax; ceil_mode, pooling
+float32, except float16 and bfloat16 for the convolutions, activations, pooling, softmax and batch
+norm; ceil_mode, pooling
 dilation, ...): pyooc.torch never falls back to torch's own op
 silently, since that op would need the whole tensor on one device. `inplace=True` is accepted for
 torch's signatures but computes out of place: the result is a new tensor, the input is unchanged
@@ -131,14 +132,15 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5, *,
                memory_limit=None, backend="auto"):
     """torch.nn.functional.batch_norm: in training, the batch's statistics (running_mean/var, when
-    given, updated in place with momentum, as torch); otherwise the running statistics."""
-    check_tensor(input, "input")
+    given, updated in place with momentum, as torch); otherwise the running statistics. A float16 or
+    bfloat16 input takes float32 weight, bias and running statistics (as cuDNN does)."""
+    check_tensor(input, "input", CONV_DTYPES)
     if momentum is None:
         _not_implemented("momentum", None, "a float (the cumulative moving average is not implemented)")
     c = input.shape[1] if input.dim() > 1 else 0
     # affine=False: unit scale and zero shift, which no gradient reaches.
-    weight = torch.ones(c, dtype=input.dtype) if weight is None else weight
-    bias = torch.zeros(c, dtype=input.dtype) if bias is None else bias
+    weight = torch.ones(c, dtype=torch.float32) if weight is None else weight  # as the statistics are
+    bias = torch.zeros(c, dtype=torch.float32) if bias is None else bias
     options = _options(memory_limit, backend)
     if not training:
         if running_mean is None or running_var is None:

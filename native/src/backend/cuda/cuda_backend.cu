@@ -285,29 +285,22 @@ class CudaBackend final : public Backend {
   }
 
   // Batch norm: our own kernels (layer_kernels.cu).
+  // Batch norm's kernels take every dtype (layer_kernels.hpp).
   void do_channel_moments(const ChunkChannels& shape, const void* x_data, float* stats) override {
-    float32_kernel(shape, "channel_moments");
-    const float* x = f(x_data);
     double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
-    cuda_kernels::channel_moments(shape, x, stats, scratch, resources_->compute.get());
+    cuda_kernels::channel_moments(shape, x_data, stats, scratch, resources_->compute.get());
   }
 
   void do_channel_grad_sums(const ChunkChannels& shape, const void* x_data, const void* dy_data,
                             const float* mean_invstd, float* sums) override {
-    float32_kernel(shape, "channel_grad_sums");
-    const float* x = f(x_data);
-    const float* dy = f(dy_data);
     double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
-    cuda_kernels::channel_grad_sums(shape, x, dy, mean_invstd, sums, scratch, resources_->compute.get());
+    cuda_kernels::channel_grad_sums(shape, x_data, dy_data, mean_invstd, sums, scratch, resources_->compute.get());
   }
 
   void do_channel_affine(const ChunkChannels& shape, const void* x_data, const void* dy_data, const float* coef,
                          double beta, void* y_data) override {
-    float32_kernel(shape, "channel_affine");
-    const float* x = f(x_data);
-    const float* dy = f(dy_data);
-    float* y = f(y_data);
-    cuda_kernels::channel_affine(shape, x, dy, coef, static_cast<float>(beta), y, resources_->compute.get());
+    cuda_kernels::channel_affine(shape, x_data, dy_data, coef, static_cast<float>(beta), y_data,
+                                 resources_->compute.get());
   }
 
   // The layers of layers.hpp (cudnn_layers.cpp), with the cuDNN handle on the compute stream.

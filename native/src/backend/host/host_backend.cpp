@@ -115,18 +115,15 @@ class HostBackend final : public Backend {
     host_gemm(shape, f(a), f(b), f(bias), f(c), alpha, beta, ThreadPool::shared());
   }
   void do_channel_moments(const ChunkChannels& shape, const void* x, float* stats) override {
-    float32_kernel(shape, "channel_moments");
-    host_channel_moments(shape, f(x), stats, ThreadPool::shared());
+    host_channel_moments(shape, x, stats, ThreadPool::shared());
   }
   void do_channel_grad_sums(const ChunkChannels& shape, const void* x, const void* dy, const float* mean_invstd,
                             float* sums) override {
-    float32_kernel(shape, "channel_grad_sums");
-    host_channel_grad_sums(shape, f(x), f(dy), mean_invstd, sums, ThreadPool::shared());
+    host_channel_grad_sums(shape, x, dy, mean_invstd, sums, ThreadPool::shared());
   }
   void do_channel_affine(const ChunkChannels& shape, const void* x, const void* dy, const float* coef, double beta,
                          void* y) override {
-    float32_kernel(shape, "channel_affine");
-    host_channel_affine(shape, f(x), f(dy), coef, beta, f(y), ThreadPool::shared());
+    host_channel_affine(shape, x, dy, coef, beta, y, ThreadPool::shared());
   }
 
   void do_activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const void* x, void* y,
