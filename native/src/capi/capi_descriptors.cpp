@@ -24,8 +24,8 @@ void check_rank(int rank, const char* name, int min_rank, int max_rank) {
                         "-D tensors are supported here");
 }
 
-// The descriptor's element type: CUDNN_DATA_FLOAT, or where `dtype` is given (the convolutions)
-// also CUDNN_DATA_HALF and CUDNN_DATA_BFLOAT16, reported through it.
+// The descriptor's element type: CUDNN_DATA_FLOAT, or where `dtype` is given (the convolutions and
+// the layers) also CUDNN_DATA_HALF and CUDNN_DATA_BFLOAT16, reported through it.
 void check_type(cudnnDataType_t type, const char* name, DType* dtype) {
   if (dtype && type == CUDNN_DATA_HALF) {
     *dtype = DType::float16;

@@ -83,8 +83,8 @@ using Shape = std::vector<int64_t>;
 // Shapes of fully-packed NCHW float32 descriptors of rank min_rank..max_rank (tensors) or 4-D/5-D
 // (filters). Throws invalid_argument (null or unset descriptor) or not_supported (other dtype,
 // layout, strides or rank); `name` is the argument's name in cuDNN's signature.
-// dtype: where the caller serves half precision too (the convolutions), receives the descriptor's
-// element type (CUDNN_DATA_FLOAT, _HALF or _BFLOAT16); null: CUDNN_DATA_FLOAT only.
+// dtype: where the caller serves half precision too (the convolutions and the layers), receives
+// the descriptor's element type (CUDNN_DATA_FLOAT, _HALF or _BFLOAT16); null: CUDNN_DATA_FLOAT only.
 Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank = 4, int max_rank = 5,
                    DType* dtype = nullptr);
 Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name, DType* dtype = nullptr);
