@@ -106,7 +106,8 @@ def activation_conv_backward_data_filter_bias(const float[::1] x, tuple x_shape,
 
 
 cdef ooc.ConvProblem _pooling_of(ooc.ConvProblem& conv, tuple kernel, tuple stride, tuple padding) except *:
-    return ooc.pool_problem(conv.y_shape(), list(kernel), list(stride), list(padding))
+    # The fused poolings are float32 (their convolutions' dtype).
+    return ooc.pool_problem(conv.y_shape(), list(kernel), list(stride), list(padding), ooc.DType.float32)
 
 
 def pooled_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups,
@@ -199,8 +200,7 @@ def plan_pooling_activation_conv_backward_data_filter_bias(tuple x_shape, tuple 
                                                            tuple pool_padding, CallOptions options not None):
     cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, dy_shape, w_shape, stride, padding, dilation,
                                                            groups)
-    cdef ooc.ConvProblem pool = ooc.pool_problem(problem.y_shape(), list(pool_kernel), list(pool_stride),
-                                                 list(pool_padding))
+    cdef ooc.ConvProblem pool = _pooling_of(problem, pool_kernel, pool_stride, pool_padding)
     cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
     cdef ooc.Plan plan
     with nogil:
@@ -218,8 +218,7 @@ def pooling_activation_conv_backward_data_filter_bias(const float[::1] x, tuple 
     """Runs on flat float32 views (no copies; pre may be None)."""
     cdef ooc.ConvProblem problem = _fused_backward_problem(x_shape, y_shape, w_shape, stride, padding, dilation,
                                                            groups)
-    cdef ooc.ConvProblem pool = ooc.pool_problem(problem.y_shape(), list(pool_kernel), list(pool_stride),
-                                                 list(pool_padding))
+    cdef ooc.ConvProblem pool = _pooling_of(problem, pool_kernel, pool_stride, pool_padding)
     cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
     cdef ooc.PoolMode mode = ooc.pool_mode_from_name(pool_mode.encode())
     cdef float* pre_ptr = _ptr(pre)

@@ -5,8 +5,8 @@
 
 def plan_layer(str operation, tuple shape, str mode, tuple a_shape, bint in_place, CallOptions options not None,
                str dtype="float32"):
-    """The Plan of one layer: operation is "activation_forward", ..., "add_tensor" (shape: c's);
-    dtype: the activations' (the other layers are float32)."""
+    """The Plan of one layer: operation is "activation_forward", ..., "add_tensor" (shape: c's),
+    over arrays of `dtype`."""
     cdef ooc.DType element = _DTYPES[dtype]
     cdef vector[int64_t] s = list(shape)
     cdef vector[int64_t] a = list(a_shape)
@@ -25,11 +25,11 @@ def plan_layer(str operation, tuple shape, str mode, tuple a_shape, bint in_plac
         elif which == 1:
             plan = ooc.plan_activation_backward(s, amode, options.c_obj, element)
         elif which == 2:
-            plan = ooc.plan_softmax_forward(s, smode, options.c_obj)
+            plan = ooc.plan_softmax_forward(s, smode, options.c_obj, element)
         elif which == 3:
-            plan = ooc.plan_softmax_backward(s, smode, options.c_obj)
+            plan = ooc.plan_softmax_backward(s, smode, options.c_obj, element)
         else:
-            plan = ooc.plan_add_tensor(a, s, in_place, options.c_obj)
+            plan = ooc.plan_add_tensor(a, s, in_place, options.c_obj, element)
     return Plan.wrap(plan)
 
 
@@ -73,59 +73,69 @@ def activation_backward(tuple shape, str mode, double coef, const unsigned char[
     return _ran(plan, stats)
 
 
-def softmax_forward(tuple shape, str mode, bint log, const float[::1] x, float[::1] y, CallOptions options not None):
+def softmax_forward(tuple shape, str mode, bint log, const unsigned char[::1] x, unsigned char[::1] y,
+                    CallOptions options not None, str dtype="float32"):
+    """On flat byte views of arrays of `dtype`, as every layer binding below (no copies)."""
     cdef vector[int64_t] s = list(shape)
     cdef ooc.SoftmaxMode m = ooc.softmax_mode_from_name(mode.encode())
+    cdef ooc.DType element = _DTYPES[dtype]
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.softmax_forward(s, m, log, &x[0], &y[0], options.c_obj, &plan, &stats)
+        ooc.softmax_forward(s, m, log, &x[0], &y[0], options.c_obj, &plan, &stats, 1.0, 0.0, element)
     return _ran(plan, stats)
 
 
-def softmax_backward(tuple shape, str mode, bint log, const float[::1] y, const float[::1] dy, float[::1] dx,
-                     CallOptions options not None):
+def softmax_backward(tuple shape, str mode, bint log, const unsigned char[::1] y, const unsigned char[::1] dy,
+                     unsigned char[::1] dx, CallOptions options not None, str dtype="float32"):
     cdef vector[int64_t] s = list(shape)
     cdef ooc.SoftmaxMode m = ooc.softmax_mode_from_name(mode.encode())
+    cdef ooc.DType element = _DTYPES[dtype]
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.softmax_backward(s, m, log, &y[0], &dy[0], &dx[0], options.c_obj, &plan, &stats)
+        ooc.softmax_backward(s, m, log, &y[0], &dy[0], &dx[0], options.c_obj, &plan, &stats, 1.0, 0.0, element)
     return _ran(plan, stats)
 
 
-def add_tensor(tuple a_shape, tuple c_shape, double alpha, const float[::1] a, double beta, const float[::1] c,
-               float[::1] out, CallOptions options not None):
+def add_tensor(tuple a_shape, tuple c_shape, double alpha, const unsigned char[::1] a, double beta,
+               const unsigned char[::1] c, unsigned char[::1] out, CallOptions options not None, str dtype="float32"):
     """out may be c (in place): then libooc reads c as the output it scales by beta."""
     cdef vector[int64_t] av = list(a_shape)
     cdef vector[int64_t] cv = list(c_shape)
+    cdef ooc.DType element = _DTYPES[dtype]
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.add_tensor(av, cv, alpha, &a[0], beta, &c[0], &out[0], options.c_obj, &plan, &stats)
+        ooc.add_tensor(av, cv, alpha, &a[0], beta, &c[0], &out[0], options.c_obj, &plan, &stats, element)
     return _ran(plan, stats)
+
+
+cdef ooc.ConvProblem _pool_problem(tuple x_shape, tuple kernel, tuple stride, tuple padding, str dtype) except *:
+    return ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding), _DTYPES[dtype])
 
 
 def pool_output_shape(tuple x_shape, tuple kernel, tuple stride, tuple padding):
     """Checks the pooling geometry (ValueError naming the argument) and gives y's shape."""
-    return tuple(ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding)).y_shape())
+    return tuple(_pool_problem(x_shape, kernel, stride, padding, "float32").y_shape())
 
 
 def pool_mode(str mode):
     ooc.pool_mode_from_name(mode.encode())
 
 
-def plan_pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, CallOptions options not None):
-    cdef ooc.ConvProblem problem = ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding))
+def plan_pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, CallOptions options not None,
+                      str dtype="float32"):
+    cdef ooc.ConvProblem problem = _pool_problem(x_shape, kernel, stride, padding, dtype)
     cdef ooc.Plan plan
     with nogil:
         plan = ooc.plan_pool_forward(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
-def pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, const float[::1] x,
-                 float[::1] y, CallOptions options not None):
-    cdef ooc.ConvProblem problem = ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding))
+def pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, const unsigned char[::1] x,
+                 unsigned char[::1] y, CallOptions options not None, str dtype="float32"):
+    cdef ooc.ConvProblem problem = _pool_problem(x_shape, kernel, stride, padding, dtype)
     cdef ooc.PoolMode m = ooc.pool_mode_from_name(mode.encode())
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
@@ -134,19 +144,19 @@ def pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str m
     return _ran(plan, stats)
 
 
-def plan_pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, CallOptions options not None):
-    cdef ooc.ConvProblem problem = ooc.pool_backward_problem(
-        ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding)))
+def plan_pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, CallOptions options not None,
+                       str dtype="float32"):
+    cdef ooc.ConvProblem problem = ooc.pool_backward_problem(_pool_problem(x_shape, kernel, stride, padding, dtype))
     cdef ooc.Plan plan
     with nogil:
         plan = ooc.plan_pool_backward(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
-def pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, const float[::1] y,
-                  const float[::1] dy, const float[::1] x, float[::1] dx, CallOptions options not None):
-    cdef ooc.ConvProblem problem = ooc.pool_backward_problem(
-        ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding)))
+def pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, const unsigned char[::1] y,
+                  const unsigned char[::1] dy, const unsigned char[::1] x, unsigned char[::1] dx,
+                  CallOptions options not None, str dtype="float32"):
+    cdef ooc.ConvProblem problem = ooc.pool_backward_problem(_pool_problem(x_shape, kernel, stride, padding, dtype))
     cdef ooc.PoolMode m = ooc.pool_mode_from_name(mode.encode())
     cdef ooc.Plan plan
     cdef ooc.RunStats stats

@@ -539,8 +539,8 @@ _BATCHNORM = {"batchnorm_forward_training": ooc.Operation.batchnorm_forward_trai
               "batchnorm_backward": ooc.Operation.batchnorm_backward}
 
 
-def plan_batchnorm(str operation, tuple x_shape, CallOptions options not None):
-    cdef ooc.ConvProblem problem = ooc.batchnorm_problem(_BATCHNORM[operation], list(x_shape))
+def plan_batchnorm(str operation, tuple x_shape, CallOptions options not None, str dtype="float32"):
+    cdef ooc.ConvProblem problem = ooc.batchnorm_problem(_BATCHNORM[operation], list(x_shape), _DTYPES[dtype])
     cdef ooc.Plan plan
     with nogil:
         plan = ooc.plan_batchnorm(problem, options.c_obj)
@@ -556,19 +556,30 @@ cdef float* _ptr(object array) except? NULL:
     return <float*>&v[0]
 
 
-def batchnorm(str operation, tuple x_shape, dict arrays, double eps, double momentum, CallOptions options not None):
-    """Runs a batch-norm operation on flat float32 views (no copies); `arrays` maps the argument
-    names of layers.hpp to arrays or None."""
-    cdef ooc.ConvProblem problem = ooc.batchnorm_problem(_BATCHNORM[operation], list(x_shape))
+cdef void* _bytes_ptr(object array) except? NULL:
+    """Data pointer of a flat byte view (a tensor of any dtype), or NULL for None."""
+    cdef const unsigned char[::1] v
+    if array is None:
+        return NULL
+    v = array
+    return <void*>&v[0]
+
+
+def batchnorm(str operation, tuple x_shape, dict arrays, double eps, double momentum, CallOptions options not None,
+              str dtype="float32"):
+    """Runs a batch-norm operation without copies: x, dy and out as flat byte views of `dtype`
+    arrays, the per-channel ones as flat float32 views; `arrays` maps the argument names of
+    layers.hpp to arrays or None."""
+    cdef ooc.ConvProblem problem = ooc.batchnorm_problem(_BATCHNORM[operation], list(x_shape), _DTYPES[dtype])
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
-    cdef float* x = _ptr(arrays["x"])
+    cdef void* x = _bytes_ptr(arrays["x"])
     cdef float* scale = _ptr(arrays["scale"])
     cdef float* bias = _ptr(arrays.get("bias"))
     cdef float* mean = _ptr(arrays.get("mean"))
     cdef float* var = _ptr(arrays.get("var"))
-    cdef float* dy = _ptr(arrays.get("dy"))
-    cdef float* out = _ptr(arrays["out"])
+    cdef void* dy = _bytes_ptr(arrays.get("dy"))
+    cdef void* out = _bytes_ptr(arrays["out"])
     cdef float* out2 = _ptr(arrays.get("out2"))
     cdef float* out3 = _ptr(arrays.get("out3"))
     cdef float* running_mean = _ptr(arrays.get("running_mean"))

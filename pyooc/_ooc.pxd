@@ -242,17 +242,18 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
     void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, const float* b,
                 const float* bias, float* c, const Options& options, Plan* used,
                 RunStats* stats) except +translate_exception
-    ConvProblem batchnorm_problem(Operation op, const vector[int64_t]& x_shape) except +translate_exception
+    ConvProblem batchnorm_problem(Operation op, const vector[int64_t]& x_shape,
+                                  DType dtype) except +translate_exception
     Plan plan_batchnorm(const ConvProblem& problem, const Options& options) except +translate_exception
-    void batchnorm_forward_training(const ConvProblem& problem, const float* x, const float* scale,
+    void batchnorm_forward_training(const ConvProblem& problem, const void* x, const float* scale,
                                     const float* bias, double eps, double momentum, float* running_mean,
-                                    float* running_var, float* y, float* saved_mean, float* saved_invstd,
+                                    float* running_var, void* y, float* saved_mean, float* saved_invstd,
                                     const Options& options, Plan* used, RunStats* stats) except +translate_exception
-    void batchnorm_forward_inference(const ConvProblem& problem, const float* x, const float* scale,
-                                     const float* bias, const float* mean, const float* var, double eps, float* y,
+    void batchnorm_forward_inference(const ConvProblem& problem, const void* x, const float* scale,
+                                     const float* bias, const float* mean, const float* var, double eps, void* y,
                                      const Options& options, Plan* used, RunStats* stats) except +translate_exception
-    void batchnorm_backward(const ConvProblem& problem, const float* x, const float* dy, const float* scale,
-                            const float* saved_mean, const float* saved_invstd, float* dx, float* dscale,
+    void batchnorm_backward(const ConvProblem& problem, const void* x, const void* dy, const float* scale,
+                            const float* saved_mean, const float* saved_invstd, void* dx, float* dscale,
                             float* dbias, const Options& options, Plan* used,
                             RunStats* stats) except +translate_exception
     cdef enum class ActivationMode(int):
@@ -269,14 +270,15 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
         max
     PoolMode pool_mode_from_name(const string& name) except +translate_exception
     ConvProblem pool_problem(const vector[int64_t]& x_shape, const vector[int64_t]& kernel,
-                             const vector[int64_t]& stride, const vector[int64_t]& padding) except +translate_exception
+                             const vector[int64_t]& stride, const vector[int64_t]& padding,
+                             DType dtype) except +translate_exception
     Plan plan_pool_forward(const ConvProblem& problem, const Options& options) except +translate_exception
-    void pool_forward(const ConvProblem& problem, PoolMode mode, const float* x, float* y, const Options& options,
+    void pool_forward(const ConvProblem& problem, PoolMode mode, const void* x, void* y, const Options& options,
                       Plan* used, RunStats* stats) except +translate_exception
     ConvProblem pool_backward_problem(const ConvProblem& forward) except +translate_exception
     Plan plan_pool_backward(const ConvProblem& problem, const Options& options) except +translate_exception
-    void pool_backward(const ConvProblem& problem, PoolMode mode, const float* y, const float* dy, const float* x,
-                       float* dx, const Options& options, Plan* used, RunStats* stats) except +translate_exception
+    void pool_backward(const ConvProblem& problem, PoolMode mode, const void* y, const void* dy, const void* x,
+                       void* dx, const Options& options, Plan* used, RunStats* stats) except +translate_exception
     ActivationMode activation_mode_from_name(const string& name) except +translate_exception
     SoftmaxMode softmax_mode_from_name(const string& name) except +translate_exception
     Plan plan_activation_forward(const vector[int64_t]& shape, const Options& options,
@@ -284,24 +286,26 @@ cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
     Plan plan_activation_backward(const vector[int64_t]& shape, ActivationMode mode,
                                   const Options& options, DType dtype) except +translate_exception
     Plan plan_softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode,
-                              const Options& options) except +translate_exception
+                              const Options& options, DType dtype) except +translate_exception
     Plan plan_softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode,
-                               const Options& options) except +translate_exception
+                               const Options& options, DType dtype) except +translate_exception
     Plan plan_add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, bool in_place,
-                         const Options& options) except +translate_exception
+                         const Options& options, DType dtype) except +translate_exception
     void activation_forward(const vector[int64_t]& shape, ActivationMode mode, double coef, const void* x, void* y,
                             const Options& options, Plan* used, RunStats* stats, double alpha, double beta,
                             DType dtype) except +translate_exception
     void activation_backward(const vector[int64_t]& shape, ActivationMode mode, double coef, const void* y,
                              const void* dy, const void* x, void* dx, const Options& options, Plan* used,
                              RunStats* stats, double alpha, double beta, DType dtype) except +translate_exception
-    void softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const float* x, float* y,
-                         const Options& options, Plan* used, RunStats* stats) except +translate_exception
-    void softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                          float* dx, const Options& options, Plan* used, RunStats* stats) except +translate_exception
-    void add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, double alpha, const float* a,
-                    double beta, const float* c, float* out, const Options& options, Plan* used,
-                    RunStats* stats) except +translate_exception
+    void softmax_forward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const void* x, void* y,
+                         const Options& options, Plan* used, RunStats* stats, double alpha, double beta,
+                         DType dtype) except +translate_exception
+    void softmax_backward(const vector[int64_t]& shape, SoftmaxMode mode, bool log, const void* y, const void* dy,
+                          void* dx, const Options& options, Plan* used, RunStats* stats, double alpha, double beta,
+                          DType dtype) except +translate_exception
+    void add_tensor(const vector[int64_t]& a_shape, const vector[int64_t]& c_shape, double alpha, const void* a,
+                    double beta, const void* c, void* out, const Options& options, Plan* used,
+                    RunStats* stats, DType dtype) except +translate_exception
 
 
 cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:

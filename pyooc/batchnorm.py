@@ -1,12 +1,15 @@
 """Out-of-core batch normalization over host arrays (torch.nn.functional.batch_norm's semantics,
 NC + spatial, per channel). Arguments are checked here; libooc (native/include/ooc/layers.hpp)
-plans the tiles and runs two passes where the statistics need them, with the GIL released."""
+plans the tiles and runs two passes where the statistics need them, with the GIL released. x, dy
+and the result are float32, float16 or bfloat16 (one dtype a call); the per-channel arrays (scale,
+bias, statistics, dscale, dbias) are float32 whatever x is, as cuDNN takes them for half x, and the
+statistics accumulate in float32 or wider."""
 
 import numpy as np
 
 from pyooc import _last_stats
-from pyooc._arrays import as_float, as_input, as_output, as_shape
-from pyooc._call_args import call_options, check_dtype
+from pyooc._arrays import CONV_DTYPES, as_float, as_input, as_output, as_shape
+from pyooc._call_args import call_options, check_dtype, raw_bytes, same_dtype
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
@@ -16,7 +19,7 @@ _native = load_native()
 
 
 def _x(x, name="x"):
-    x = as_input(x, name)
+    x = as_input(x, name, CONV_DTYPES)
     if not 2 <= x.ndim <= 5:
         raise ValueError(f"{name} must have 2 to 5 dimensions (N, C, spatial...), got shape {list(x.shape)}")
     return x
@@ -45,13 +48,17 @@ def _eps(eps):
 
 def _output(out, x, inputs):
     if out is None:
-        return new_result(x.shape)
-    return as_output(out, x.shape, inputs)
+        return new_result(x.shape, x.dtype)
+    return as_output(out, x.shape, inputs, x.dtype)
+
+
+# The arrays of x's dtype, which the binding takes as bytes; the others are float32.
+_TENSORS = ("x", "dy", "out")
 
 
 def _run(operation, x, arrays, eps, momentum, options):
-    flat = {k: (None if v is None else v.reshape(-1)) for k, v in arrays.items()}
-    _last_stats.record(_native.batchnorm(operation, x.shape, flat, eps, momentum, options))
+    flat = {k: (raw_bytes(v) if k in _TENSORS else None if v is None else v.reshape(-1)) for k, v in arrays.items()}
+    _last_stats.record(_native.batchnorm(operation, x.shape, flat, eps, momentum, options, str(x.dtype)))
 
 
 @accepts_machine
@@ -73,9 +80,9 @@ def plan_batchnorm_backward(x_shape, *, dtype="float32", memory_limit=None, back
 
 
 def _plan(operation, x_shape, dtype, memory_limit, backend, device):
-    check_dtype(dtype)
+    dtype = check_dtype(dtype, CONV_DTYPES)
     options = call_options(memory_limit, backend, device)
-    return _native.plan_batchnorm(operation, as_shape(x_shape, "x_shape"), options)
+    return _native.plan_batchnorm(operation, as_shape(x_shape, "x_shape"), options, dtype)
 
 
 @observed
@@ -129,7 +136,8 @@ def batchnorm_backward(x, dy, scale, saved_mean, saved_invstd, *, eps=1e-5, out=
     """Gradients of batchnorm_forward_training: (dx, dscale, dbias), out of core in two passes
     (sum(dy) and sum(dy * xhat) per channel, then dx). saved_mean / saved_invstd are the forward's;
     eps is checked for symmetry with the forward (saved_invstd already includes it)."""
-    x, dy = _x(x), _x(dy, "dy")
+    x = _x(x)
+    dy = same_dtype(_x(dy, "dy"), "dy", x, "x")
     if dy.shape != x.shape:
         raise ValueError(f"dy must have x's shape {list(x.shape)}, got {list(dy.shape)}")
     c = x.shape[1]

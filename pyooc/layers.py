@@ -132,37 +132,41 @@ def plan_activation_backward(shape, *, mode=None, dtype="float32", memory_limit=
 def softmax_forward(x, *, mode="channel", log=False, out=None, memory_limit=None, backend="auto", device=0):
     """y = softmax(x) (log: log-softmax) over C for each sample and position (mode "channel",
     torch's dim=1) or over C and all positions for each sample ("instance"). The reduced axes are
-    never split; MemoryError when they alone exceed memory_limit. `out` may be x (in place)."""
-    x = as_input(x, "x")
+    never split; MemoryError when they alone exceed memory_limit. `out` may be x (in place).
+    x may be float32, float16 or bfloat16 (y has its dtype; computed in float32 or double)."""
+    x = as_input(x, "x", CONV_DTYPES)
     mode = as_str(mode, "mode")
     _native.softmax_mode(mode)
     shape = _softmax_shape(x.shape, "x", "softmax_forward")
     options = call_options(memory_limit, backend, device)
-    y = _out(out, x.shape, {"x": x}, in_place_ok=x)
-    _last_stats.record(_native.softmax_forward(shape, mode, bool(log), x.reshape(-1), y.reshape(-1), options))
+    y = _out(out, x.shape, {"x": x}, in_place_ok=x, dtype=x.dtype)
+    _last_stats.record(_native.softmax_forward(shape, mode, bool(log), raw_bytes(x), raw_bytes(y), options,
+                                               str(x.dtype)))
     return y
 
 
 @observed
 def softmax_backward(y, dy, *, mode="channel", log=False, out=None, memory_limit=None, backend="auto", device=0):
-    """dx, the gradient of softmax_forward (with the same mode and log) at y for dy. `out` may be dy."""
-    y, dy = as_input(y, "y"), as_input(dy, "dy")
+    """dx, the gradient of softmax_forward (with the same mode and log) at y for dy. `out` may be dy.
+    y and dy share one dtype (float32, float16 or bfloat16), dx's."""
+    y = as_input(y, "y", CONV_DTYPES)
+    dy = same_dtype(as_input(dy, "dy", CONV_DTYPES), "dy", y, "y")
     _same_shape("y", y, dy=dy)
     mode = as_str(mode, "mode")
     _native.softmax_mode(mode)
     shape = _softmax_shape(y.shape, "y", "softmax_backward")
     options = call_options(memory_limit, backend, device)
-    dx = _out(out, y.shape, {"y": y, "dy": dy}, in_place_ok=dy)
-    _last_stats.record(_native.softmax_backward(shape, mode, bool(log), y.reshape(-1), dy.reshape(-1), dx.reshape(-1),
-                                                options))
+    dx = _out(out, y.shape, {"y": y, "dy": dy}, in_place_ok=dy, dtype=y.dtype)
+    _last_stats.record(_native.softmax_backward(shape, mode, bool(log), raw_bytes(y), raw_bytes(dy), raw_bytes(dx),
+                                                options, str(y.dtype)))
     return dx
 
 
 def _plan_softmax(operation, shape, mode, dtype, memory_limit, backend, device):
-    check_dtype(dtype)
+    dtype = check_dtype(dtype, CONV_DTYPES)
     mode = as_str(mode, "mode")
     return _native.plan_layer(operation, _softmax_shape(as_shape(shape, "shape"), "shape", operation), mode, (), False,
-                              call_options(memory_limit, backend, device))
+                              call_options(memory_limit, backend, device), dtype)
 
 
 @accepts_machine
@@ -193,17 +197,19 @@ def _add_shapes(a_shape, c_shape):
 @observed
 def add_tensor(a, c, *, alpha=1.0, beta=1.0, out=None, memory_limit=None, backend="auto", device=0):
     """alpha * a + beta * c, a broadcast over c (cuDNN AddTensor: each dim of a is 1 or c's). The
-    result is a new array, or `out`; out=c adds in place."""
-    a, c = as_input(a, "a"), as_input(c, "c")
+    result is a new array, or `out`; out=c adds in place. a and c share one dtype (float32, float16
+    or bfloat16), the result's; computed in double."""
+    a = as_input(a, "a", CONV_DTYPES)
+    c = same_dtype(as_input(c, "c", CONV_DTYPES), "c", a, "a")
     alpha, beta = as_float(alpha, "alpha"), as_float(beta, "beta")
     a_shape, c_shape = _add_shapes(a.shape, c.shape)
     options = call_options(memory_limit, backend, device)
     if out is None:
-        out = new_result(c.shape)
+        out = new_result(c.shape, c.dtype)
     else:
-        _out(out, c.shape, {"a": a, "c": c}, c)
-    _last_stats.record(_native.add_tensor(a_shape, c_shape, alpha, a.reshape(-1), beta, c.reshape(-1), out.reshape(-1),
-                                          options))
+        _out(out, c.shape, {"a": a, "c": c}, c, dtype=c.dtype)
+    _last_stats.record(_native.add_tensor(a_shape, c_shape, alpha, raw_bytes(a), beta, raw_bytes(c), raw_bytes(out),
+                                          options, str(c.dtype)))
     return out
 
 
@@ -211,7 +217,7 @@ def add_tensor(a, c, *, alpha=1.0, beta=1.0, out=None, memory_limit=None, backen
 def plan_add_tensor(a_shape, c_shape, *, in_place=False, dtype="float32", memory_limit=None, backend="auto",
                     device=0):
     """The Plan add_tensor would run (in_place: out is c)."""
-    check_dtype(dtype)
+    dtype = check_dtype(dtype, CONV_DTYPES)
     a_shape, c_shape = _add_shapes(as_shape(a_shape, "a_shape"), as_shape(c_shape, "c_shape"))
     return _native.plan_layer("add_tensor", c_shape, "", a_shape, bool(in_place),
-                              call_options(memory_limit, backend, device))
+                              call_options(memory_limit, backend, device), dtype)

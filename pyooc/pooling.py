@@ -6,8 +6,8 @@ with the window halo (the backward keeps padded dims whole)."""
 import numpy as np
 
 from pyooc import _last_stats
-from pyooc._arrays import as_input, as_output, as_shape, as_str, spatial_tuple
-from pyooc._call_args import call_options, check_dtype, spatial_dims
+from pyooc._arrays import CONV_DTYPES, as_input, as_output, as_shape, as_str, spatial_tuple
+from pyooc._call_args import call_options, check_dtype, raw_bytes, same_dtype, spatial_dims
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc._unbatched import as_batch_of_one, without_batch
@@ -30,8 +30,9 @@ def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, mem
     """y = pooling of x ([N, C, *spatial], 1 to 3 spatial dims) over windows of `kernel`, as torch's
     max_pool / avg_pool: stride defaults to the kernel; mode "max", "avg" (padding counted, torch's
     count_include_pad=True) or "avg_exclude_pad". The result is a new array, or `out`. x may be
-    unbatched, [C, *spatial], when kernel is a tuple of its spatial sizes (as torch's max_pool2d takes (C, H, W))."""
-    x = as_input(x, "x")
+    unbatched, [C, *spatial], when kernel is a tuple of its spatial sizes (as torch's max_pool2d takes (C, H, W)).
+    x may be float32, float16 or bfloat16 (y has its dtype; computed in double)."""
+    x = as_input(x, "x", CONV_DTYPES)
     # torch's unbatched (C, *spatial), told apart by a kernel tuple of x.ndim - 1 sizes (pyooc/_unbatched.py).
     unbatched = not isinstance(kernel, (int, np.integer)) and hasattr(kernel, "__len__") and len(kernel) == x.ndim - 1
     x, out = as_batch_of_one(x, unbatched, out)
@@ -40,9 +41,9 @@ def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, mem
     kernel, stride, padding = _geometry(x.shape, kernel, stride, padding)
     y_shape = _native.pool_output_shape(x.shape, kernel, stride, padding)
     options = call_options(memory_limit, backend, device)
-    y = new_result(y_shape) if out is None else as_output(out, y_shape, {"x": x})
-    _last_stats.record(_native.pool_forward(x.shape, kernel, stride, padding, mode, x.reshape(-1), y.reshape(-1),
-                                            options))
+    y = new_result(y_shape, x.dtype) if out is None else as_output(out, y_shape, {"x": x}, x.dtype)
+    _last_stats.record(_native.pool_forward(x.shape, kernel, stride, padding, mode, raw_bytes(x), raw_bytes(y),
+                                            options, str(x.dtype)))
     return without_batch(y, unbatched)
 
 
@@ -54,10 +55,10 @@ def plan_pool_forward(x_shape, kernel, *, stride=None, padding=0, dtype="float32
 
 
 def _plan(native_plan, x_shape, kernel, stride, padding, dtype, memory_limit, backend, device):
-    check_dtype(dtype)
+    dtype = check_dtype(dtype, CONV_DTYPES)
     x_shape = as_shape(x_shape, "x_shape")
     kernel, stride, padding = _geometry(x_shape, kernel, stride, padding)
-    return native_plan(x_shape, kernel, stride, padding, call_options(memory_limit, backend, device))
+    return native_plan(x_shape, kernel, stride, padding, call_options(memory_limit, backend, device), dtype)
 
 
 @observed
@@ -65,8 +66,11 @@ def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=N
                   backend="auto", device=0):
     """dx, the gradient of pool_forward (same kernel, stride, padding, mode) at x for dy; y is
     pool_forward's result (max pooling routes each dy to its window's maximum). dx is tiled
-    disjointly; overlapping windows (stride < kernel) are handled like conv_backward_data's."""
-    y, dy, x = as_input(y, "y"), as_input(dy, "dy"), as_input(x, "x")
+    disjointly; overlapping windows (stride < kernel) are handled like conv_backward_data's. y, dy
+    and x share one dtype (float32, float16 or bfloat16), dx's."""
+    x = as_input(x, "x", CONV_DTYPES)
+    y = same_dtype(as_input(y, "y", CONV_DTYPES), "y", x, "x")
+    dy = same_dtype(as_input(dy, "dy", CONV_DTYPES), "dy", x, "x")
     mode = as_str(mode, "mode")
     _native.pool_mode(mode)
     kernel, stride, padding = _geometry(x.shape, kernel, stride, padding)
@@ -76,9 +80,9 @@ def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=N
             raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(y_shape)} (pool_forward's output "
                              f"for x of shape {list(x.shape)})")
     options = call_options(memory_limit, backend, device)
-    dx = new_result(x.shape) if out is None else as_output(out, x.shape, {"y": y, "dy": dy, "x": x})
-    _last_stats.record(_native.pool_backward(x.shape, kernel, stride, padding, mode, y.reshape(-1), dy.reshape(-1),
-                                             x.reshape(-1), dx.reshape(-1), options))
+    dx = new_result(x.shape, x.dtype) if out is None else as_output(out, x.shape, {"y": y, "dy": dy, "x": x}, x.dtype)
+    _last_stats.record(_native.pool_backward(x.shape, kernel, stride, padding, mode, raw_bytes(y), raw_bytes(dy),
+                                             raw_bytes(x), raw_bytes(dx), options, str(x.dtype)))
     return dx
 
 

@@ -1,5 +1,5 @@
-"""float64 references of the layers (activation, softmax, add_tensor) and budget search for plans
-that split the way a test wants."""
+"""float64 references of the layers (activation, softmax, add_tensor, pooling and its gradient)
+and budget search for plans that split the way a test wants."""
 
 import math
 
@@ -110,5 +110,49 @@ def budget_where(plan_fn, want, start=1 << 24):
     return None
 
 
-def poisoned(shape):
-    return np.full(shape, np.nan, dtype=np.float32)
+def poisoned(shape, dtype=np.float32):
+    return np.full(shape, np.nan, dtype=dtype)
+
+
+def ref_pool(x, kernel, stride, padding, mode):
+    x = np.asarray(x, dtype=np.float64)
+    sd = x.ndim - 2
+    out = [(x.shape[2 + d] + 2 * padding[d] - kernel[d]) // stride[d] + 1 for d in range(sd)]
+    y = np.empty(x.shape[:2] + tuple(out))
+    for idx in np.ndindex(*out):
+        sl = []
+        for d in range(sd):
+            b = idx[d] * stride[d] - padding[d]
+            sl.append(slice(max(b, 0), min(b + kernel[d], x.shape[2 + d])))
+        flat = x[(slice(None), slice(None)) + tuple(sl)].reshape(x.shape[0], x.shape[1], -1)
+        if mode == "max":
+            v = flat.max(-1)
+        elif mode == "avg":
+            v = flat.sum(-1) / np.prod(kernel)
+        else:
+            v = flat.mean(-1)
+        y[(slice(None), slice(None)) + idx] = v
+    return y
+
+
+def ref_pool_grad(x, dy, kernel, stride, padding, mode):
+    x, dy = np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64)
+    sd = x.ndim - 2
+    dx = np.zeros_like(x)
+    for idx in np.ndindex(*dy.shape[2:]):
+        sl = []
+        for d in range(sd):
+            b = idx[d] * stride[d] - padding[d]
+            sl.append(slice(max(b, 0), min(b + kernel[d], x.shape[2 + d])))
+        key = (slice(None), slice(None)) + tuple(sl)
+        win = x[key]
+        g = dy[(slice(None), slice(None)) + idx]
+        flat = np.zeros(win.shape[:2] + (int(np.prod(win.shape[2:])),))
+        if mode == "max":
+            am = win.reshape(flat.shape).argmax(-1)
+            np.put_along_axis(flat, am[..., None], g[..., None], axis=-1)
+        else:
+            div = np.prod(kernel) if mode == "avg" else flat.shape[-1]
+            flat[...] = (g / div)[..., None]
+        dx[key] += flat.reshape(win.shape)
+    return dx

@@ -103,5 +103,5 @@ def test_backend_and_budget_errors():
         pyooc.activation_forward(X, "relu", backend="gpu")
     with pytest.raises(MemoryError, match="memory_limit of .* is too small"):
         pyooc.activation_forward(X, "relu", memory_limit=100, backend="host")
-    with pytest.raises(TypeError, match="dtype must be float32"):
-        pyooc.plan_softmax_forward(X.shape, dtype="float16", backend="host")
+    with pytest.raises(TypeError, match="dtype must be float32, float16 or bfloat16, got float64"):
+        pyooc.plan_softmax_forward(X.shape, dtype="float64", backend="host")

@@ -117,11 +117,20 @@ TEST_F(CapiBatchNormArgs, DescriptorsModesAndEpsilonAreChecked) {
                                                 scale.data(), s1.data(), s2.data(), 1e-5, nullptr, nullptr),
             CUDNN_STATUS_BAD_PARAM);
   EXPECT_TRUE(names_argument(last_error(), "dyDesc")) << last_error();
-  const Tensor x_half = tensor(shape, CUDNN_DATA_HALF);
-  EXPECT_EQ(ooc_cudnnBatchNormalizationForwardInference(kHandle, CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_half.get(),
-                                                       x.data(), x_half.get(), y.data(), pd.get(), scale.data(),
-                                                       bias.data(), mean.data(), var.data(), 1e-5),
-            CUDNN_STATUS_NOT_SUPPORTED);
+  // Half x takes a half y and float per-channel tensors (cuDNN's rule); anything else is refused by name.
+  const Tensor x_half = tensor(shape, CUDNN_DATA_HALF), x_double = tensor(shape, CUDNN_DATA_DOUBLE);
+  const Tensor pd_half = tensor({1, 3, 1, 1}, CUDNN_DATA_HALF);
+  auto inference = [&](const Tensor& xdesc, const Tensor& ydesc, const Tensor& pdesc) {
+    return ooc_cudnnBatchNormalizationForwardInference(kHandle, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xdesc.get(),
+                                                       x.data(), ydesc.get(), y.data(), pdesc.get(), scale.data(),
+                                                       bias.data(), mean.data(), var.data(), 1e-5);
+  };
+  EXPECT_EQ(inference(x_half, xd, pd), CUDNN_STATUS_NOT_SUPPORTED);
+  EXPECT_TRUE(names_argument(last_error(), "yDesc")) << last_error();
+  EXPECT_EQ(inference(x_half, x_half, pd_half), CUDNN_STATUS_NOT_SUPPORTED);
+  EXPECT_TRUE(names_argument(last_error(), "bnScaleBiasMeanVarDesc")) << last_error();
+  EXPECT_EQ(inference(x_double, x_double, pd), CUDNN_STATUS_NOT_SUPPORTED);
+  EXPECT_TRUE(names_argument(last_error(), "xDesc")) << last_error();
 }
 
 TEST_F(CapiBatchNormArgs, ImpossibleBudgetIsAllocFailed) {

@@ -390,7 +390,7 @@ def _(x, dq, w, q, y, pre, pool_kernel, pool_stride, pool_padding, pool_mode, ac
 @torch.library.custom_op("pyooc::pool_forward", mutates_args=())
 def pool_forward(x: Tensor, kernel: list[int], stride: list[int], padding: list[int], mode: str,
                  memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.pool_forward, as_array(x, "input"), kernel, stride=stride, padding=padding,
+    return as_tensor(_run(pyooc.pool_forward, as_array(x, "input", CONV_DTYPES), kernel, stride=stride, padding=padding,
                           mode=mode, memory_limit=memory_limit, backend=backend))
 
 
@@ -402,8 +402,8 @@ def _(x, kernel, stride, padding, mode, memory_limit, backend):
 @torch.library.custom_op("pyooc::pool_backward", mutates_args=())
 def pool_backward(y: Tensor, dy: Tensor, x: Tensor, kernel: list[int], stride: list[int], padding: list[int],
                   mode: str, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.pool_backward, as_array(y, "output"), as_array(dy, "grad_output"),
-                          as_array(x, "input"), kernel, stride=stride, padding=padding, mode=mode,
+    return as_tensor(_run(pyooc.pool_backward, as_array(y, "output", CONV_DTYPES),
+                          as_array(dy, "grad_output", CONV_DTYPES), as_array(x, "input", CONV_DTYPES), kernel, stride=stride, padding=padding, mode=mode,
                           memory_limit=memory_limit, backend=backend))
 
 
@@ -470,7 +470,7 @@ activation_forward.register_autograd(_activation_backward, setup_context=_activa
 
 @torch.library.custom_op("pyooc::softmax_forward", mutates_args=())
 def softmax_forward(x: Tensor, log: bool, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.softmax_forward, as_array(x, "input"), mode="channel", log=log,
+    return as_tensor(_run(pyooc.softmax_forward, as_array(x, "input", CONV_DTYPES), mode="channel", log=log,
                           memory_limit=memory_limit, backend=backend))
 
 
@@ -481,7 +481,8 @@ def _(x, log, memory_limit, backend):
 
 @torch.library.custom_op("pyooc::softmax_backward", mutates_args=())
 def softmax_backward(y: Tensor, dy: Tensor, log: bool, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.softmax_backward, as_array(y, "output"), as_array(dy, "grad_output"),
+    return as_tensor(_run(pyooc.softmax_backward, as_array(y, "output", CONV_DTYPES),
+                          as_array(dy, "grad_output", CONV_DTYPES),
                           mode="channel", log=log, memory_limit=memory_limit, backend=backend))
 
 
@@ -518,11 +519,11 @@ def batchnorm_forward_training(x: Tensor, weight: Tensor, bias: Tensor, running_
     if running_mean is not None:  # updated copies (C floats each); the caller's stay as they are
         new_mean = as_array(running_mean, "running_mean").copy()
         new_var = as_array(running_var, "running_var").copy()
-    y, saved_mean, saved_invstd = _run(pyooc.batchnorm_forward_training, as_array(x, "input"),
+    y, saved_mean, saved_invstd = _run(pyooc.batchnorm_forward_training, as_array(x, "input", CONV_DTYPES),
                                        as_array(weight, "weight"), as_array(bias, "bias"), eps=eps,
                                        momentum=momentum, running_mean=new_mean, running_var=new_var,
                                        memory_limit=memory_limit, backend=backend)
-    empty = x.new_empty([0])
+    empty = x.new_empty([0], dtype=torch.float32)
     return (as_tensor(y), as_tensor(saved_mean), as_tensor(saved_invstd),
             empty if new_mean is None else as_tensor(new_mean), empty.clone() if new_var is None else as_tensor(new_var))
 
@@ -531,13 +532,16 @@ def batchnorm_forward_training(x: Tensor, weight: Tensor, bias: Tensor, running_
 def _(x, weight, bias, running_mean, running_var, momentum, eps, memory_limit, backend):
     c = x.shape[1]
     stats = 0 if running_mean is None else c
-    return (x.new_empty(x.shape), x.new_empty([c]), x.new_empty([c]), x.new_empty([stats]), x.new_empty([stats]))
+    f32 = torch.float32  # the statistics are float32 whatever x is (pyooc/batchnorm.py)
+    return (x.new_empty(x.shape), x.new_empty([c], dtype=f32), x.new_empty([c], dtype=f32),
+            x.new_empty([stats], dtype=f32), x.new_empty([stats], dtype=f32))
 
 
 @torch.library.custom_op("pyooc::batchnorm_backward", mutates_args=())
 def batchnorm_backward(x: Tensor, dy: Tensor, weight: Tensor, saved_mean: Tensor, saved_invstd: Tensor, eps: float,
                        memory_limit: int, backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.batchnorm_backward, as_array(x, "input"), as_array(dy, "grad_output"),
+    dx, dw, db = _run(pyooc.batchnorm_backward, as_array(x, "input", CONV_DTYPES),
+                      as_array(dy, "grad_output", CONV_DTYPES),
                       as_array(weight, "weight"), as_array(saved_mean, "save_mean"),
                       as_array(saved_invstd, "save_invstd"), eps=eps, memory_limit=memory_limit, backend=backend)
     return as_tensor(dx), as_tensor(dw), as_tensor(db)
@@ -546,7 +550,7 @@ def batchnorm_backward(x: Tensor, dy: Tensor, weight: Tensor, saved_mean: Tensor
 @batchnorm_backward.register_fake
 def _(x, dy, weight, saved_mean, saved_invstd, eps, memory_limit, backend):
     c = x.shape[1]
-    return x.new_empty(x.shape), x.new_empty([c]), x.new_empty([c])
+    return x.new_empty(x.shape), x.new_empty([c], dtype=torch.float32), x.new_empty([c], dtype=torch.float32)
 
 
 def _bn_training_setup(ctx, inputs, output):
@@ -568,7 +572,8 @@ batchnorm_forward_training.register_autograd(_bn_training_backward, setup_contex
 @torch.library.custom_op("pyooc::batchnorm_forward_inference", mutates_args=())
 def batchnorm_forward_inference(x: Tensor, weight: Tensor, bias: Tensor, mean: Tensor, var: Tensor, eps: float,
                                 memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.batchnorm_forward_inference, as_array(x, "input"), as_array(weight, "weight"),
+    return as_tensor(_run(pyooc.batchnorm_forward_inference, as_array(x, "input", CONV_DTYPES),
+                          as_array(weight, "weight"),
                           as_array(bias, "bias"), as_array(mean, "running_mean"), as_array(var, "running_var"),
                           eps=eps, memory_limit=memory_limit, backend=backend))
 
@@ -598,8 +603,9 @@ def _bn_inference_backward(ctx, dy):
     dw = None
     if _needs(ctx, 1):
         xhat = batchnorm_forward_inference(x, torch.ones_like(weight), zeros, mean, var, eps, memory_limit, backend)
-        dw = conv_backward_bias((dy * xhat).reshape(as3d), memory_limit, backend)
-    db = conv_backward_bias(dy.reshape(as3d), memory_limit, backend) if _needs(ctx, 2) else None
+        dw = conv_backward_bias((dy * xhat).reshape(as3d), memory_limit, backend).to(weight.dtype)
+    # The parameters are float32 whatever x is: their gradients too.
+    db = conv_backward_bias(dy.reshape(as3d), memory_limit, backend).to(weight.dtype) if _needs(ctx, 2) else None
     return dx, dw, db, None, None, None, None, None
 
 
@@ -686,8 +692,8 @@ matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
 
 @torch.library.custom_op("pyooc::add_tensor", mutates_args=())
 def add_tensor(a: Tensor, c: Tensor, alpha: float, beta: float, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.add_tensor, as_array(a, "a"), as_array(c, "c"), alpha=alpha, beta=beta,
-                          memory_limit=memory_limit, backend=backend))
+    return as_tensor(_run(pyooc.add_tensor, as_array(a, "a", CONV_DTYPES), as_array(c, "c", CONV_DTYPES),
+                          alpha=alpha, beta=beta, memory_limit=memory_limit, backend=backend))
 
 
 @add_tensor.register_fake

@@ -3,7 +3,8 @@ positional and keyword arguments, plus `memory_limit=` (bytes or "512MiB"; defau
 process default, pyooc.set_memory_limit) and `backend=` ("auto", "cuda", "host").
 
 What pyooc does not compute raises NotImplementedError naming the argument (dtypes other than
-float32 outside the convolutions, which also take float16 and bfloat16; ceil_mode, pooling
+float32, except float16 and bfloat16 for the convolutions, activations, pooling, softmax and batch
+norm; ceil_mode, pooling
 dilation, ...): pyooc.torch never falls back to torch's own op
 silently, since that op would need the whole tensor on one device. `inplace=True` is accepted for
 torch's signatures but computes out of place: the result is a new tensor, the input is unchanged
@@ -131,14 +132,15 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5, *,
                memory_limit=None, backend="auto"):
     """torch.nn.functional.batch_norm: in training, the batch's statistics (running_mean/var, when
-    given, updated in place with momentum, as torch); otherwise the running statistics."""
-    check_tensor(input, "input")
+    given, updated in place with momentum, as torch); otherwise the running statistics. A float16 or
+    bfloat16 input takes float32 weight, bias and running statistics (as cuDNN does)."""
+    check_tensor(input, "input", CONV_DTYPES)
     if momentum is None:
         _not_implemented("momentum", None, "a float (the cumulative moving average is not implemented)")
     c = input.shape[1] if input.dim() > 1 else 0
     # affine=False: unit scale and zero shift, which no gradient reaches.
-    weight = torch.ones(c, dtype=input.dtype) if weight is None else weight
-    bias = torch.zeros(c, dtype=input.dtype) if bias is None else bias
+    weight = torch.ones(c, dtype=torch.float32) if weight is None else weight  # as the statistics are
+    bias = torch.zeros(c, dtype=torch.float32) if bias is None else bias
     options = _options(memory_limit, backend)
     if not training:
         if running_mean is None or running_var is None:
@@ -164,7 +166,7 @@ def _pool_geometry(spatial, kernel_size, stride, padding):
 
 def _max_pool(spatial, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, memory_limit,
               backend):
-    _rank(input, spatial, f"max_pool{spatial}d")
+    _rank(input, spatial, f"max_pool{spatial}d", CONV_DTYPES)
     if any(d != 1 for d in _tuple(dilation, spatial, "dilation")):
         _not_implemented("dilation", dilation, "1")
     if ceil_mode:
@@ -195,7 +197,7 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
 
 def _avg_pool(spatial, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
               memory_limit, backend):
-    _rank(input, spatial, f"avg_pool{spatial}d")
+    _rank(input, spatial, f"avg_pool{spatial}d", CONV_DTYPES)
     if ceil_mode:
         _not_implemented("ceil_mode", ceil_mode, "False")
     if divisor_override is not None:
@@ -275,9 +277,9 @@ def linear(input, weight, bias=None, *, memory_limit=None, backend="auto"):
 def _softmax_view(input, dim, dtype, name):
     """input viewed as [before, C, after] around the reduced dim (a view: no copy), for pyooc's
     channel softmax; torch's implicit dim when dim is None."""
-    check_tensor(input, "input")
-    if dtype is not None and dtype != torch.float32:
-        _not_implemented("dtype", dtype, "None or torch.float32")
+    check_tensor(input, "input", CONV_DTYPES)
+    if dtype is not None and dtype != input.dtype:  # torch would cast input to dtype first: a copy
+        _not_implemented("dtype", dtype, f"None or the input's dtype, {input.dtype}")
     if dim is None:  # torch's legacy choice (it warns; the explicit dim is better)
         dim = 0 if input.dim() in (0, 1, 3) else 1
     if input.dim() == 0:

@@ -27,7 +27,9 @@ void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float*
 
 // Batch normalization (batchnorm_problem: problem.hpp).
 // The problem's alpha and beta (1 and 0 as made) blend y (dx) as cuDNN does: y = alpha * BN(x) +
-// beta * y, beta == 0 never reading y. The per-channel tensors are host memory.
+// beta * y, beta == 0 never reading y. x, dy, y and dx have problem.dtype (float32, float16 or
+// bfloat16); the per-channel tensors are float32 host memory (as cuDNN takes them for half x), and
+// the statistics and reductions accumulate in float32 or wider whatever the dtype.
 Plan plan_batchnorm(const ConvProblem& problem, const Options& options);
 
 // y = (x - mean) * invstd * scale + bias with the batch's statistics (biased variance), in two
@@ -35,18 +37,18 @@ Plan plan_batchnorm(const ConvProblem& problem, const Options& options);
 // saved_mean, saved_invstd: [c] outputs. running_mean / running_var ([c], both or neither) are
 // updated in place like torch: r = (1 - momentum) * r + momentum * stat, unbiased variance.
 // y may be null: only the statistics are computed (the first pass).
-void batchnorm_forward_training(const ConvProblem& problem, const float* x, const float* scale, const float* bias,
-                                double eps, double momentum, float* running_mean, float* running_var, float* y,
+void batchnorm_forward_training(const ConvProblem& problem, const void* x, const float* scale, const float* bias,
+                                double eps, double momentum, float* running_mean, float* running_var, void* y,
                                 float* saved_mean, float* saved_invstd, const Options& options, Plan* used = nullptr,
                                 RunStats* stats = nullptr);
 // y = (x - mean) / sqrt(var + eps) * scale + bias, one pass.
-void batchnorm_forward_inference(const ConvProblem& problem, const float* x, const float* scale, const float* bias,
-                                 const float* mean, const float* var, double eps, float* y, const Options& options,
+void batchnorm_forward_inference(const ConvProblem& problem, const void* x, const float* scale, const float* bias,
+                                 const float* mean, const float* var, double eps, void* y, const Options& options,
                                  Plan* used = nullptr, RunStats* stats = nullptr);
 // Gradients of the training forward: pass 1 reduces sum(dy) and sum(dy * xhat) per channel
 // (dbias, dscale), pass 2 computes dx.
-void batchnorm_backward(const ConvProblem& problem, const float* x, const float* dy, const float* scale,
-                        const float* saved_mean, const float* saved_invstd, float* dx, float* dscale, float* dbias,
+void batchnorm_backward(const ConvProblem& problem, const void* x, const void* dy, const float* scale,
+                        const float* saved_mean, const float* saved_invstd, void* dx, float* dscale, float* dbias,
                         const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
 
 }  // namespace ooc

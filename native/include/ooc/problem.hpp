@@ -114,7 +114,8 @@ struct ConvProblem {
 ConvProblem matmul_problem(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& b_shape, double alpha,
                            double beta, bool has_bias);
 // Batch normalization (layers.hpp); op is one of the batchnorm_* operations; x is [n, c, spatial...]
-// (rank 2 to 5). Throws invalid_argument naming x.
-ConvProblem batchnorm_problem(Operation op, const std::vector<int64_t>& x_shape);
+// (rank 2 to 5) of `dtype` (x, dy, y and dx; the per-channel tensors are float32 whatever it is).
+// Throws invalid_argument naming x.
+ConvProblem batchnorm_problem(Operation op, const std::vector<int64_t>& x_shape, DType dtype = DType::float32);
 
 }  // namespace ooc

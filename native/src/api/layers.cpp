@@ -80,8 +80,8 @@ Plan plan_batchnorm(const ConvProblem& problem, const Options& options) {
   return plan_operation(batchnorm_call(problem, BatchnormTensors{}), options);
 }
 
-void batchnorm_forward_training(const ConvProblem& problem, const float* x, const float* scale, const float* bias,
-                                double eps, double momentum, float* running_mean, float* running_var, float* y,
+void batchnorm_forward_training(const ConvProblem& problem, const void* x, const float* scale, const float* bias,
+                                double eps, double momentum, float* running_mean, float* running_var, void* y,
                                 float* saved_mean, float* saved_invstd, const Options& options, Plan* used,
                                 RunStats* stats) {
   check_op(problem, problem.op == Operation::batchnorm_forward_training, "batchnorm_forward_training");
@@ -105,8 +105,8 @@ void batchnorm_forward_training(const ConvProblem& problem, const float* x, cons
   run_operation(batchnorm_call(problem, t), options, used, stats);
 }
 
-void batchnorm_forward_inference(const ConvProblem& problem, const float* x, const float* scale, const float* bias,
-                                 const float* mean, const float* var, double eps, float* y, const Options& options,
+void batchnorm_forward_inference(const ConvProblem& problem, const void* x, const float* scale, const float* bias,
+                                 const float* mean, const float* var, double eps, void* y, const Options& options,
                                  Plan* used, RunStats* stats) {
   check_op(problem, problem.op == Operation::batchnorm_forward_inference, "batchnorm_forward_inference");
   check_eps(eps);
@@ -122,8 +122,8 @@ void batchnorm_forward_inference(const ConvProblem& problem, const float* x, con
   run_operation(batchnorm_call(problem, t), options, used, stats);
 }
 
-void batchnorm_backward(const ConvProblem& problem, const float* x, const float* dy, const float* scale,
-                        const float* saved_mean, const float* saved_invstd, float* dx, float* dscale, float* dbias,
+void batchnorm_backward(const ConvProblem& problem, const void* x, const void* dy, const float* scale,
+                        const float* saved_mean, const float* saved_invstd, void* dx, float* dscale, float* dbias,
                         const Options& options, Plan* used, RunStats* stats) {
   check_op(problem, problem.op == Operation::batchnorm_backward, "batchnorm_backward");
   require_data({x, dy, scale, saved_mean, saved_invstd, dx, dscale, dbias}, "batchnorm_backward");

@@ -107,8 +107,9 @@ PoolMode pool_mode_from_name(const std::string& name) {
 }
 
 ConvProblem pool_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
-                         const std::vector<int64_t>& stride, const std::vector<int64_t>& padding) {
+                         const std::vector<int64_t>& stride, const std::vector<int64_t>& padding, DType dtype) {
   ConvProblem p = layer_problem(Operation::pool_forward, x_shape);
+  p.dtype = dtype;
   const int sd = p.spatial_dims;
   auto expand = [&](const std::vector<int64_t>& v, const char* name, int64_t least) {
     if (v.size() != 1 && v.size() != static_cast<size_t>(sd))
@@ -150,7 +151,7 @@ Plan plan_pool_forward(const ConvProblem& problem, const Options& options) {
   return plan_operation(pool_call(problem, {}, {}), options);
 }
 
-void pool_forward(const ConvProblem& p, PoolMode mode, const float* x, float* y, const Options& options, Plan* used,
+void pool_forward(const ConvProblem& p, PoolMode mode, const void* x, void* y, const Options& options, Plan* used,
                   RunStats* stats) {
   require_data({x, y}, "pool_forward");
   if (p.op != Operation::pool_forward) throw invalid_argument("pool_forward: not a pooling problem");
@@ -173,7 +174,7 @@ Plan plan_pool_backward(const ConvProblem& problem, const Options& options) {
   return plan_operation(pool_call(problem, {}, {}), options);
 }
 
-void pool_backward(const ConvProblem& p, PoolMode mode, const float* y, const float* dy, const float* x, float* dx,
+void pool_backward(const ConvProblem& p, PoolMode mode, const void* y, const void* dy, const void* x, void* dx,
                    const Options& options, Plan* used, RunStats* stats) {
   require_data({y, dy, x, dx}, "pool_backward");
   if (p.op != Operation::pool_backward) throw invalid_argument("pool_backward: not a pool_backward problem");
@@ -229,20 +230,24 @@ Plan plan_activation_backward(const std::vector<int64_t>& shape, ActivationMode 
                         options);
 }
 
-Plan plan_softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options) {
-  return plan_operation(layer_call(layer_problem(Operation::softmax_forward, shape), softmax_spec(mode, 1), {}, {}),
+Plan plan_softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options, DType dtype) {
+  return plan_operation(layer_call(blended_problem(Operation::softmax_forward, shape, 1.0, 0.0, dtype),
+                                   softmax_spec(mode, 1), {}, {}),
                         options);
 }
 
-Plan plan_softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options) {
-  return plan_operation(layer_call(layer_problem(Operation::softmax_backward, shape), softmax_spec(mode, 2), {}, {}),
+Plan plan_softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, const Options& options,
+                           DType dtype) {
+  return plan_operation(layer_call(blended_problem(Operation::softmax_backward, shape, 1.0, 0.0, dtype),
+                                   softmax_spec(mode, 2), {}, {}),
                         options);
 }
 
 Plan plan_add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& c_shape, bool in_place,
-                     const Options& options) {
+                     const Options& options, DType dtype) {
   const LayerPlanSpec ls = add_spec(a_shape, c_shape, in_place, 1.0);
-  return plan_operation(layer_call(layer_problem(Operation::add_tensor, c_shape), ls, {}, {}), options);
+  return plan_operation(layer_call(blended_problem(Operation::add_tensor, c_shape, 1.0, 0.0, dtype), ls, {}, {}),
+                        options);
 }
 
 void activation_forward(const std::vector<int64_t>& shape, ActivationMode mode, double coef, const void* x, void* y,
@@ -271,10 +276,10 @@ void activation_backward(const std::vector<int64_t>& shape, ActivationMode mode,
                 options, used, stats);
 }
 
-void softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* x, float* y,
-                     const Options& options, Plan* used, RunStats* stats, double alpha, double beta) {
+void softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const void* x, void* y,
+                     const Options& options, Plan* used, RunStats* stats, double alpha, double beta, DType dtype) {
   require_data({x, y}, "softmax_forward");
-  const ConvProblem p = blended_problem(Operation::softmax_forward, shape, alpha, beta);
+  const ConvProblem p = blended_problem(Operation::softmax_forward, shape, alpha, beta, dtype);
   run_operation(layer_call(p, blended_spec(softmax_spec(mode, 1), beta), {x, y},
                            [&](const Plan& plan, Backend& backend) {
                              return run_softmax_forward(plan, backend, mode, log, x, y, ThreadPool::shared());
@@ -282,10 +287,11 @@ void softmax_forward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool l
                 options, used, stats);
 }
 
-void softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                      float* dx, const Options& options, Plan* used, RunStats* stats, double alpha, double beta) {
+void softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool log, const void* y, const void* dy,
+                      void* dx, const Options& options, Plan* used, RunStats* stats, double alpha, double beta,
+                      DType dtype) {
   require_data({y, dy, dx}, "softmax_backward");
-  const ConvProblem p = blended_problem(Operation::softmax_backward, shape, alpha, beta);
+  const ConvProblem p = blended_problem(Operation::softmax_backward, shape, alpha, beta, dtype);
   run_operation(layer_call(p, blended_spec(softmax_spec(mode, 2), beta), {y, dy, dx},
                            [&](const Plan& plan, Backend& backend) {
                              return run_softmax_backward(plan, backend, mode, log, y, dy, dx, ThreadPool::shared());
@@ -293,11 +299,12 @@ void softmax_backward(const std::vector<int64_t>& shape, SoftmaxMode mode, bool 
                 options, used, stats);
 }
 
-void add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& c_shape, double alpha, const float* a,
-                double beta, const float* c, float* out, const Options& options, Plan* used, RunStats* stats) {
+void add_tensor(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& c_shape, double alpha, const void* a,
+                double beta, const void* c, void* out, const Options& options, Plan* used, RunStats* stats,
+                DType dtype) {
   require_data({a, c, out}, "add_tensor");
   const LayerPlanSpec ls = add_spec(a_shape, c_shape, out == c, beta);
-  const ConvProblem p = blended_problem(Operation::add_tensor, c_shape, alpha, beta);
+  const ConvProblem p = blended_problem(Operation::add_tensor, c_shape, alpha, beta, dtype);
   run_operation(layer_call(p, ls, {a, c, out},
                            [&](const Plan& plan, Backend& backend) {
                              return run_add_tensor(plan, backend, a_shape, ls.broadcast_full, a, c, out,

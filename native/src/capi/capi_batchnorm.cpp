@@ -1,6 +1,8 @@
 // ooc_cudnnBatchNormalization*: cuDNN's batch normalization over device, pinned or pageable memory,
 // mapped onto the library's batch norm (layers.hpp). The library keeps the per-channel tensors on
-// the host, so out of core they are copied from and back to the caller's memory of any kind.
+// the host, so out of core they are copied from and back to the caller's memory of any kind. x, y, dy
+// and dx may be CUDNN_DATA_FLOAT, _HALF or _BFLOAT16 (one type a call); the per-channel descriptor
+// is CUDNN_DATA_FLOAT whatever x is, as cuDNN requires for half x.
 #include <cmath>
 
 #include "capi/capi_internal.hpp"
@@ -49,8 +51,8 @@ void both_or_neither(const void* a, const char* a_name, const void* b, const cha
   if (!a != !b) throw invalid_argument(std::string(a_name) + " and " + b_name + " must both be given or both be null");
 }
 
-ConvProblem problem(Operation op, const Layout& l, double alpha, double beta) {
-  ConvProblem p = batchnorm_problem(op, l.library);
+ConvProblem problem(Operation op, const Layout& l, double alpha, double beta, DType dtype) {
+  ConvProblem p = batchnorm_problem(op, l.library, dtype);
   p.alpha = alpha;
   p.beta = beta;
   return p;
@@ -68,12 +70,18 @@ struct Geometry {
 Geometry geometry(Operation op, cudnnBatchNormMode_t mode,
                   std::initializer_list<std::pair<cudnnTensorDescriptor_t, const char*>> like_x,
                   cudnnTensorDescriptor_t params_desc, const char* params_name, const void* alpha, const void* beta) {
-  const Shape x = tensor_shape(like_x.begin()->first, like_x.begin()->second);
-  for (const auto& [desc, name] : like_x) expect_shape(tensor_shape(desc, name), x, name);
+  DType dtype = DType::float32;
+  const char* x_name = like_x.begin()->second;
+  const Shape x = tensor_shape(like_x.begin()->first, x_name, 4, 5, &dtype);
+  for (const auto& [desc, name] : like_x) {
+    DType type = DType::float32;
+    expect_shape(tensor_shape(desc, name, 4, 5, &type), x, name);
+    same_dtype(type, name, dtype, x_name, "one call");
+  }
   Geometry g;
   g.layout = layout(mode, x);
-  expect_shape(tensor_shape(params_desc, params_name), g.layout.params, params_name);
-  g.problem = problem(op, g.layout, scalar(alpha), scalar(beta));
+  expect_shape(tensor_shape(params_desc, params_name), g.layout.params, params_name);  // float only
+  g.problem = problem(op, g.layout, scalar(alpha), scalar(beta), dtype);
   g.count = elements(x);
   g.channels = g.layout.channels;
   return g;
@@ -127,8 +135,8 @@ extern "C" cudnnStatus_t ooc_cudnnBatchNormalizationForwardTraining(
           std::vector<float> mean = running ? read_floats(resultRunningMean, C) : std::vector<float>{};
           std::vector<float> var = running ? read_floats(resultRunningVariance, C) : std::vector<float>{};
           std::vector<float> saved_mean(static_cast<size_t>(C)), saved_invstd(static_cast<size_t>(C));
-          batchnorm_forward_training(g.problem, floats(x), scale.data(), bias.data(), epsilon, exponentialAverageFactor,
-                                     running ? mean.data() : nullptr, running ? var.data() : nullptr, floats(y),
+          batchnorm_forward_training(g.problem, x, scale.data(), bias.data(), epsilon, exponentialAverageFactor,
+                                     running ? mean.data() : nullptr, running ? var.data() : nullptr, y,
                                      saved_mean.data(), saved_invstd.data(), options, plan, stats);
           if (running) {
             write_floats(resultRunningMean, mean);
@@ -165,8 +173,8 @@ extern "C" cudnnStatus_t ooc_cudnnBatchNormalizationForwardInference(
         [&](const Options& options, Plan* plan, RunStats* stats) {
           const std::vector<float> scale = read_floats(bnScale, C), bias = read_floats(bnBias, C);
           const std::vector<float> mean = read_floats(estimatedMean, C), var = read_floats(estimatedVariance, C);
-          batchnorm_forward_inference(g.problem, floats(x), scale.data(), bias.data(), mean.data(), var.data(), epsilon,
-                                      floats(y), options, plan, stats);
+          batchnorm_forward_inference(g.problem, x, scale.data(), bias.data(), mean.data(), var.data(), epsilon, y,
+                                      options, plan, stats);
         });
   });
 }
@@ -209,12 +217,13 @@ extern "C" cudnnStatus_t ooc_cudnnBatchNormalizationBackward(
             invstd = read_floats(savedInvVariance, C);
           } else {  // recomputed from x, as cuDNN does without them: one more pass over x
             const std::vector<float> no_bias(static_cast<size_t>(C), 0.0f);
-            batchnorm_forward_training(problem(Operation::batchnorm_forward_training, g.layout, 1.0, 0.0), floats(x),
-                                       scale.data(), no_bias.data(), epsilon, 0.0, nullptr, nullptr, nullptr,
+            batchnorm_forward_training(problem(Operation::batchnorm_forward_training, g.layout, 1.0, 0.0,
+                                               g.problem.dtype),
+                                       x, scale.data(), no_bias.data(), epsilon, 0.0, nullptr, nullptr, nullptr,
                                        mean.data(), invstd.data(), options, nullptr, &statistics);
           }
           std::vector<float> dscale(static_cast<size_t>(C)), dbias(static_cast<size_t>(C));
-          batchnorm_backward(g.problem, floats(x), floats(dy), scale.data(), mean.data(), invstd.data(), floats(dx),
+          batchnorm_backward(g.problem, x, dy, scale.data(), mean.data(), invstd.data(), dx,
                              dscale.data(), dbias.data(), options, plan, stats);
           accumulate(*stats, statistics, RunsWere::sequential);
           // The parameter gradients blend like the data gradient, with their own alpha and beta.

@@ -26,10 +26,8 @@ ConvShapes conv_shapes(cudnnTensorDescriptor_t x_desc, const char* x_name, cudnn
   s.x = tensor_shape(x_desc, x_name, 4, 5, &s.dtype);
   s.w = filter_shape(w_desc, w_name, &w_type);
   s.y = tensor_shape(y_desc, y_name, 4, 5, &y_type);
-  for (const auto& [type, name] : {std::pair{w_type, w_name}, std::pair{y_type, y_name}})
-    if (type != s.dtype)
-      throw not_supported(std::string(name) + " has data type " + dtype_name(type) + ", " + x_name + " " +
-                          dtype_name(s.dtype) + ": mixed data types in one convolution are not supported");
+  same_dtype(w_type, w_name, s.dtype, x_name, "one convolution");
+  same_dtype(y_type, y_name, s.dtype, x_name, "one convolution");
   same_rank(s.w, w_name, s.x, x_name);
   same_rank(s.y, y_name, s.x, x_name);
   s.geometry = conv_geometry(convDesc, s.x.size() - 2);
@@ -184,9 +182,7 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardBias(cudnnHandle_t handle, 
     DType dtype = DType::float32, db_type = DType::float32;
     const Shape dys = tensor_shape(dyDesc, "dyDesc", 4, 5, &dtype);
     expect_shape(tensor_shape(dbDesc, "dbDesc", 4, 5, &db_type), bias_shape(dys.size(), dys[1]), "dbDesc");
-    if (db_type != dtype)
-      throw not_supported(std::string("dbDesc has data type ") + dtype_name(db_type) + ", dyDesc " +
-                          dtype_name(dtype) + ": mixed data types in one call are not supported");
+    same_dtype(db_type, "dbDesc", dtype, "dyDesc", "one call");
     const ConvProblem p = ConvProblem::backward_bias(dys, scalar(alpha), scalar(beta), dtype);
     return dispatch(
         "cudnnConvolutionBackwardBias", {{dy, p.y_elements()}, {db, p.k}}, handle,

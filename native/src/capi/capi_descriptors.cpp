@@ -24,8 +24,8 @@ void check_rank(int rank, const char* name, int min_rank, int max_rank) {
                         "-D tensors are supported here");
 }
 
-// The descriptor's element type: CUDNN_DATA_FLOAT, or where `dtype` is given (the convolutions)
-// also CUDNN_DATA_HALF and CUDNN_DATA_BFLOAT16, reported through it.
+// The descriptor's element type: CUDNN_DATA_FLOAT, or where `dtype` is given (the convolutions and
+// the layers) also CUDNN_DATA_HALF and CUDNN_DATA_BFLOAT16, reported through it.
 void check_type(cudnnDataType_t type, const char* name, DType* dtype) {
   if (dtype && type == CUDNN_DATA_HALF) {
     *dtype = DType::float16;
@@ -51,6 +51,12 @@ std::string format_shape(const Shape& shape) {
   for (size_t i = 0; i < shape.size(); ++i) o << (i ? ", " : "") << shape[i];
   o << "]";
   return o.str();
+}
+
+void same_dtype(DType type, const char* name, DType first, const char* first_name, const char* call) {
+  if (type != first)
+    throw not_supported(std::string(name) + " has data type " + dtype_name(type) + ", " + first_name + " " +
+                        dtype_name(first) + ": mixed data types in " + call + " are not supported");
 }
 
 int64_t elements(const Shape& shape) { return checked_tensor_elements(shape, sizeof(float), "a tensor"); }

@@ -83,8 +83,8 @@ using Shape = std::vector<int64_t>;
 // Shapes of fully-packed NCHW float32 descriptors of rank min_rank..max_rank (tensors) or 4-D/5-D
 // (filters). Throws invalid_argument (null or unset descriptor) or not_supported (other dtype,
 // layout, strides or rank); `name` is the argument's name in cuDNN's signature.
-// dtype: where the caller serves half precision too (the convolutions), receives the descriptor's
-// element type (CUDNN_DATA_FLOAT, _HALF or _BFLOAT16); null: CUDNN_DATA_FLOAT only.
+// dtype: where the caller serves half precision too (the convolutions and the layers), receives
+// the descriptor's element type (CUDNN_DATA_FLOAT, _HALF or _BFLOAT16); null: CUDNN_DATA_FLOAT only.
 Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank = 4, int max_rank = 5,
                    DType* dtype = nullptr);
 Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name, DType* dtype = nullptr);
@@ -130,11 +130,15 @@ struct Pooling {
 };
 // poolingDesc over an x of shape `x`: invalid_argument when the window does not fit, not_supported
 // for padding above half the window.
-Pooling pooling(cudnnPoolingDescriptor_t desc, const Shape& x, double alpha, double beta);
+Pooling pooling(cudnnPoolingDescriptor_t desc, const Shape& x, double alpha, double beta,
+                DType dtype = DType::float32);
 
 // [1, K, 1, 1(, 1)]: the bias-shaped descriptors (bias, db) of a rank-`rank` convolution.
 Shape bias_shape(size_t rank, int64_t k);
 
+// Throws not_supported unless `type` (the descriptor `name`'s) is `first` (`first_name`'s): one
+// call computes in one data type. `call` says which ("one convolution", "one call").
+void same_dtype(DType type, const char* name, DType first, const char* first_name, const char* call);
 // Throws invalid_argument unless a and b have the same rank, naming both.
 void same_rank(const Shape& a, const char* a_name, const Shape& b, const char* b_name);
 // Throws invalid_argument unless `got` is `want`, naming the descriptor.
@@ -169,7 +173,7 @@ bool host_backend_for_tests() noexcept;
 
 void check_handle(cudnnHandle_t handle);
 inline float scalar(const void* p) { return *static_cast<const float*>(p); }
-// Caller tensors as the library's float pointers (the C API serves float data only).
+// Caller tensors as the library's float pointers (where the C API serves float data only).
 inline const float* floats(const void* p) { return static_cast<const float*>(p); }
 inline float* floats(void* p) { return static_cast<float*>(p); }
 

@@ -1,6 +1,6 @@
 // ooc_cudnnAddTensor, ooc_cudnnActivation*, ooc_cudnnPooling*, ooc_cudnnSoftmax*: cuDNN's layer
 // entry points over device, pinned or pageable memory, mapped onto the library's layers
-// (pool_activation_softmax.hpp). Each checks its arguments first (before the handle is touched),
+// (pool_activation_softmax.hpp), for CUDNN_DATA_FLOAT, _HALF and _BFLOAT16 tensors (one type a call). Each checks its arguments first (before the handle is touched),
 // then calls cuDNN itself or runs the out-of-core path (capi_dispatch.cpp).
 #include "capi/capi_internal.hpp"
 #include "ooc/layers.hpp"
@@ -14,10 +14,16 @@ using Descriptors = std::initializer_list<std::pair<cudnnTensorDescriptor_t, con
 // Element-wise layers and softmax may have any rank cuDNN describes (3 to CUDNN_DIM_MAX).
 constexpr int kMinRank = 3, kMaxRank = CUDNN_DIM_MAX;
 
-// The shape every descriptor of `descs` has (the first one's; a mismatch names the other).
-Shape common_shape(Descriptors descs, int min_rank, int max_rank) {
-  const Shape first = tensor_shape(descs.begin()->first, descs.begin()->second, min_rank, max_rank);
-  for (const auto& [desc, name] : descs) expect_shape(tensor_shape(desc, name, min_rank, max_rank), first, name);
+// The shape every descriptor of `descs` has (the first one's; a mismatch names the other), and in
+// *dtype their one data type (float, half or bfloat16; a mismatch is NOT_SUPPORTED naming it).
+Shape common_shape(Descriptors descs, int min_rank, int max_rank, DType* dtype) {
+  const char* first_name = descs.begin()->second;
+  const Shape first = tensor_shape(descs.begin()->first, first_name, min_rank, max_rank, dtype);
+  for (const auto& [desc, name] : descs) {
+    DType type = DType::float32;
+    expect_shape(tensor_shape(desc, name, min_rank, max_rank, &type), first, name);
+    same_dtype(type, name, *dtype, first_name, "one call");
+  }
   return first;
 }
 
@@ -65,7 +71,7 @@ Activation activation(cudnnActivationDescriptor_t desc) {
   }
 }
 
-Pooling pooling(cudnnPoolingDescriptor_t desc, const Shape& x, double alpha, double beta) {
+Pooling pooling(cudnnPoolingDescriptor_t desc, const Shape& x, double alpha, double beta, DType dtype) {
   const PoolingSetting s = pooling_setting(desc, x.size() - 2);
   PoolMode mode = PoolMode::max;
   switch (s.mode) {
@@ -81,7 +87,7 @@ Pooling pooling(cudnnPoolingDescriptor_t desc, const Shape& x, double alpha, dou
                           format_shape(s.window) + "; pyooc pools with at most half a window of padding");
   Pooling p{ConvProblem{}, mode};
   try {
-    p.problem = pool_problem(x, s.window, s.stride, s.padding);
+    p.problem = pool_problem(x, s.window, s.stride, s.padding, dtype);
   } catch (const std::invalid_argument& e) {  // the window does not fit the padded input
     throw invalid_argument(std::string("poolingDesc and xDesc: ") + e.what());
   }
@@ -101,7 +107,9 @@ extern "C" cudnnStatus_t ooc_cudnnAddTensor(cudnnHandle_t handle, const void* al
   return guarded("ooc_cudnnAddTensor", [&]() -> cudnnStatus_t {
     check_handle(handle);
     require_pointers({{alpha, "alpha"}, {A, "A"}, {beta, "beta"}, {C, "C"}});
-    const Shape a = tensor_shape(aDesc, "aDesc"), c = tensor_shape(cDesc, "cDesc");
+    DType dtype = DType::float32, c_type = DType::float32;
+    const Shape a = tensor_shape(aDesc, "aDesc", 4, 5, &dtype), c = tensor_shape(cDesc, "cDesc", 4, 5, &c_type);
+    same_dtype(c_type, "cDesc", dtype, "aDesc", "one call");
     same_rank(a, "aDesc", c, "cDesc");
     for (size_t d = 0; d < a.size(); ++d)
       if (a[d] != 1 && a[d] != c[d])
@@ -109,9 +117,16 @@ extern "C" cudnnStatus_t ooc_cudnnAddTensor(cudnnHandle_t handle, const void* al
                                format_shape(c));
     return dispatch(
         "cudnnAddTensor", {{A, elements(a)}, {C, elements(c)}}, handle,
-        [&] { return cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C); },
+        [&] {
+          if (dtype != DType::bfloat16) return cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C);
+          // cuDNN documents cudnnAddTensor for float, half and double data, not bfloat16: the
+          // library adds bfloat16 with its own kernel (cudnn_layers.hpp), here on the caller's
+          // device memory, after waiting for the handle's stream as every library run does.
+          add_tensor(a, c, scalar(alpha), A, scalar(beta), C, C, out_of_core_options(handle), nullptr, nullptr, dtype);
+          return CUDNN_STATUS_SUCCESS;
+        },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          add_tensor(a, c, scalar(alpha), floats(A), scalar(beta), floats(C), floats(C), options, plan, stats);
+          add_tensor(a, c, scalar(alpha), A, scalar(beta), C, C, options, plan, stats, dtype);
         });
   });
 }
@@ -124,14 +139,15 @@ extern "C" cudnnStatus_t ooc_cudnnActivationForward(cudnnHandle_t handle, cudnnA
     check_handle(handle);
     require_pointers({{alpha, "alpha"}, {x, "x"}, {beta, "beta"}, {y, "y"}});
     const Activation act = activation(activationDesc);
-    const Shape s = common_shape({{xDesc, "xDesc"}, {yDesc, "yDesc"}}, kMinRank, kMaxRank);
+    DType dtype = DType::float32;
+    const Shape s = common_shape({{xDesc, "xDesc"}, {yDesc, "yDesc"}}, kMinRank, kMaxRank, &dtype);
     const int64_t count = elements(s);
     return dispatch(
         "cudnnActivationForward", {{x, x == y ? 0 : count}, {y, count}}, handle,
         [&] { return cudnnActivationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc, y); },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          activation_forward(flattened(s), act.mode, act.coef, floats(x), floats(y), options, plan, stats,
-                             scalar(alpha), scalar(beta));
+          activation_forward(flattened(s), act.mode, act.coef, x, y, options, plan, stats, scalar(alpha),
+                             scalar(beta), dtype);
         });
   });
 }
@@ -146,8 +162,9 @@ extern "C" cudnnStatus_t ooc_cudnnActivationBackward(cudnnHandle_t handle, cudnn
     check_handle(handle);
     require_pointers({{alpha, "alpha"}, {y, "y"}, {dy, "dy"}, {x, "x"}, {beta, "beta"}, {dx, "dx"}});
     const Activation act = activation(activationDesc);
-    const Shape s =
-        common_shape({{yDesc, "yDesc"}, {dyDesc, "dyDesc"}, {xDesc, "xDesc"}, {dxDesc, "dxDesc"}}, kMinRank, kMaxRank);
+    DType dtype = DType::float32;
+    const Shape s = common_shape({{yDesc, "yDesc"}, {dyDesc, "dyDesc"}, {xDesc, "xDesc"}, {dxDesc, "dxDesc"}},
+                                 kMinRank, kMaxRank, &dtype);
     const int64_t count = elements(s);
     return dispatch(
         "cudnnActivationBackward", {{y, count}, {dy, dy == dx ? 0 : count}, {x, count}, {dx, count}}, handle,
@@ -156,8 +173,8 @@ extern "C" cudnnStatus_t ooc_cudnnActivationBackward(cudnnHandle_t handle, cudnn
                                          dx);
         },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          activation_backward(flattened(s), act.mode, act.coef, floats(y), floats(dy), floats(x), floats(dx),
-                              options, plan, stats, scalar(alpha), scalar(beta));
+          activation_backward(flattened(s), act.mode, act.coef, y, dy, x, dx, options, plan, stats, scalar(alpha),
+                              scalar(beta), dtype);
         });
   });
 }
@@ -168,16 +185,18 @@ extern "C" cudnnStatus_t ooc_cudnnPoolingForward(cudnnHandle_t handle, const cud
   return guarded("ooc_cudnnPoolingForward", [&]() -> cudnnStatus_t {
     check_handle(handle);
     require_pointers({{alpha, "alpha"}, {x, "x"}, {beta, "beta"}, {y, "y"}});
-    const Shape xs = tensor_shape(xDesc, "xDesc"), ys = tensor_shape(yDesc, "yDesc");
+    DType dtype = DType::float32, y_type = DType::float32;
+    const Shape xs = tensor_shape(xDesc, "xDesc", 4, 5, &dtype), ys = tensor_shape(yDesc, "yDesc", 4, 5, &y_type);
+    same_dtype(y_type, "yDesc", dtype, "xDesc", "one call");
     same_rank(ys, "yDesc", xs, "xDesc");
-    const Pooling pool = pooling(poolingDesc, xs, scalar(alpha), scalar(beta));
+    const Pooling pool = pooling(poolingDesc, xs, scalar(alpha), scalar(beta), dtype);
     const ConvProblem& p = pool.problem;
     expect_shape(ys, p.y_shape(), "yDesc");
     return dispatch(
         "cudnnPoolingForward", {{x, p.x_elements()}, {y, p.y_elements()}}, handle,
         [&] { return cudnnPoolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y); },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          pool_forward(p, pool.mode, floats(x), floats(y), options, plan, stats);
+          pool_forward(p, pool.mode, x, y, options, plan, stats);
         });
   });
 }
@@ -190,10 +209,12 @@ extern "C" cudnnStatus_t ooc_cudnnPoolingBackward(cudnnHandle_t handle, const cu
   return guarded("ooc_cudnnPoolingBackward", [&]() -> cudnnStatus_t {
     check_handle(handle);
     require_pointers({{alpha, "alpha"}, {y, "y"}, {dy, "dy"}, {x, "x"}, {beta, "beta"}, {dx, "dx"}});
-    const Shape xs = common_shape({{xDesc, "xDesc"}, {dxDesc, "dxDesc"}}, 4, 5);
-    const Shape ys = common_shape({{yDesc, "yDesc"}, {dyDesc, "dyDesc"}}, 4, 5);
+    DType dtype = DType::float32, y_type = DType::float32;
+    const Shape xs = common_shape({{xDesc, "xDesc"}, {dxDesc, "dxDesc"}}, 4, 5, &dtype);
+    const Shape ys = common_shape({{yDesc, "yDesc"}, {dyDesc, "dyDesc"}}, 4, 5, &y_type);
+    same_dtype(y_type, "yDesc", dtype, "xDesc", "one call");
     same_rank(ys, "yDesc", xs, "xDesc");
-    const Pooling pool = pooling(poolingDesc, xs, scalar(alpha), scalar(beta));
+    const Pooling pool = pooling(poolingDesc, xs, scalar(alpha), scalar(beta), dtype);
     expect_shape(ys, pool.problem.y_shape(), "yDesc");
     const ConvProblem p = pool_backward_problem(pool.problem);
     return dispatch(
@@ -203,7 +224,7 @@ extern "C" cudnnStatus_t ooc_cudnnPoolingBackward(cudnnHandle_t handle, const cu
           return cudnnPoolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx);
         },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          pool_backward(p, pool.mode, floats(y), floats(dy), floats(x), floats(dx), options, plan, stats);
+          pool_backward(p, pool.mode, y, dy, x, dx, options, plan, stats);
         });
   });
 }
@@ -217,14 +238,14 @@ extern "C" cudnnStatus_t ooc_cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoft
     require_pointers({{alpha, "alpha"}, {x, "x"}, {beta, "beta"}, {y, "y"}});
     const bool log = softmax_log(algo);
     const SoftmaxMode over = softmax_mode(mode);
-    const Shape s = common_shape({{xDesc, "xDesc"}, {yDesc, "yDesc"}}, kMinRank, kMaxRank);
+    DType dtype = DType::float32;
+    const Shape s = common_shape({{xDesc, "xDesc"}, {yDesc, "yDesc"}}, kMinRank, kMaxRank, &dtype);
     const int64_t count = elements(s);
     return dispatch(
         "cudnnSoftmaxForward", {{x, x == y ? 0 : count}, {y, count}}, handle,
         [&] { return cudnnSoftmaxForward(handle, algo, mode, alpha, xDesc, x, beta, yDesc, y); },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          softmax_forward(flattened(s), over, log, floats(x), floats(y), options, plan, stats, scalar(alpha),
-                          scalar(beta));
+          softmax_forward(flattened(s), over, log, x, y, options, plan, stats, scalar(alpha), scalar(beta), dtype);
         });
   });
 }
@@ -239,14 +260,16 @@ extern "C" cudnnStatus_t ooc_cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSof
     require_pointers({{alpha, "alpha"}, {y, "y"}, {dy, "dy"}, {beta, "beta"}, {dx, "dx"}});
     const bool log = softmax_log(algo);
     const SoftmaxMode over = softmax_mode(mode);
-    const Shape s = common_shape({{yDesc, "yDesc"}, {dyDesc, "dyDesc"}, {dxDesc, "dxDesc"}}, kMinRank, kMaxRank);
+    DType dtype = DType::float32;
+    const Shape s =
+        common_shape({{yDesc, "yDesc"}, {dyDesc, "dyDesc"}, {dxDesc, "dxDesc"}}, kMinRank, kMaxRank, &dtype);
     const int64_t count = elements(s);
     return dispatch(
         "cudnnSoftmaxBackward", {{y, count}, {dy, dy == dx ? 0 : count}, {dx, count}}, handle,
         [&] { return cudnnSoftmaxBackward(handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx); },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          softmax_backward(flattened(s), over, log, floats(y), floats(dy), floats(dx), options, plan, stats,
-                           scalar(alpha), scalar(beta));
+          softmax_backward(flattened(s), over, log, y, dy, dx, options, plan, stats, scalar(alpha), scalar(beta),
+                           dtype);
         });
   });
 }

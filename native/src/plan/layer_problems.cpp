@@ -40,7 +40,7 @@ ConvProblem matmul_problem(const std::vector<int64_t>& a_shape, const std::vecto
   return p;
 }
 
-ConvProblem batchnorm_problem(Operation op, const std::vector<int64_t>& x_shape) {
+ConvProblem batchnorm_problem(Operation op, const std::vector<int64_t>& x_shape, DType dtype) {
   if (op != Operation::batchnorm_forward_training && op != Operation::batchnorm_forward_inference &&
       op != Operation::batchnorm_backward)
     throw invalid_argument(std::string("batchnorm_problem: ") + operation_name(op) + " is not a batch-norm operation");
@@ -51,6 +51,7 @@ ConvProblem batchnorm_problem(Operation op, const std::vector<int64_t>& x_shape)
   checked::tensor_elements(x_shape, dtype_size(DType::float32), "x");
   ConvProblem p;
   p.op = op;
+  p.dtype = dtype;
   p.spatial_dims = x_shape.size() == 2 ? 1 : static_cast<int>(x_shape.size()) - 2;
   p.n = x_shape[0];
   p.c = p.k = x_shape[1];
@@ -67,7 +68,7 @@ std::string describe_layer(const ConvProblem& p) {
     if (p.has_bias) s << " +bias";
     return s.str();
   }
-  s << operation_name(p.op) << " float32: x" << format_shape(p.x_shape());
+  s << operation_name(p.op) << " " << dtype_name(p.dtype) << ": x" << format_shape(p.x_shape());
   return s.str();
 }
 

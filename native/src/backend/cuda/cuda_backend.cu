@@ -287,29 +287,22 @@ class CudaBackend final : public Backend {
   }
 
   // Batch norm: our own kernels (layer_kernels.cu).
+  // Batch norm's kernels take every dtype (layer_kernels.hpp).
   void do_channel_moments(const ChunkChannels& shape, const void* x_data, float* stats) override {
-    float32_kernel(shape, "channel_moments");
-    const float* x = f(x_data);
     double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
-    cuda_kernels::channel_moments(shape, x, stats, scratch, resources_->compute.get());
+    cuda_kernels::channel_moments(shape, x_data, stats, scratch, resources_->compute.get());
   }
 
   void do_channel_grad_sums(const ChunkChannels& shape, const void* x_data, const void* dy_data,
                             const float* mean_invstd, float* sums) override {
-    float32_kernel(shape, "channel_grad_sums");
-    const float* x = f(x_data);
-    const float* dy = f(dy_data);
     double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
-    cuda_kernels::channel_grad_sums(shape, x, dy, mean_invstd, sums, scratch, resources_->compute.get());
+    cuda_kernels::channel_grad_sums(shape, x_data, dy_data, mean_invstd, sums, scratch, resources_->compute.get());
   }
 
   void do_channel_affine(const ChunkChannels& shape, const void* x_data, const void* dy_data, const float* coef,
                          double beta, void* y_data) override {
-    float32_kernel(shape, "channel_affine");
-    const float* x = f(x_data);
-    const float* dy = f(dy_data);
-    float* y = f(y_data);
-    cuda_kernels::channel_affine(shape, x, dy, coef, static_cast<float>(beta), y, resources_->compute.get());
+    cuda_kernels::channel_affine(shape, x_data, dy_data, coef, static_cast<float>(beta), y_data,
+                                 resources_->compute.get());
   }
 
   // The layers of layers.hpp (cudnn_layers.cpp), with the cuDNN handle on the compute stream.
@@ -339,43 +332,29 @@ class CudaBackend final : public Backend {
   }
   void do_softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const void* x_data, void* y_data,
                           double alpha, double beta) override {
-    float32_kernel(s, "softmax_forward");
-    const float* x = f(x_data);
-    float* y = f(y_data);
-    cudnn_layers::softmax_forward(cudnn_on_compute(), s, mode, log, x, y, {alpha, beta});
+    cudnn_layers::softmax_forward(cudnn_on_compute(), s, mode, log, x_data, y_data, {alpha, beta});
   }
   void do_softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const void* y_data, const void* dy_data,
                            void* dx_data, double alpha, double beta) override {
-    float32_kernel(s, "softmax_backward");
-    const float* y = f(y_data);
-    const float* dy = f(dy_data);
-    float* dx = f(dx_data);
-    cudnn_layers::softmax_backward(cudnn_on_compute(), s, mode, log, y, dy, dx, {alpha, beta});
+    cudnn_layers::softmax_backward(cudnn_on_compute(), s, mode, log, y_data, dy_data, dx_data, {alpha, beta});
   }
   void do_pool_forward(const ChunkConv& s, PoolMode mode, const void* x_data, void* y_data, double alpha,
                        double beta) override {
-    float32_kernel(s, "pool_forward");
-    const float* x = f(x_data);
-    float* y = f(y_data);
-    cudnn_layers::pool_forward(cudnn_on_compute(), s, mode, x, y, {alpha, beta});
+    cudnn_layers::pool_forward(cudnn_on_compute(), s, mode, x_data, y_data, {alpha, beta});
   }
   void do_pool_backward(const ChunkConv& s, PoolMode mode, const void* y_data, const void* dy_data,
                         const void* x_data, void* dx_data, double alpha, double beta) override {
-    float32_kernel(s, "pool_backward");
-    const float* y = f(y_data);
-    const float* dy = f(dy_data);
-    const float* x = f(x_data);
-    float* dx = f(dx_data);
-    cudnn_layers::pool_backward(cudnn_on_compute(), s, mode, y, dy, x, dx, {alpha, beta});
+    cudnn_layers::pool_backward(cudnn_on_compute(), s, mode, y_data, dy_data, x_data, dx_data, {alpha, beta});
   }
   void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const void* a_data,
                      double beta, const void* b_data, void* out_data) override {
-    float32_kernel(out_shape, "add_tensor");
-    const float* a = f(a_data);
-    const float* b = f(b_data);
-    float* out = f(out_data);
-    cudnn_layers::add_tensor(cudnn_on_compute(), resources_->compute.get(), a_shape, out_shape, alpha, a, beta, b,
-                             out);
+    if (out_shape.dtype == DType::bfloat16) {  // cudnnAddTensor does not document bfloat16 (cudnn_layers.hpp)
+      cuda_kernels::add_tensor_bf16(a_shape, out_shape, static_cast<float>(alpha), a_data, static_cast<float>(beta),
+                                    b_data, out_data, resources_->compute.get());
+      return;
+    }
+    cudnn_layers::add_tensor(cudnn_on_compute(), resources_->compute.get(), a_shape, out_shape, alpha, a_data, beta,
+                             b_data, out_data);
   }
 
   void do_copy_on_device(const StridedCopy& copy) override {

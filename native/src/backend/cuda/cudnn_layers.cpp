@@ -18,26 +18,29 @@ int as_int(int64_t v) {
 
 // The chunk as NCHW with all of space in H: element-wise ops and both softmax modes (channel: over
 // C per (N, H, W); instance: over C, H, W per N) mean the same on it as on the N-d tensor.
+// The chunk's element type as cuDNN names it (half precision: cuDNN computes in float32, the
+// scaling factors staying float).
+cudnnDataType_t data_type(DType dtype) {
+  return dtype == DType::float16 ? CUDNN_DATA_HALF : dtype == DType::bfloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
 void set_flat(const TensorDescriptor& d, const ChunkConv& s) {
-  const cudnnDataType_t type = s.dtype == DType::float16    ? CUDNN_DATA_HALF
-                               : s.dtype == DType::bfloat16 ? CUDNN_DATA_BFLOAT16
-                                                            : CUDNN_DATA_FLOAT;
-  OOC_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, as_int(s.n), as_int(s.c),
+  OOC_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, data_type(s.dtype), as_int(s.n), as_int(s.c),
                                              as_int(s.in[0] * s.in[1] * s.in[2]), 1));
 }
 
-// A dense (packed) tensor of rank dims (4 or 5).
-void set_packed(const TensorDescriptor& d, const int* dims, int rank) {
+// A dense (packed) tensor of rank dims (4 or 5) of `dtype`.
+void set_packed(const TensorDescriptor& d, const int* dims, int rank, DType dtype) {
   int strides[5];
   strides[rank - 1] = 1;
   for (int i = rank - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
-  OOC_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, CUDNN_DATA_FLOAT, rank, dims, strides));
+  OOC_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, data_type(dtype), rank, dims, strides));
 }
 
 // All five dims (add_tensor broadcasts per dimension).
 void set_5d(const TensorDescriptor& d, const ChunkConv& s) {
   const int dims[5] = {as_int(s.n), as_int(s.c), as_int(s.in[0]), as_int(s.in[1]), as_int(s.in[2])};
-  set_packed(d, dims, 5);
+  set_packed(d, dims, 5, s.dtype);
 }
 
 // cuDNN's mode for an activation; false where cuDNN has none.
@@ -90,15 +93,15 @@ void activation_backward(cudnnHandle_t handle, const ChunkConv& shape, Activatio
   OOC_CUDNN_CHECK(cudnnActivationBackward(handle, act, &k.alpha, t, y, t, dy, t, x, &k.beta, t, dx));
 }
 
-void softmax_forward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x,
-                     float* y, Scaling k) {
+void softmax_forward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const void* x,
+                     void* y, Scaling k) {
   TensorDescriptor t;
   set_flat(t, shape);
   OOC_CUDNN_CHECK(cudnnSoftmaxForward(handle, algorithm(log), softmax_mode(mode), &k.alpha, t, x, &k.beta, t, y));
 }
 
-void softmax_backward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y,
-                      const float* dy, float* dx, Scaling k) {
+void softmax_backward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const void* y,
+                      const void* dy, void* dx, Scaling k) {
   TensorDescriptor t;
   set_flat(t, shape);
   OOC_CUDNN_CHECK(
@@ -128,31 +131,31 @@ struct PoolingSetup {
                                  : mode == PoolMode::avg ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
                                                          : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
     OOC_CUDNN_CHECK(cudnnSetPoolingNdDescriptor(pool, m, CUDNN_PROPAGATE_NAN, sd, window, pad, stride));
-    set_packed(x, xdims, 2 + sd);
-    set_packed(y, ydims, 2 + sd);
+    set_packed(x, xdims, 2 + sd, s.dtype);
+    set_packed(y, ydims, 2 + sd, s.dtype);
   }
 };
 
 }  // namespace
 
-void pool_forward(cudnnHandle_t handle, const ChunkConv& s, PoolMode mode, const float* x, float* y, Scaling k) {
+void pool_forward(cudnnHandle_t handle, const ChunkConv& s, PoolMode mode, const void* x, void* y, Scaling k) {
   const PoolingSetup setup(s, mode);
   OOC_CUDNN_CHECK(cudnnPoolingForward(handle, setup.pool, &k.alpha, setup.x, x, &k.beta, setup.y, y));
 }
 
-void pool_backward(cudnnHandle_t handle, const ChunkConv& s, PoolMode mode, const float* y, const float* dy,
-                   const float* x, float* dx, Scaling k) {
+void pool_backward(cudnnHandle_t handle, const ChunkConv& s, PoolMode mode, const void* y, const void* dy,
+                   const void* x, void* dx, Scaling k) {
   const PoolingSetup setup(s, mode);
   OOC_CUDNN_CHECK(cudnnPoolingBackward(handle, setup.pool, &k.alpha, setup.y, y, setup.y, dy, setup.x, x, &k.beta,
                                        setup.x, dx));
 }
 
 void add_tensor(cudnnHandle_t handle, cudaStream_t stream, const ChunkConv& a_shape, const ChunkConv& out_shape,
-                double alpha, const float* a, double beta, const float* b, float* out) {
+                double alpha, const void* a, double beta, const void* b, void* out) {
   const int64_t elements = out_shape.n * out_shape.c * out_shape.in[0] * out_shape.in[1] * out_shape.in[2];
   if (b && beta != 0.0)
-    OOC_CUDA_CHECK(cudaMemcpyAsync(out, b, static_cast<size_t>(elements) * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   stream));
+    OOC_CUDA_CHECK(cudaMemcpyAsync(out, b, static_cast<size_t>(elements) * dtype_size(out_shape.dtype),
+                                   cudaMemcpyDeviceToDevice, stream));
   TensorDescriptor ad, od;
   set_5d(ad, a_shape);
   set_5d(od, out_shape);

@@ -22,16 +22,19 @@ void activation_forward(cudnnHandle_t handle, const ChunkConv& shape, Activation
                         const void* x, void* y, Scaling scaling);
 void activation_backward(cudnnHandle_t handle, const ChunkConv& shape, ActivationMode mode, double coef,
                          const void* y, const void* dy, const void* x, void* dx, Scaling scaling);
-void softmax_forward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x,
-                     float* y, Scaling scaling);
-void softmax_backward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y,
-                      const float* dy, float* dx, Scaling scaling);
-void pool_forward(cudnnHandle_t handle, const ChunkConv& shape, PoolMode mode, const float* x, float* y,
+// Softmax and pooling in the chunk's dtype too (half: cuDNN computes in float32).
+void softmax_forward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const void* x,
+                     void* y, Scaling scaling);
+void softmax_backward(cudnnHandle_t handle, const ChunkConv& shape, SoftmaxMode mode, bool log, const void* y,
+                      const void* dy, void* dx, Scaling scaling);
+void pool_forward(cudnnHandle_t handle, const ChunkConv& shape, PoolMode mode, const void* x, void* y,
                   Scaling scaling);
-void pool_backward(cudnnHandle_t handle, const ChunkConv& shape, PoolMode mode, const float* y, const float* dy,
-                   const float* x, float* dx, Scaling scaling);
+void pool_backward(cudnnHandle_t handle, const ChunkConv& shape, PoolMode mode, const void* y, const void* dy,
+                   const void* x, void* dx, Scaling scaling);
 // out = alpha * a + beta * (b ? b : out); b (when given) is first copied into out on `stream`.
+// float32 and float16 only: cuDNN documents cudnnAddTensor for float, half and double data, not
+// bfloat16, so the cuda backend adds bfloat16 with its own kernel (layer_kernels.hpp).
 void add_tensor(cudnnHandle_t handle, cudaStream_t stream, const ChunkConv& a_shape, const ChunkConv& out_shape,
-                double alpha, const float* a, double beta, const float* b, float* out);
+                double alpha, const void* a, double beta, const void* b, void* out);
 
 }  // namespace ooc::cudnn_layers

@@ -1,8 +1,11 @@
 #include "backend/cuda/layer_kernels.hpp"
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
 
 #include "backend/activation_formulas.hpp"
+#include "backend/element_access.hpp"
 #include "backend/cuda/cuda_check.hpp"
 
 namespace ooc::cuda_kernels {
@@ -11,6 +14,12 @@ namespace {
 constexpr int kReduceThreads = 256;
 // Enough blocks in all to fill an H100/H200 a few times over.
 constexpr int64_t kTargetBlocks = 1024;
+
+// The batch-norm kernels read and write x, dy and y in the chunk's dtype and compute in float
+// (their sums in double).
+using element_access::load;
+using element_access::store;
+using element_access::with_type;
 
 // Sums two doubles per thread over the block; thread 0 gets the totals.
 __device__ void block_sum2(double& a, double& b) {
@@ -34,20 +43,20 @@ __device__ void block_sum2(double& a, double& b) {
 // scratch[(ch * parts + part) * 2 + {0, 1}] and a second kernel merges them per channel.
 // moments: d = x - shift (the channel's first element, against cancellation), sums d and d^2;
 // grad sums: dy and dy * (x - mean) * invstd.
-template <bool Grad>
-__global__ void partial_sums_kernel(int64_t n, int64_t c, int64_t space, const float* x, const float* dy,
+template <bool Grad, typename T>
+__global__ void partial_sums_kernel(int64_t n, int64_t c, int64_t space, const T* x, const T* dy,
                                     const float* mean_invstd, double* scratch) {
   const int64_t ch = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
-  const double shift = Grad ? mean_invstd[2 * ch] : x[ch * space];
+  const double shift = Grad ? mean_invstd[2 * ch] : load(x[ch * space]);
   const double invstd = Grad ? mean_invstd[2 * ch + 1] : 1.0;
   double a = 0, b = 0;
   const int64_t count = n * space, step = parts * blockDim.x;
 #pragma unroll 4
   for (int64_t i = part * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += step) {
     const int64_t row = i / space, o = (row * c + ch) * space + (i - row * space);
-    const double d = static_cast<double>(x[o]) - shift;
+    const double d = static_cast<double>(load(x[o])) - shift;
     if (Grad) {
-      const double g = dy[o];
+      const double g = load(dy[o]);
       a += g;
       b += g * d * invstd;
     } else {
@@ -63,8 +72,8 @@ __global__ void partial_sums_kernel(int64_t n, int64_t c, int64_t space, const f
 }
 
 // One thread per channel: adds the parts; moments become (mean, M2), grad sums stay sums.
-template <bool Grad>
-__global__ void merge_parts_kernel(int64_t n, int64_t c, int64_t space, int64_t parts, const float* x,
+template <bool Grad, typename T>
+__global__ void merge_parts_kernel(int64_t n, int64_t c, int64_t space, int64_t parts, const T* x,
                                    const double* scratch, float* out) {
   const int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (ch >= c) return;
@@ -78,19 +87,20 @@ __global__ void merge_parts_kernel(int64_t n, int64_t c, int64_t space, int64_t 
     out[2 * ch + 1] = static_cast<float>(b);
   } else {
     const double cnt = static_cast<double>(n * space);
-    out[2 * ch] = static_cast<float>(x[ch * space] + a / cnt);
+    out[2 * ch] = static_cast<float>(load(x[ch * space]) + a / cnt);
     out[2 * ch + 1] = static_cast<float>(b - a * a / cnt);
   }
 }
 
-__global__ void affine_kernel(int64_t total, int64_t c, int64_t space, const float* x, const float* dy,
-                              const float* coef, float beta, float* y) {
+template <typename T>
+__global__ void affine_kernel(int64_t total, int64_t c, int64_t space, const T* x, const T* dy,
+                              const float* coef, float beta, T* y) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t ch = (i / space) % c;
-    const float r = dy ? x[i] * coef[3 * ch] + dy[i] * coef[3 * ch + 1] + coef[3 * ch + 2]
-                       : x[i] * coef[2 * ch] + coef[2 * ch + 1];
-    y[i] = beta == 0.0f ? r : r + beta * y[i];
+    const float r = dy ? load(x[i]) * coef[3 * ch] + load(dy[i]) * coef[3 * ch + 1] + coef[3 * ch + 2]
+                       : load(x[i]) * coef[2 * ch] + coef[2 * ch + 1];
+    y[i] = store<T>(beta == 0.0f ? r : r + beta * load(y[i]));
   }
 }
 
@@ -118,6 +128,27 @@ __global__ void row_bias_kernel(int64_t total, int64_t cols, const float* bias, 
     c[i] += bias[i % cols];
 }
 
+// out's five extents and a's element strides along them (0 where a broadcasts).
+struct Broadcast5 {
+  int64_t extent[5];
+  int64_t a_stride[5];
+};
+
+__global__ void add_bf16_kernel(int64_t total, Broadcast5 g, float alpha, const __nv_bfloat16* a, float beta,
+                                const __nv_bfloat16* b, __nv_bfloat16* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = i, ai = 0;
+    for (int d = 4; d >= 0; --d) {
+      ai += (rest % g.extent[d]) * g.a_stride[d];
+      rest /= g.extent[d];
+    }
+    // beta == 0 never reads the output (cuDNN's rule: it may hold NaN).
+    const float prev = beta == 0.0f ? 0.0f : beta * __bfloat162float(b ? b[i] : out[i]);
+    out[i] = __float2bfloat16_rn(alpha * __bfloat162float(a[ai]) + prev);
+  }
+}
+
 unsigned grid_for(int64_t total, int threads) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((total + threads - 1) / threads, 65535)));
 }
@@ -136,31 +167,40 @@ size_t reduction_scratch_bytes(const ChunkChannels& s) {
 
 namespace {
 template <bool Grad>
-void channel_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd, float* out,
-                  double* scratch, cudaStream_t stream) {
+void channel_sums(const ChunkChannels& s, const void* x_data, const void* dy_data, const float* mean_invstd,
+                  float* out, double* scratch, cudaStream_t stream) {
   const int64_t parts = reduction_parts(s);
   const dim3 grid(static_cast<unsigned>(s.c), static_cast<unsigned>(parts));  // y: at most 65535
-  partial_sums_kernel<Grad><<<grid, kReduceThreads, 0, stream>>>(s.n, s.c, s.space, x, dy, mean_invstd, scratch);
-  OOC_CUDA_CHECK(cudaGetLastError());
-  merge_parts_kernel<Grad><<<grid_for(s.c, 128), 128, 0, stream>>>(s.n, s.c, s.space, parts, x, scratch, out);
-  OOC_CUDA_CHECK(cudaGetLastError());
+  with_type(s.dtype, [&](auto element) {
+    using T = decltype(element);
+    const T *x = static_cast<const T*>(x_data), *dy = static_cast<const T*>(dy_data);
+    partial_sums_kernel<Grad, T><<<grid, kReduceThreads, 0, stream>>>(s.n, s.c, s.space, x, dy, mean_invstd, scratch);
+    OOC_CUDA_CHECK(cudaGetLastError());
+    merge_parts_kernel<Grad, T><<<grid_for(s.c, 128), 128, 0, stream>>>(s.n, s.c, s.space, parts, x, scratch, out);
+    OOC_CUDA_CHECK(cudaGetLastError());
+  });
 }
 }  // namespace
 
-void channel_moments(const ChunkChannels& s, const float* x, float* stats, double* scratch, cudaStream_t stream) {
+void channel_moments(const ChunkChannels& s, const void* x, float* stats, double* scratch, cudaStream_t stream) {
   channel_sums<false>(s, x, nullptr, nullptr, stats, scratch, stream);
 }
 
-void channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd, float* sums,
+void channel_grad_sums(const ChunkChannels& s, const void* x, const void* dy, const float* mean_invstd, float* sums,
                        double* scratch, cudaStream_t stream) {
   channel_sums<true>(s, x, dy, mean_invstd, sums, scratch, stream);
 }
 
-void channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float beta, float* y,
+void channel_affine(const ChunkChannels& s, const void* x, const void* dy, const float* coef, float beta, void* y,
                     cudaStream_t stream) {
   const int64_t total = s.n * s.c * s.space;
-  affine_kernel<<<grid_for(total, 256), 256, 0, stream>>>(total, s.c, s.space, x, dy, coef, beta, y);
-  OOC_CUDA_CHECK(cudaGetLastError());
+  with_type(s.dtype, [&](auto element) {
+    using T = decltype(element);
+    affine_kernel<T><<<grid_for(total, 256), 256, 0, stream>>>(total, s.c, s.space, static_cast<const T*>(x),
+                                                              static_cast<const T*>(dy), coef, beta,
+                                                              static_cast<T*>(y));
+    OOC_CUDA_CHECK(cudaGetLastError());
+  });
 }
 
 void activation_forward(int64_t count, ActivationMode mode, float coef, const float* x, float* y, float alpha,
@@ -178,6 +218,24 @@ void activation_backward(int64_t count, ActivationMode mode, float coef, const f
 void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* c, cudaStream_t stream) {
   const int64_t total = rows * cols;
   row_bias_kernel<<<grid_for(total, 256), 256, 0, stream>>>(total, cols, bias, c);
+  OOC_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_tensor_bf16(const ChunkConv& a_shape, const ChunkConv& out_shape, float alpha, const void* a, float beta,
+                     const void* b, void* out, cudaStream_t stream) {
+  const int64_t out_ext[5] = {out_shape.n, out_shape.c, out_shape.in[0], out_shape.in[1], out_shape.in[2]};
+  const int64_t a_ext[5] = {a_shape.n, a_shape.c, a_shape.in[0], a_shape.in[1], a_shape.in[2]};
+  Broadcast5 g{};
+  int64_t stride = 1, total = 1;
+  for (int d = 4; d >= 0; --d) {
+    g.extent[d] = out_ext[d];
+    g.a_stride[d] = a_ext[d] == 1 ? 0 : stride;
+    stride *= a_ext[d];
+    total *= out_ext[d];
+  }
+  add_bf16_kernel<<<grid_for(total, 256), 256, 0, stream>>>(total, g, alpha, static_cast<const __nv_bfloat16*>(a), beta,
+                                                            static_cast<const __nv_bfloat16*>(b),
+                                                            static_cast<__nv_bfloat16*>(out));
   OOC_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -26,11 +26,13 @@ class ReductionScratch {
 
 // The reductions need float64 scratch of reduction_scratch_bytes(s) (device memory) for their part sums.
 size_t reduction_scratch_bytes(const ChunkChannels& s);
-void channel_moments(const ChunkChannels& s, const float* x, float* stats, double* scratch, cudaStream_t stream);
-void channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd, float* sums,
+// x, dy and y in the chunk's dtype (float32, float16, bfloat16); stats, sums and coef float32,
+// the sums accumulated in float64 whatever the dtype.
+void channel_moments(const ChunkChannels& s, const void* x, float* stats, double* scratch, cudaStream_t stream);
+void channel_grad_sums(const ChunkChannels& s, const void* x, const void* dy, const float* mean_invstd, float* sums,
                        double* scratch, cudaStream_t stream);
 // y = the per-channel affine map of x (and dy) + beta * y; beta == 0 never reads y.
-void channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, float beta, float* y,
+void channel_affine(const ChunkChannels& s, const void* x, const void* dy, const float* coef, float beta, void* y,
                     cudaStream_t stream);
 // The activations cuDNN has no mode for (backend/activation_formulas.hpp), over `count` dense
 // elements, blended as cuDNN blends: out = alpha * r + beta * out; beta == 0 never reads out.
@@ -38,6 +40,10 @@ void activation_forward(int64_t count, ActivationMode mode, float coef, const fl
                         float beta, cudaStream_t stream);
 void activation_backward(int64_t count, ActivationMode mode, float coef, const float* y, const float* dy,
                          const float* x, float* dx, float alpha, float beta, cudaStream_t stream);
+// out = alpha * a + beta * (b ? b : out) over bfloat16 chunks, a broadcast along its unit dims
+// (add_tensor's contract, backend.hpp), computed in float32: cudnnAddTensor documents no bfloat16.
+void add_tensor_bf16(const ChunkConv& a_shape, const ChunkConv& out_shape, float alpha, const void* a, float beta,
+                     const void* b, void* out, cudaStream_t stream);
 // c[i, j] += bias[j] over a row-major [rows, cols] matrix.
 void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* c, cudaStream_t stream);
 

@@ -115,18 +115,15 @@ class HostBackend final : public Backend {
     host_gemm(shape, f(a), f(b), f(bias), f(c), alpha, beta, ThreadPool::shared());
   }
   void do_channel_moments(const ChunkChannels& shape, const void* x, float* stats) override {
-    float32_kernel(shape, "channel_moments");
-    host_channel_moments(shape, f(x), stats, ThreadPool::shared());
+    host_channel_moments(shape, x, stats, ThreadPool::shared());
   }
   void do_channel_grad_sums(const ChunkChannels& shape, const void* x, const void* dy, const float* mean_invstd,
                             float* sums) override {
-    float32_kernel(shape, "channel_grad_sums");
-    host_channel_grad_sums(shape, f(x), f(dy), mean_invstd, sums, ThreadPool::shared());
+    host_channel_grad_sums(shape, x, dy, mean_invstd, sums, ThreadPool::shared());
   }
   void do_channel_affine(const ChunkChannels& shape, const void* x, const void* dy, const float* coef, double beta,
                          void* y) override {
-    float32_kernel(shape, "channel_affine");
-    host_channel_affine(shape, f(x), f(dy), coef, beta, f(y), ThreadPool::shared());
+    host_channel_affine(shape, x, dy, coef, beta, y, ThreadPool::shared());
   }
 
   void do_activation_forward(const ChunkConv& s, ActivationMode mode, double coef, const void* x, void* y,
@@ -139,28 +136,23 @@ class HostBackend final : public Backend {
   }
   void do_softmax_forward(const ChunkConv& s, SoftmaxMode mode, bool log, const void* x, void* y, double alpha,
                           double beta) override {
-    float32_kernel(s, "softmax_forward");
-    host_softmax_forward(s, mode, log, f(x), f(y), alpha, beta, ThreadPool::shared());
+    host_softmax_forward(s, mode, log, x, y, alpha, beta, ThreadPool::shared());
   }
   void do_softmax_backward(const ChunkConv& s, SoftmaxMode mode, bool log, const void* y, const void* dy,
                            void* dx, double alpha, double beta) override {
-    float32_kernel(s, "softmax_backward");
-    host_softmax_backward(s, mode, log, f(y), f(dy), f(dx), alpha, beta, ThreadPool::shared());
+    host_softmax_backward(s, mode, log, y, dy, dx, alpha, beta, ThreadPool::shared());
   }
   void do_pool_forward(const ChunkConv& s, PoolMode mode, const void* x, void* y, double alpha,
                        double beta) override {
-    float32_kernel(s, "pool_forward");
-    host_pool_forward(s, mode, f(x), f(y), alpha, beta, ThreadPool::shared());
+    host_pool_forward(s, mode, x, y, alpha, beta, ThreadPool::shared());
   }
   void do_pool_backward(const ChunkConv& s, PoolMode mode, const void* y, const void* dy, const void* x, void* dx,
                         double alpha, double beta) override {
-    float32_kernel(s, "pool_backward");
-    host_pool_backward(s, mode, f(y), f(dy), f(x), f(dx), alpha, beta, ThreadPool::shared());
+    host_pool_backward(s, mode, y, dy, x, dx, alpha, beta, ThreadPool::shared());
   }
   void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const void* a, double beta,
                      const void* b, void* out) override {
-    float32_kernel(out_shape, "add_tensor");
-    host_add_tensor(a_shape, out_shape, alpha, f(a), beta, f(b), f(out), ThreadPool::shared());
+    host_add_tensor(a_shape, out_shape, alpha, a, beta, b, out, ThreadPool::shared());
   }
 
   void do_copy_on_device(const StridedCopy& c) override { strided_memcpy(c); }

@@ -2,8 +2,13 @@
 
 #include <vector>
 
+#include "backend/host/host_elements.hpp"
+
 namespace ooc {
 namespace {
+
+using host_elements::load;
+using host_elements::store;
 
 // r + beta * old, as the layers blend into their output; beta == 0 never reads old.
 float blended(float r, double beta, float old) { return beta == 0.0 ? r : static_cast<float>(r + beta * old); }
@@ -32,59 +37,71 @@ void host_gemm(const ChunkGemm& s, const float* a, const float* b, const float* 
   });
 }
 
-void host_channel_moments(const ChunkChannels& s, const float* x, float* stats, ThreadPool& pool) {
-  pool.parallel_for(s.c, [&](int64_t begin, int64_t end) {
-    for (int64_t ch = begin; ch < end; ++ch) {
-      // Shifted by the channel's first element: sums of squares then lose little to cancellation.
-      const double shift = x[ch * s.space];
-      double sum = 0, sq = 0;
-      for (int64_t n = 0; n < s.n; ++n) {
-        const float* row = x + (n * s.c + ch) * s.space;
-        for (int64_t i = 0; i < s.space; ++i) {
-          const double d = row[i] - shift;
-          sum += d;
-          sq += d * d;
+void host_channel_moments(const ChunkChannels& s, const void* x_data, float* stats, ThreadPool& pool) {
+  host_elements::with_type(s.dtype, [&](auto element) {
+    using T = decltype(element);
+    const T* x = static_cast<const T*>(x_data);
+    pool.parallel_for(s.c, [&](int64_t begin, int64_t end) {
+      for (int64_t ch = begin; ch < end; ++ch) {
+        // Shifted by the channel's first element: sums of squares then lose little to cancellation.
+        const double shift = load(x[ch * s.space]);
+        double sum = 0, sq = 0;
+        for (int64_t n = 0; n < s.n; ++n) {
+          const T* row = x + (n * s.c + ch) * s.space;
+          for (int64_t i = 0; i < s.space; ++i) {
+            const double d = load(row[i]) - shift;
+            sum += d;
+            sq += d * d;
+          }
         }
+        const double count = static_cast<double>(s.n * s.space);
+        stats[2 * ch] = static_cast<float>(shift + sum / count);
+        stats[2 * ch + 1] = static_cast<float>(sq - sum * sum / count);
       }
-      const double count = static_cast<double>(s.n * s.space);
-      stats[2 * ch] = static_cast<float>(shift + sum / count);
-      stats[2 * ch + 1] = static_cast<float>(sq - sum * sum / count);
-    }
+    });
   });
 }
 
-void host_channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd,
+void host_channel_grad_sums(const ChunkChannels& s, const void* x_data, const void* dy_data, const float* mean_invstd,
                             float* sums, ThreadPool& pool) {
-  pool.parallel_for(s.c, [&](int64_t begin, int64_t end) {
-    for (int64_t ch = begin; ch < end; ++ch) {
-      const double mean = mean_invstd[2 * ch], invstd = mean_invstd[2 * ch + 1];
-      double sdy = 0, sdyx = 0;
-      for (int64_t n = 0; n < s.n; ++n) {
-        const int64_t o = (n * s.c + ch) * s.space;
-        for (int64_t i = 0; i < s.space; ++i) {
-          sdy += dy[o + i];
-          sdyx += dy[o + i] * ((x[o + i] - mean) * invstd);
+  host_elements::with_type(s.dtype, [&](auto element) {
+    using T = decltype(element);
+    const T *x = static_cast<const T*>(x_data), *dy = static_cast<const T*>(dy_data);
+    pool.parallel_for(s.c, [&](int64_t begin, int64_t end) {
+      for (int64_t ch = begin; ch < end; ++ch) {
+        const double mean = mean_invstd[2 * ch], invstd = mean_invstd[2 * ch + 1];
+        double sdy = 0, sdyx = 0;
+        for (int64_t n = 0; n < s.n; ++n) {
+          const int64_t o = (n * s.c + ch) * s.space;
+          for (int64_t i = 0; i < s.space; ++i) {
+            const double g = load(dy[o + i]);
+            sdy += g;
+            sdyx += g * ((load(x[o + i]) - mean) * invstd);
+          }
         }
+        sums[2 * ch] = static_cast<float>(sdy);
+        sums[2 * ch + 1] = static_cast<float>(sdyx);
       }
-      sums[2 * ch] = static_cast<float>(sdy);
-      sums[2 * ch + 1] = static_cast<float>(sdyx);
-    }
+    });
   });
 }
 
-void host_channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, double beta,
-                         float* y, ThreadPool& pool) {
-  pool.parallel_for(s.n * s.c, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t ch = row % s.c, o = row * s.space;
-      if (dy) {
-        const float a = coef[3 * ch], b = coef[3 * ch + 1], c = coef[3 * ch + 2];
-        for (int64_t i = 0; i < s.space; ++i) y[o + i] = blended(x[o + i] * a + dy[o + i] * b + c, beta, y[o + i]);
-      } else {
-        const float a = coef[2 * ch], b = coef[2 * ch + 1];
-        for (int64_t i = 0; i < s.space; ++i) y[o + i] = blended(x[o + i] * a + b, beta, y[o + i]);
+void host_channel_affine(const ChunkChannels& s, const void* x_data, const void* dy_data, const float* coef,
+                         double beta, void* y_data, ThreadPool& pool) {
+  host_elements::with_type(s.dtype, [&](auto element) {
+    using T = decltype(element);
+    const T *x = static_cast<const T*>(x_data), *dy = static_cast<const T*>(dy_data);
+    T* y = static_cast<T*>(y_data);
+    pool.parallel_for(s.n * s.c, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t ch = row % s.c, o = row * s.space;
+        for (int64_t i = 0; i < s.space; ++i) {
+          const float r = dy ? load(x[o + i]) * coef[3 * ch] + load(dy[o + i]) * coef[3 * ch + 1] + coef[3 * ch + 2]
+                             : load(x[o + i]) * coef[2 * ch] + coef[2 * ch + 1];
+          y[o + i] = store<T>(blended(r, beta, beta == 0.0 ? 0.0f : load(y[o + i])));
+        }
       }
-    }
+    });
   });
 }
 

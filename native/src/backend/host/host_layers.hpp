@@ -8,10 +8,12 @@ namespace ooc {
 
 void host_gemm(const ChunkGemm& s, const float* a, const float* b, const float* bias, float* c, double alpha,
                double beta, ThreadPool& pool);
-void host_channel_moments(const ChunkChannels& s, const float* x, float* stats, ThreadPool& pool);
-void host_channel_grad_sums(const ChunkChannels& s, const float* x, const float* dy, const float* mean_invstd,
+// Batch norm: x, dy and y in the chunk's dtype (float32, float16, bfloat16); statistics, sums and
+// coefficients float32, the sums accumulated in double.
+void host_channel_moments(const ChunkChannels& s, const void* x, float* stats, ThreadPool& pool);
+void host_channel_grad_sums(const ChunkChannels& s, const void* x, const void* dy, const float* mean_invstd,
                             float* sums, ThreadPool& pool);
-void host_channel_affine(const ChunkChannels& s, const float* x, const float* dy, const float* coef, double beta,
-                         float* y, ThreadPool& pool);
+void host_channel_affine(const ChunkChannels& s, const void* x, const void* dy, const float* coef, double beta,
+                         void* y, ThreadPool& pool);
 
 }  // namespace ooc

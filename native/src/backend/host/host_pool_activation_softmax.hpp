@@ -9,20 +9,21 @@
 
 namespace ooc {
 
-// The activations read and write the chunk's dtype (float32, float16, bfloat16), computing in double.
+// Every layer reads and writes the chunk's dtype (float32, float16, bfloat16), computing in double
+// (an add in double, rounded to float, then to the dtype).
 void host_activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const void* x, void* y,
                              double alpha, double beta, ThreadPool& pool);
 void host_activation_backward(const ChunkConv& shape, ActivationMode mode, double coef, const void* y,
                               const void* dy, const void* x, void* dx, double alpha, double beta, ThreadPool& pool);
-void host_softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* x, float* y,
+void host_softmax_forward(const ChunkConv& shape, SoftmaxMode mode, bool log, const void* x, void* y,
                           double alpha, double beta, ThreadPool& pool);
-void host_softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const float* y, const float* dy,
-                           float* dx, double alpha, double beta, ThreadPool& pool);
-void host_pool_forward(const ChunkConv& shape, PoolMode mode, const float* x, float* y, double alpha, double beta,
+void host_softmax_backward(const ChunkConv& shape, SoftmaxMode mode, bool log, const void* y, const void* dy,
+                           void* dx, double alpha, double beta, ThreadPool& pool);
+void host_pool_forward(const ChunkConv& shape, PoolMode mode, const void* x, void* y, double alpha, double beta,
                        ThreadPool& pool);
-void host_pool_backward(const ChunkConv& shape, PoolMode mode, const float* y, const float* dy, const float* x,
-                        float* dx, double alpha, double beta, ThreadPool& pool);
-void host_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const float* a,
-                     double beta, const float* b, float* out, ThreadPool& pool);
+void host_pool_backward(const ChunkConv& shape, PoolMode mode, const void* y, const void* dy, const void* x,
+                        void* dx, double alpha, double beta, ThreadPool& pool);
+void host_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const void* a,
+                     double beta, const void* b, void* out, ThreadPool& pool);
 
 }  // namespace ooc
