@@ -279,7 +279,7 @@ def run_case(torch, env, name, case, args, deadline):
             log(f"[{name}] {peer}: {fmt_s(r['median_step_seconds'])}/step, peak {fmt_bytes(r['peak_device_bytes'])}, "
                 f"losses {['%.4g' % v for v in r['losses']]}")
         except Exception as exc:  # noqa: BLE001 - one peer failing must not hide the others
-            message = f"{type(exc).__name__}: {str(exc)[:300]}"
+            message = f"{type(exc).__name__}: {str(exc)[:300]} at {_where(exc)}"
             if peer in ("save_on_cpu", "checkpoint") and _is_oom(torch, exc):
                 # Not training at the budget is what these peers may show: a result, not a failure.
                 result["out_of_memory"][peer] = message
@@ -290,7 +290,10 @@ def run_case(torch, env, name, case, args, deadline):
     multiple = 2 ** 3 if network == "unet3d" else 32
     # The U-Net pools three times: below side 16 its bottom batch norm sees one value per channel.
     smallest = 16 if network == "unet3d" else multiple
-    host_cap = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.5)
+    # A quarter of the host's memory for the activations the search estimates: the host also holds
+    # their gradients, pinned staging and the saved copies (the H200 run of 288343f was killed by
+    # the kernel's out-of-memory killer at half).
+    host_cap = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.25)
     for peer in args.peers:
         if time.perf_counter() > deadline:
             result["skipped"][f"largest:{peer}"] = "--time-budget spent"
@@ -302,6 +305,14 @@ def run_case(torch, env, name, case, args, deadline):
         log(f"[{name}] largest side at the budget, {peer}: {result['largest'][peer]['largest_side']}")
     result["targets"] = targets(result, 3 if network == "unet3d" else 2, args.mode)
     return result
+
+
+def _where(exc, frames=6):
+    """The innermost frames of exc's traceback as "file:line function" (what an out-of-memory in a
+    long training step needs to be found), innermost first."""
+    import traceback
+    stack = traceback.extract_tb(exc.__traceback__)[-frames:]
+    return " < ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(stack))
 
 
 def targets(result, dims, mode):

@@ -31,13 +31,15 @@ class CapiMathTypeGpu : public GpuTest<> {
     if (cudnn_) EXPECT_EQ(cudnnDestroy(cudnn_), CUDNN_STATUS_SUCCESS);
   }
 
-  // Both results against the reference: full FP32 within 1e-5, TF32 within 5e-3 and not equal to
-  // it (else TF32 never ran), each plan saying which mode it ran.
+  // Both results against the reference: full FP32 within 1e-5, TF32 within 5e-3, each plan saying
+  // which mode it ran. tf32_must_differ: cuBLAS's TF32 GEMM always differs from full FP32; cuDNN's
+  // legacy convolutions may not (Find timed FMA kernels fastest with TF32 permitted, on the H200
+  // for the convolution below, run of 288343f).
   static void expect_modes(const std::vector<float> (&got)[2], const std::vector<double>& ref,
-                           const std::string (&plans)[2]) {
+                           const std::string (&plans)[2], bool tf32_must_differ) {
     EXPECT_LT(compare(got[0], ref).relative_error, 1e-5) << plans[0];
     EXPECT_LT(compare(got[1], ref).relative_error, 5e-3) << plans[1];
-    EXPECT_NE(got[0], got[1]) << "TF32 allowed, yet only full-FP32 kernels ran";
+    if (tf32_must_differ) EXPECT_NE(got[0], got[1]) << "TF32 allowed, yet only full-FP32 kernels ran";
     EXPECT_EQ(plans[0].find("math tf32"), std::string::npos) << plans[0];
     EXPECT_NE(plans[1].find("math tf32"), std::string::npos) << plans[1];
   }
@@ -67,7 +69,7 @@ TEST_F(CapiMathTypeGpu, ConvolutionFollowsTheDescriptorsMathType) {
         << last_error();
     plans[m] = last_plan();
   }
-  expect_modes(y, ref, plans);
+  expect_modes(y, ref, plans, false);
 }
 
 TEST_F(CapiMathTypeGpu, SgemmFollowsTheHandlesMathMode) {
@@ -91,7 +93,7 @@ TEST_F(CapiMathTypeGpu, SgemmFollowsTheHandlesMathMode) {
         << last_error();
     plans[mode] = last_plan();
   }
-  expect_modes(c, ref, plans);
+  expect_modes(c, ref, plans, true);
 }
 
 }  // namespace

@@ -111,7 +111,8 @@ TEST_F(MathModeGpu, ConvolutionTf32WithinItsToleranceFp32WithinItsOwn) {
   EXPECT_EQ(tf32.non_finite, 0);
   EXPECT_LT(fp32.relative_error, 1e-5);
   EXPECT_LT(tf32.relative_error, 5e-3);
-  EXPECT_NE(y[0], y[1]) << "TF32 was allowed, yet every chunk ran full-FP32 kernels";
+  // Not EXPECT_NE(y[0], y[1]): with TF32 permitted, cuDNN's legacy API may still time FMA kernels
+  // fastest (it did on the H200 for this shape, run of 288343f); the plan records the mode.
 }
 
 TEST_F(MathModeGpu, MatmulTf32WithinItsToleranceFp32WithinItsOwn) {

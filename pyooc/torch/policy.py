@@ -275,9 +275,10 @@ class OutOfCore:
                 from exc
         if not total:
             raise ValueError(f"budget must be a positive number of bytes or a string like '8GiB', got {budget!r}")
-        for name, value in (("compute_fraction", compute_fraction), ("keep_fraction", keep_fraction)):
-            if not 0.0 < value < 1.0:
-                raise ValueError(f"{name} must be in (0, 1), got {value}")
+        if not 0.0 < compute_fraction < 1.0:
+            raise ValueError(f"compute_fraction must be in (0, 1), got {compute_fraction}")
+        if not 0.0 <= keep_fraction < 1.0:  # 0: every saved activation offloaded
+            raise ValueError(f"keep_fraction must be in [0, 1), got {keep_fraction}")
         self.model = model
         self.device = torch.device(device)
         self.budget = total
