@@ -1,6 +1,6 @@
 """Device-resident arrays of other libraries (CuPy, torch CUDA, Numba, JAX: anything exporting
 __cuda_array_interface__), read and written in place by the functions that take them: the
-convolutions and their gradients. libooc copies each chunk from and to a device pointer as from
+convolutions and their gradients, the activations, softmax, add_tensor and pooling. libooc copies each chunk from and to a device pointer as from
 pinned memory (cudaMemcpyDefault, at device speed), so a CuPy x with a host w, or a host x with a
 CuPy out=, all run without a staging copy of the whole tensor.
 

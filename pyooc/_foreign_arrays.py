@@ -6,9 +6,10 @@
   np.from_dlpack, zero-copy.
 - Device-resident arrays (__cuda_array_interface__, or a DLPack device other than the CPU: CuPy,
   torch CUDA, JAX GPU) are refused here with an error saying so, never copied silently. The
-  convolutions take __cuda_array_interface__ arrays before they get here (pyooc/_device_arrays.py);
-  the other functions read or write some tensors on the host (batch norm's running statistics, for
-  one), so they refuse them until each argument is sorted and tested on a GPU."""
+  convolutions, activations, softmax, add_tensor and pooling take __cuda_array_interface__ arrays
+  before they get here (pyooc/_device_arrays.py); the others read or write some tensors on the host
+  (batch norm's running statistics, for one), so they refuse them until each argument is sorted and
+  tested on a GPU."""
 
 import numpy as np
 
@@ -22,7 +23,7 @@ def device_resident_error(array, name, where):
         f"{name} is a device-resident array ({type(array).__module__}.{type(array).__name__} on {where}); "
         f"pyooc's numpy-level functions take host arrays (tensors that do not fit on the GPU live in host "
         f"memory) and do not copy silently: move it to the host first (e.g. cupy.asnumpy({name}), "
-        f"{name}.cpu() for torch); the convolutions and their gradients read device arrays in place")
+        f"{name}.cpu() for torch); the convolutions and element-wise layers read device arrays in place")
 
 
 def host_array(array, name):

@@ -46,7 +46,7 @@ def softmax_mode(str mode):
     ooc.softmax_mode_from_name(mode.encode())
 
 
-def activation_forward(tuple shape, str mode, double coef, const unsigned char[::1] x, unsigned char[::1] y,
+def activation_forward(tuple shape, str mode, double coef, x_bytes, y_bytes,
                        CallOptions options not None, str dtype="float32"):
     """On flat byte views of arrays of `dtype` (no copies)."""
     cdef vector[int64_t] s = list(shape)
@@ -54,26 +54,31 @@ def activation_forward(tuple shape, str mode, double coef, const unsigned char[:
     cdef ooc.DType element = _DTYPES[dtype]
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
+    cdef const void* x = _data(x_bytes)
+    cdef void* y = _writable_data(y_bytes)
     with nogil:
-        ooc.activation_forward(s, m, coef, &x[0], &y[0], options.c_obj, &plan, &stats, 1.0, 0.0, element)
+        ooc.activation_forward(s, m, coef, x, y, options.c_obj, &plan, &stats, 1.0, 0.0, element)
     return _ran(plan, stats)
 
 
-def activation_backward(tuple shape, str mode, double coef, const unsigned char[::1] y,
-                        const unsigned char[::1] dy, const unsigned char[::1] x, unsigned char[::1] dx,
+def activation_backward(tuple shape, str mode, double coef, y_bytes, dy_bytes, x_bytes, dx_bytes,
                         CallOptions options not None, str dtype="float32"):
     cdef vector[int64_t] s = list(shape)
     cdef ooc.ActivationMode m = ooc.activation_mode_from_name(mode.encode())
     cdef ooc.DType element = _DTYPES[dtype]
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
+    cdef const void* y = _data(y_bytes)
+    cdef const void* dy = _data(dy_bytes)
+    cdef const void* x = _data(x_bytes)
+    cdef void* dx = _writable_data(dx_bytes)
     with nogil:
-        ooc.activation_backward(s, m, coef, &y[0], &dy[0], &x[0], &dx[0], options.c_obj, &plan, &stats, 1.0, 0.0,
+        ooc.activation_backward(s, m, coef, y, dy, x, dx, options.c_obj, &plan, &stats, 1.0, 0.0,
                                 element)
     return _ran(plan, stats)
 
 
-def softmax_forward(tuple shape, str mode, bint log, const unsigned char[::1] x, unsigned char[::1] y,
+def softmax_forward(tuple shape, str mode, bint log, x_bytes, y_bytes,
                     CallOptions options not None, str dtype="float32"):
     """On flat byte views of arrays of `dtype`, as every layer binding below (no copies)."""
     cdef vector[int64_t] s = list(shape)
@@ -81,33 +86,41 @@ def softmax_forward(tuple shape, str mode, bint log, const unsigned char[::1] x,
     cdef ooc.DType element = _DTYPES[dtype]
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
+    cdef const void* x = _data(x_bytes)
+    cdef void* y = _writable_data(y_bytes)
     with nogil:
-        ooc.softmax_forward(s, m, log, &x[0], &y[0], options.c_obj, &plan, &stats, 1.0, 0.0, element)
+        ooc.softmax_forward(s, m, log, x, y, options.c_obj, &plan, &stats, 1.0, 0.0, element)
     return _ran(plan, stats)
 
 
-def softmax_backward(tuple shape, str mode, bint log, const unsigned char[::1] y, const unsigned char[::1] dy,
-                     unsigned char[::1] dx, CallOptions options not None, str dtype="float32"):
+def softmax_backward(tuple shape, str mode, bint log, y_bytes, dy_bytes, dx_bytes, CallOptions options not None,
+                     str dtype="float32"):
     cdef vector[int64_t] s = list(shape)
     cdef ooc.SoftmaxMode m = ooc.softmax_mode_from_name(mode.encode())
     cdef ooc.DType element = _DTYPES[dtype]
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
+    cdef const void* y = _data(y_bytes)
+    cdef const void* dy = _data(dy_bytes)
+    cdef void* dx = _writable_data(dx_bytes)
     with nogil:
-        ooc.softmax_backward(s, m, log, &y[0], &dy[0], &dx[0], options.c_obj, &plan, &stats, 1.0, 0.0, element)
+        ooc.softmax_backward(s, m, log, y, dy, dx, options.c_obj, &plan, &stats, 1.0, 0.0, element)
     return _ran(plan, stats)
 
 
-def add_tensor(tuple a_shape, tuple c_shape, double alpha, const unsigned char[::1] a, double beta,
-               const unsigned char[::1] c, unsigned char[::1] out, CallOptions options not None, str dtype="float32"):
+def add_tensor(tuple a_shape, tuple c_shape, double alpha, a_bytes, double beta, c_bytes, out_bytes,
+               CallOptions options not None, str dtype="float32"):
     """out may be c (in place): then libooc reads c as the output it scales by beta."""
     cdef vector[int64_t] av = list(a_shape)
     cdef vector[int64_t] cv = list(c_shape)
     cdef ooc.DType element = _DTYPES[dtype]
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
+    cdef const void* a = _data(a_bytes)
+    cdef const void* c = _data(c_bytes)
+    cdef void* out = _writable_data(out_bytes)
     with nogil:
-        ooc.add_tensor(av, cv, alpha, &a[0], beta, &c[0], &out[0], options.c_obj, &plan, &stats, element)
+        ooc.add_tensor(av, cv, alpha, a, beta, c, out, options.c_obj, &plan, &stats, element)
     return _ran(plan, stats)
 
 
@@ -133,14 +146,16 @@ def plan_pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, 
     return Plan.wrap(plan)
 
 
-def pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, const unsigned char[::1] x,
-                 unsigned char[::1] y, CallOptions options not None, str dtype="float32"):
+def pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, x_bytes, y_bytes,
+                 CallOptions options not None, str dtype="float32"):
     cdef ooc.ConvProblem problem = _pool_problem(x_shape, kernel, stride, padding, dtype)
     cdef ooc.PoolMode m = ooc.pool_mode_from_name(mode.encode())
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
+    cdef const void* x = _data(x_bytes)
+    cdef void* y = _writable_data(y_bytes)
     with nogil:
-        ooc.pool_forward(problem, m, &x[0], &y[0], options.c_obj, &plan, &stats)
+        ooc.pool_forward(problem, m, x, y, options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
@@ -153,13 +168,16 @@ def plan_pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding,
     return Plan.wrap(plan)
 
 
-def pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, const unsigned char[::1] y,
-                  const unsigned char[::1] dy, const unsigned char[::1] x, unsigned char[::1] dx,
-                  CallOptions options not None, str dtype="float32"):
+def pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, y_bytes, dy_bytes, x_bytes,
+                  dx_bytes, CallOptions options not None, str dtype="float32"):
     cdef ooc.ConvProblem problem = ooc.pool_backward_problem(_pool_problem(x_shape, kernel, stride, padding, dtype))
     cdef ooc.PoolMode m = ooc.pool_mode_from_name(mode.encode())
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
+    cdef const void* y = _data(y_bytes)
+    cdef const void* dy = _data(dy_bytes)
+    cdef const void* x = _data(x_bytes)
+    cdef void* dx = _writable_data(dx_bytes)
     with nogil:
-        ooc.pool_backward(problem, m, &y[0], &dy[0], &x[0], &dx[0], options.c_obj, &plan, &stats)
+        ooc.pool_backward(problem, m, y, dy, x, dx, options.c_obj, &plan, &stats)
     return _ran(plan, stats)

@@ -10,6 +10,7 @@ import numpy as np
 from pyooc import _last_stats
 from pyooc._arrays import CONV_DTYPES, as_float, as_input, as_output, as_shape, as_str
 from pyooc._call_args import call_options, check_dtype, raw_bytes, same_dtype
+from pyooc._device_arrays import DeviceArray, caller_array, ready_device_arrays
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
@@ -60,11 +61,18 @@ def _coef(mode, coef):
 
 def _out(out, shape, inputs, in_place_ok, dtype=np.float32):
     """A new array of `dtype`, or the caller's out checked; out may be the input in_place_ok itself
-    (in place)."""
+    (in place), a device array too."""
     if out is None:
         return new_result(shape, dtype)
+    if isinstance(in_place_ok, DeviceArray) and out is in_place_ok.owner:
+        out = in_place_ok
     others = {name: a for name, a in inputs.items() if not (out is in_place_ok and a is out)}
-    return as_output(out, shape, others, dtype)
+    return as_output(out, shape, others, dtype, device_arrays=True)
+
+
+def _device(name, array):
+    """as_input for these layers: device-resident arrays read in place (pyooc/_device_arrays.py)."""
+    return as_input(array, name, CONV_DTYPES, device_arrays=True)
 
 
 def _same_shape(ref_name, ref, **arrays):
@@ -80,31 +88,33 @@ def activation_forward(x, mode, *, coef=None, out=None, memory_limit=None, backe
     (exact, torch's default) and "leaky_relu" (coef: negative_slope, default 0.01). `out` may be
     x itself (in place). x may be float32, float16 or bfloat16 (y has its dtype; on the GPU, half
     precision for the modes cuDNN has: relu, sigmoid, tanh, clipped_relu, elu, swish)."""
-    x, mode = as_input(x, "x", CONV_DTYPES), as_str(mode, "mode")
+    x, mode = _device("x", x), as_str(mode, "mode")
     c = _coef(mode, coef)
     options = call_options(memory_limit, backend, device)
     y = _out(out, x.shape, {"x": x}, in_place_ok=x, dtype=x.dtype)
     flat = _activation_shape(x.shape, "activation_forward")
+    ready_device_arrays({"x": x, "out": y}, options, _native)
     _last_stats.record(_native.activation_forward(flat, mode, c, raw_bytes(x), raw_bytes(y), options, str(x.dtype)))
-    return y
+    return caller_array(y)
 
 
 @observed
 def activation_backward(y, dy, x, mode, *, coef=None, out=None, memory_limit=None, backend="auto", device=0):
     """dx = f'(x) * dy for y = activation_forward(x, mode, coef=coef). `out` may be dy (in place).
     y, dy and x share one dtype (float32, float16 or bfloat16), dx's."""
-    y = as_input(y, "y", CONV_DTYPES)
-    dy = same_dtype(as_input(dy, "dy", CONV_DTYPES), "dy", y, "y")
-    x = same_dtype(as_input(x, "x", CONV_DTYPES), "x", y, "y")
+    y = _device("y", y)
+    dy = same_dtype(_device("dy", dy), "dy", y, "y")
+    x = same_dtype(_device("x", x), "x", y, "y")
     _same_shape("y", y, dy=dy, x=x)
     mode = as_str(mode, "mode")
     c = _coef(mode, coef)
     options = call_options(memory_limit, backend, device)
     dx = _out(out, y.shape, {"y": y, "dy": dy, "x": x}, in_place_ok=dy, dtype=y.dtype)
     flat = _activation_shape(y.shape, "activation_backward")
+    ready_device_arrays({"y": y, "dy": dy, "x": x, "out": dx}, options, _native)
     _last_stats.record(_native.activation_backward(flat, mode, c, raw_bytes(y), raw_bytes(dy), raw_bytes(x),
                                                    raw_bytes(dx), options, str(y.dtype)))
-    return dx
+    return caller_array(dx)
 
 
 @accepts_machine
@@ -134,32 +144,34 @@ def softmax_forward(x, *, mode="channel", log=False, out=None, memory_limit=None
     torch's dim=1) or over C and all positions for each sample ("instance"). The reduced axes are
     never split; MemoryError when they alone exceed memory_limit. `out` may be x (in place).
     x may be float32, float16 or bfloat16 (y has its dtype; computed in float32 or double)."""
-    x = as_input(x, "x", CONV_DTYPES)
+    x = _device("x", x)
     mode = as_str(mode, "mode")
     _native.softmax_mode(mode)
     shape = _softmax_shape(x.shape, "x", "softmax_forward")
     options = call_options(memory_limit, backend, device)
     y = _out(out, x.shape, {"x": x}, in_place_ok=x, dtype=x.dtype)
+    ready_device_arrays({"x": x, "out": y}, options, _native)
     _last_stats.record(_native.softmax_forward(shape, mode, bool(log), raw_bytes(x), raw_bytes(y), options,
                                                str(x.dtype)))
-    return y
+    return caller_array(y)
 
 
 @observed
 def softmax_backward(y, dy, *, mode="channel", log=False, out=None, memory_limit=None, backend="auto", device=0):
     """dx, the gradient of softmax_forward (with the same mode and log) at y for dy. `out` may be dy.
     y and dy share one dtype (float32, float16 or bfloat16), dx's."""
-    y = as_input(y, "y", CONV_DTYPES)
-    dy = same_dtype(as_input(dy, "dy", CONV_DTYPES), "dy", y, "y")
+    y = _device("y", y)
+    dy = same_dtype(_device("dy", dy), "dy", y, "y")
     _same_shape("y", y, dy=dy)
     mode = as_str(mode, "mode")
     _native.softmax_mode(mode)
     shape = _softmax_shape(y.shape, "y", "softmax_backward")
     options = call_options(memory_limit, backend, device)
     dx = _out(out, y.shape, {"y": y, "dy": dy}, in_place_ok=dy, dtype=y.dtype)
+    ready_device_arrays({"y": y, "dy": dy, "out": dx}, options, _native)
     _last_stats.record(_native.softmax_backward(shape, mode, bool(log), raw_bytes(y), raw_bytes(dy), raw_bytes(dx),
                                                 options, str(y.dtype)))
-    return dx
+    return caller_array(dx)
 
 
 def _plan_softmax(operation, shape, mode, dtype, memory_limit, backend, device):
@@ -199,18 +211,19 @@ def add_tensor(a, c, *, alpha=1.0, beta=1.0, out=None, memory_limit=None, backen
     """alpha * a + beta * c, a broadcast over c (cuDNN AddTensor: each dim of a is 1 or c's). The
     result is a new array, or `out`; out=c adds in place. a and c share one dtype (float32, float16
     or bfloat16), the result's; computed in double."""
-    a = as_input(a, "a", CONV_DTYPES)
-    c = same_dtype(as_input(c, "c", CONV_DTYPES), "c", a, "a")
+    a = _device("a", a)
+    c = same_dtype(_device("c", c), "c", a, "a")
     alpha, beta = as_float(alpha, "alpha"), as_float(beta, "beta")
     a_shape, c_shape = _add_shapes(a.shape, c.shape)
     options = call_options(memory_limit, backend, device)
     if out is None:
         out = new_result(c.shape, c.dtype)
     else:
-        _out(out, c.shape, {"a": a, "c": c}, c, dtype=c.dtype)
+        out = _out(out, c.shape, {"a": a, "c": c}, c, dtype=c.dtype)
+    ready_device_arrays({"a": a, "c": c, "out": out}, options, _native)
     _last_stats.record(_native.add_tensor(a_shape, c_shape, alpha, raw_bytes(a), beta, raw_bytes(c), raw_bytes(out),
                                           options, str(c.dtype)))
-    return out
+    return caller_array(out)
 
 
 @accepts_machine

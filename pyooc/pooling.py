@@ -8,6 +8,7 @@ import numpy as np
 from pyooc import _last_stats
 from pyooc._arrays import CONV_DTYPES, as_input, as_output, as_shape, as_str, spatial_tuple
 from pyooc._call_args import call_options, check_dtype, raw_bytes, same_dtype, spatial_dims
+from pyooc._device_arrays import caller_array, device_array, is_device_array, ready_device_arrays
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc._unbatched import as_batch_of_one, without_batch
@@ -32,7 +33,9 @@ def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, mem
     count_include_pad=True) or "avg_exclude_pad". The result is a new array, or `out`. x may be
     unbatched, [C, *spatial], when kernel is a tuple of its spatial sizes (as torch's max_pool2d takes (C, H, W)).
     x may be float32, float16 or bfloat16 (y has its dtype; computed in double)."""
-    x = as_input(x, "x", CONV_DTYPES)
+    x = as_input(x, "x", CONV_DTYPES, device_arrays=True)
+    if is_device_array(out):  # as a DeviceArray before it is given a batch dimension
+        out = device_array(out, "out", CONV_DTYPES, writable=True)
     # torch's unbatched (C, *spatial), told apart by a kernel tuple of x.ndim - 1 sizes (pyooc/_unbatched.py).
     unbatched = not isinstance(kernel, (int, np.integer)) and hasattr(kernel, "__len__") and len(kernel) == x.ndim - 1
     x, out = as_batch_of_one(x, unbatched, out)
@@ -41,10 +44,11 @@ def pool_forward(x, kernel, *, stride=None, padding=0, mode="max", out=None, mem
     kernel, stride, padding = _geometry(x.shape, kernel, stride, padding)
     y_shape = _native.pool_output_shape(x.shape, kernel, stride, padding)
     options = call_options(memory_limit, backend, device)
-    y = new_result(y_shape, x.dtype) if out is None else as_output(out, y_shape, {"x": x}, x.dtype)
+    y = new_result(y_shape, x.dtype) if out is None else as_output(out, y_shape, {"x": x}, x.dtype, True)
+    ready_device_arrays({"x": x, "out": y}, options, _native)
     _last_stats.record(_native.pool_forward(x.shape, kernel, stride, padding, mode, raw_bytes(x), raw_bytes(y),
                                             options, str(x.dtype)))
-    return without_batch(y, unbatched)
+    return caller_array(without_batch(y, unbatched))
 
 
 @accepts_machine
@@ -68,9 +72,9 @@ def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=N
     pool_forward's result (max pooling routes each dy to its window's maximum). dx is tiled
     disjointly; overlapping windows (stride < kernel) are handled like conv_backward_data's. y, dy
     and x share one dtype (float32, float16 or bfloat16), dx's."""
-    x = as_input(x, "x", CONV_DTYPES)
-    y = same_dtype(as_input(y, "y", CONV_DTYPES), "y", x, "x")
-    dy = same_dtype(as_input(dy, "dy", CONV_DTYPES), "dy", x, "x")
+    x = as_input(x, "x", CONV_DTYPES, device_arrays=True)
+    y = same_dtype(as_input(y, "y", CONV_DTYPES, device_arrays=True), "y", x, "x")
+    dy = same_dtype(as_input(dy, "dy", CONV_DTYPES, device_arrays=True), "dy", x, "x")
     mode = as_str(mode, "mode")
     _native.pool_mode(mode)
     kernel, stride, padding = _geometry(x.shape, kernel, stride, padding)
@@ -80,10 +84,12 @@ def pool_backward(y, dy, x, kernel, *, stride=None, padding=0, mode="max", out=N
             raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(y_shape)} (pool_forward's output "
                              f"for x of shape {list(x.shape)})")
     options = call_options(memory_limit, backend, device)
-    dx = new_result(x.shape, x.dtype) if out is None else as_output(out, x.shape, {"y": y, "dy": dy, "x": x}, x.dtype)
+    dx = new_result(x.shape, x.dtype) if out is None else as_output(out, x.shape, {"y": y, "dy": dy, "x": x}, x.dtype,
+                                                                        True)
+    ready_device_arrays({"y": y, "dy": dy, "x": x, "out": dx}, options, _native)
     _last_stats.record(_native.pool_backward(x.shape, kernel, stride, padding, mode, raw_bytes(y), raw_bytes(dy),
                                              raw_bytes(x), raw_bytes(dx), options, str(x.dtype)))
-    return dx
+    return caller_array(dx)
 
 
 @accepts_machine

@@ -89,9 +89,24 @@ def test_device_arguments_are_checked_as_host_ones_are(rng):
                            backend="host")
 
 
+def test_the_element_wise_layers_take_device_arrays_too():
+    for call in (lambda: pyooc.activation_forward(FakeCuda((2, 3)), "relu", backend="host"),
+                 lambda: pyooc.softmax_forward(FakeCuda((2, 3)), backend="host"),
+                 lambda: pyooc.add_tensor(np.ones((1, 3), np.float32), FakeCuda((2, 3)), backend="host"),
+                 lambda: pyooc.pool_forward(FakeCuda((1, 2, 4, 4)), 2, backend="host")):
+        with pytest.raises(TypeError, match="is a device-resident array, but backend='host'"):
+            call()
+
+
+def test_in_place_on_a_device_array_is_allowed(rng):
+    x = FakeCuda((2, 3))
+    with pytest.raises(TypeError, match="x is a device-resident array, but backend='host'"):  # not "out overlaps x"
+        pyooc.activation_forward(x, "relu", out=x, backend="host")
+
+
 def test_other_functions_still_refuse_device_arrays():
-    with pytest.raises(TypeError, match=r"x is a device-resident array .*move it to the host first"):
-        pyooc.activation_forward(FakeCuda((2, 3)), "relu", backend="host")
+    with pytest.raises(TypeError, match=r"mat1 is a device-resident array .*move it to the host first"):
+        pyooc.matmul(FakeCuda((2, 3)), np.ones((3, 4), np.float32), backend="host")
 
 
 def test_host_arrays_go_in_as_before(rng):

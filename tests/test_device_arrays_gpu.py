@@ -137,3 +137,57 @@ def test_inputs_are_not_modified(problem):
     xs, ws = on_device(x), on_device(w)
     pyooc.conv_forward(xs, ws, padding=1, memory_limit="400KiB")
     assert np.array_equal(host(xs), x) and np.array_equal(host(ws), w)
+
+
+# The element-wise layers and pooling: device inputs and outputs, in place on the device, split.
+LAYER_SHAPE = (4, 12, 40, 43)
+
+
+def _ref(t):
+    return torch.from_numpy(np.asarray(t, np.float64))
+
+
+@pytest.mark.parametrize("memory_limit", [None, "300KiB"], ids=["whole", "split"])
+def test_activation_and_softmax_read_and_write_device_arrays(rng, memory_limit):
+    x = rng.standard_normal(LAYER_SHAPE, dtype=np.float32)
+    dy = rng.standard_normal(LAYER_SHAPE, dtype=np.float32)
+    y = poisoned_device(LAYER_SHAPE)
+    pyooc.activation_forward(on_device(x), "tanh", out=y, memory_limit=memory_limit)
+    assert rel_err(host(y), np.tanh(x.astype(np.float64))) < TOL[np.float32]
+    dx = pyooc.activation_backward(y, on_device(dy), on_device(x), "tanh", memory_limit=memory_limit)
+    assert isinstance(dx, np.ndarray)  # a fresh result: a host array
+    assert rel_err(dx, (1 - np.tanh(x.astype(np.float64)) ** 2) * dy) < 1e-4
+    s = poisoned_device(LAYER_SHAPE)
+    pyooc.softmax_forward(on_device(x), out=s, memory_limit=memory_limit)
+    assert rel_err(host(s), torch.softmax(_ref(x), 1).numpy()) < TOL[np.float32]
+    ds = poisoned_device(LAYER_SHAPE)
+    pyooc.softmax_backward(s, on_device(dy), out=ds, memory_limit=memory_limit)
+    xt = _ref(x).requires_grad_()
+    torch.softmax(xt, 1).backward(_ref(dy))
+    assert rel_err(host(ds), xt.grad.numpy()) < 1e-4
+
+
+def test_in_place_on_the_device(rng):
+    x = rng.standard_normal(LAYER_SHAPE, dtype=np.float32)
+    xd = on_device(x)
+    assert pyooc.activation_forward(xd, "relu", out=xd, memory_limit="300KiB") is xd
+    assert np.array_equal(host(xd), np.maximum(x, 0))
+    a = rng.standard_normal((1, 12, 1, 1), dtype=np.float32)
+    c = on_device(x)
+    pyooc.add_tensor(on_device(a), c, alpha=2.0, beta=0.5, out=c, memory_limit="300KiB")
+    assert rel_err(host(c), 2.0 * a.astype(np.float64) + 0.5 * x) < TOL[np.float32]
+
+
+@pytest.mark.parametrize("memory_limit", [None, "300KiB"], ids=["whole", "split"])
+def test_pooling_reads_and_writes_device_arrays(rng, memory_limit):
+    x = rng.standard_normal(LAYER_SHAPE, dtype=np.float32)
+    y = poisoned_device((4, 12, 20, 21))
+    pyooc.pool_forward(on_device(x), 2, mode="max", out=y, memory_limit=memory_limit)
+    xt = _ref(x).requires_grad_()
+    ref = torch.nn.functional.max_pool2d(xt, 2)
+    assert rel_err(host(y), ref.detach().numpy()) < TOL[np.float32]
+    dy = rng.standard_normal(tuple(ref.shape), dtype=np.float32)
+    ref.backward(_ref(dy))
+    dx = poisoned_device(LAYER_SHAPE)
+    pyooc.pool_backward(y, on_device(dy), on_device(x), 2, mode="max", out=dx, memory_limit=memory_limit)
+    assert rel_err(host(dx), xt.grad.numpy()) < TOL[np.float32]

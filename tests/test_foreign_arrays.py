@@ -64,9 +64,11 @@ def test_out_may_be_a_cpu_dlpack_array(rng):
 @pytest.mark.parametrize("array", [FakeDevice((2, 3, 4, 4)), FakeDevice((2, 3, 4, 4), with_dlpack=True),
                                    DLPackOnCuda()], ids=["cuda_array_interface", "cai_and_dlpack", "dlpack_cuda"])
 def test_device_resident_arrays_are_refused_not_copied(array):
-    with pytest.raises(TypeError, match=r"x is a device-resident array .* on (a CUDA device|CUDA)\); .*move it to "
+    # matmul reads device arrays nowhere (the convolutions and element-wise layers do:
+    # tests/test_device_arrays.py)
+    with pytest.raises(TypeError, match=r"mat1 is a device-resident array .* on (a CUDA device|CUDA)\); .*move it to "
                                         r"the host first"):
-        pyooc.activation_forward(array, "relu", backend="host")
+        pyooc.matmul(array, np.ones((4, 4), np.float32), backend="host")
 
 
 def test_torch_cpu_tensors_go_in_zero_copy(rng):
@@ -84,8 +86,8 @@ def test_torch_cuda_tensors_are_refused_naming_the_way_out():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch without CUDA")
-    with pytest.raises(TypeError, match=r"x is a device-resident array .*\.cpu\(\) for torch"):
-        pyooc.activation_forward(torch.ones((2, 3, 4, 4), device="cuda"), "relu")
+    with pytest.raises(TypeError, match=r"mat1 is a device-resident array .*\.cpu\(\) for torch"):
+        pyooc.matmul(torch.ones((2, 3), device="cuda"), np.ones((3, 4), np.float32))
 
 
 MEMMAP_CHILD = textwrap.dedent("""

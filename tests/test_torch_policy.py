@@ -111,10 +111,11 @@ def test_out_of_core_runs_the_model_under_one_budget(rng):
 def test_out_of_core_refuses_a_bad_budget():
     with pytest.raises(ValueError, match="budget"):
         policy.OutOfCore(_net(), 0, device="cpu")
-    for name in ("compute_fraction", "keep_fraction"):
-        for value in (0.0, 1.0):
+    for name, values in (("compute_fraction", (0.0, 1.0)), ("keep_fraction", (-0.1, 1.0))):
+        for value in values:
             with pytest.raises(ValueError, match=name):
                 policy.OutOfCore(_net(), "1MiB", device="cpu", **{name: value})
+    policy.OutOfCore(_net(), "1MiB", device="cpu", keep_fraction=0.0)  # every saved activation offloaded
 
 
 def _free_for_conv_2(model):

@@ -20,8 +20,9 @@ Per layer, at every call (shapes may change between calls):
   on a side stream (the forward does not wait for the copy) and the device copy is released. In the
   backward, the tensors come back in the reverse order of their saving: unpacking one starts the
   copies of the next `prefetch` offloaded ones on the side stream, so they arrive ahead of their
-  backward, overlapped with compute. A tensor saved twice (a layer's output is the next layer's
-  input) is packed once.
+  backward, overlapped with compute, as far as torch's share has room for them (a prefetch that
+  would take it past its budget waits until its backward asks for the tensor). A tensor saved
+  twice (a layer's output is the next layer's input) is packed once.
 
 The budget splits in two (compute_fraction, default 0.5). The compute share is pyooc's: each
 pyooc call's memory_limit, kept free of torch's allocations so that a call always finds it. Torch's
@@ -140,8 +141,11 @@ class SavedTensorOffloader:
     stats (per step): kept / offloaded / deduplicated tensors, offloaded bytes, prefetched and
     fetched_on_demand copies back."""
 
-    def __init__(self, budget, device, *, prefetch=2, pin_memory=None):
+    def __init__(self, budget, device, *, prefetch=2, pin_memory=None, device_limit=None):
         self.budget = budget if isinstance(budget, int) and budget >= 0 else parse_memory_limit(budget)
+        # Prefetched copies never take the device's allocated bytes past this (None: no bound): a
+        # copy that would is fetched when its backward asks for it instead.
+        self.device_limit = device_limit
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:  # tensors say cuda:N, never cuda
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -194,6 +198,8 @@ class SavedTensorOffloader:
         while started < self.prefetch and j >= 0:
             ahead = self.offloaded[j]
             if ahead.device_copy is None:
+                if not self._room_for(ahead.host):
+                    break
                 self._fetch(ahead)
                 self.stats["prefetched"] += 1
                 started += 1
@@ -205,6 +211,11 @@ class SavedTensorOffloader:
             t.record_stream(current)  # allocated on the side stream, used on this one
         handle.device_copy = None  # handed over; a second unpack fetches again from the host copy
         return t
+
+    def _room_for(self, host):
+        if self.device_limit is None or not self.cuda:
+            return True
+        return bytes_in_use(self.device) + host.numel() * host.element_size() <= self.device_limit
 
     def _to_host(self, t):
         if not self.cuda:
@@ -288,7 +299,8 @@ class OutOfCore:
         self.margin = self.torch_budget // 16
         self.keep_fraction = keep_fraction
         self.backend = backend
-        self.offloader = SavedTensorOffloader(0, self.device, prefetch=prefetch)
+        self.offloader = SavedTensorOffloader(0, self.device, prefetch=prefetch,
+                                              device_limit=self.torch_budget - self.margin)
         self.decisions = {}
         self._names = {}
         self._gradient_reserve = 0
