@@ -104,6 +104,7 @@ def test_half_batchnorm_on_the_gpu(rng, name, limit):
                                                  memory_limit=limit, backend="cuda")
     ref_dx, ref_dscale, ref_dbias = ref_backward(up(x), up(dy), scale, up(sm), up(si))
     assert rel_err(up(dx), ref_dx) < tol and rel_err(dscale, ref_dscale) < 1e-4 and rel_err(dbias, ref_dbias) < 1e-4
-    y = pyooc.batchnorm_forward_inference(x, scale, bias, sm, 1 / si.astype(np.float64) ** 2 - 1e-5, memory_limit=limit,
+    var = (1 / si.astype(np.float64) ** 2 - 1e-5).astype(np.float32)  # the statistics are float32, as cuDNN takes them
+    y = pyooc.batchnorm_forward_inference(x, scale, bias, sm, var, memory_limit=limit,
                                           backend="cuda")
     assert rel_err(up(y), ref_y) < tol
