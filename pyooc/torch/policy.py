@@ -206,7 +206,9 @@ class SavedTensorOffloader:
             j -= 1
         t = handle.device_copy
         if self.cuda:
-            torch.cuda.current_stream(self.device).wait_event(handle.ready)  # the copy has landed
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(handle.ready)
+            t.record_stream(current)  # allocated on the side stream, used on this one
         handle.device_copy = None  # handed over; a second unpack fetches again from the host copy
         return t
 
@@ -229,18 +231,10 @@ class SavedTensorOffloader:
         if not self.cuda:
             handle.device_copy = handle.host.clone()
             return
-        # Allocated on the compute stream, copied on the side stream: torch's caching allocator keeps
-        # a block for the stream it was allocated on, so copies allocated on the side stream would
-        # leave their blocks cached where the compute stream cannot reuse them (the H200 run of
-        # a5fe80e: VGG-16's backward ran out of memory with 0.88 GiB allocated and 1.81 reserved).
-        copy = torch.empty(handle.host.shape, dtype=handle.host.dtype, device=self.device)
-        self.stream.wait_stream(torch.cuda.current_stream(self.device))  # the block is free for it
         with torch.cuda.stream(self.stream):
-            copy.copy_(handle.host, non_blocking=True)
+            handle.device_copy = handle.host.to(self.device, non_blocking=True)
             handle.ready = torch.cuda.Event()
             handle.ready.record(self.stream)
-        copy.record_stream(self.stream)  # not reused before the side stream's copy has written it
-        handle.device_copy = copy
 
     def hooks(self):
         return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
