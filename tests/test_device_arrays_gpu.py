@@ -21,12 +21,15 @@ def cuda_torch():
     assert torch.cuda.is_available(), "the device-array tests need a CUDA build of torch"
 
 
+def _ref(a):
+    """A host array as a float64 CPU tensor, for the references."""
+    return torch.from_numpy(np.asarray(a, np.float64))
+
+
 def conv_ref(x, w, bias=None, padding=0):
     """F.conv2d/3d in float64 on the CPU."""
     conv = F.conv2d if x.ndim == 4 else F.conv3d
-    b = None if bias is None else torch.from_numpy(np.asarray(bias, np.float64))
-    return conv(torch.from_numpy(np.asarray(x, np.float64)), torch.from_numpy(np.asarray(w, np.float64)), b,
-                padding=padding).numpy()
+    return conv(_ref(x), _ref(w), None if bias is None else _ref(bias), padding=padding).numpy()
 
 
 def on_device(a):
@@ -142,9 +145,6 @@ def test_inputs_are_not_modified(problem):
 # The element-wise layers and pooling: device inputs and outputs, in place on the device, split.
 LAYER_SHAPE = (4, 12, 40, 43)
 
-
-def _ref(t):
-    return torch.from_numpy(np.asarray(t, np.float64))
 
 
 @pytest.mark.parametrize("memory_limit", [None, "300KiB"], ids=["whole", "split"])
