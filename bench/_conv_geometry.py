@@ -26,9 +26,17 @@ class ConvGeometry:
 
     @classmethod
     def padded(cls, x_shape, w_shape, padding):
-        """Unit stride and dilation, `padding` along every spatial dim (the benchmarks' cases)."""
+        """Unit stride and dilation, `padding` along every spatial dim (the benchmarks' cases). The
+        groups follow from the shapes, as in torch: w holds C / groups input channels (a depthwise
+        case's w is [C * multiplier, 1, *k])."""
         sp = len(x_shape) - 2
-        return cls(tuple(x_shape), tuple(w_shape), (1,) * sp, (padding,) * sp, (1,) * sp)
+        return cls(tuple(x_shape), tuple(w_shape), (1,) * sp, (padding,) * sp, (1,) * sp,
+                   groups=x_shape[1] // w_shape[1])
+
+    @property
+    def call_args(self):
+        """The geometry as keyword arguments of pyooc's convolutions (and torch's)."""
+        return dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
 
     @property
     def spatial(self):

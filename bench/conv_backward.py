@@ -53,18 +53,25 @@ CASES = {
         "data-vol3d": ("data", VOL.format(256), (2, 32, 256, 256, 256), (32, 32, 3, 3, 3), 1, GiB),
         "filter-vgg2d": ("filter", VGG, (1344, 256, 56, 56), (256, 256, 3, 3), 1, GiB),
         "filter-vol3d": ("filter", VOL.format(256), (2, 32, 256, 256, 256), (32, 32, 3, 3, 3), 1, GiB),
+        "data-dw3d": ("data", fwd.DW.format(256, 128), (2, 64, 256, 256, 128), (64, 1, 3, 3, 3), 1, GiB),
+        "filter-dw3d": ("filter", fwd.DW.format(256, 128), (2, 64, 256, 256, 128), (64, 1, 3, 3, 3), 1, GiB),
     },
     "quick": {
         "data-vgg2d": ("data", VGG, (168, 256, 56, 56), (256, 256, 3, 3), 1, None),
         "data-vol3d": ("data", VOL.format(128), (2, 32, 128, 128, 128), (32, 32, 3, 3, 3), 1, None),
         "filter-vgg2d": ("filter", VGG, (168, 256, 56, 56), (256, 256, 3, 3), 1, None),
         "filter-vol3d": ("filter", VOL.format(128), (2, 32, 128, 128, 128), (32, 32, 3, 3, 3), 1, None),
+        "data-dw3d": ("data", fwd.DW.format(128, 64), (2, 64, 128, 128, 64), (64, 1, 3, 3, 3), 1, None),
+        "filter-dw3d": ("filter", fwd.DW.format(128, 64), (2, 64, 128, 128, 64), (64, 1, 3, 3, 3), 1, None),
     },
     "dry-run": {
         "data-vgg2d": ("data", "2D (tiny): 3x3, 16->16, 14x14", (8, 16, 14, 14), (16, 16, 3, 3), 1, None),
         "data-vol3d": ("data", "3D (tiny): 3x3x3, 8->8, 24^3", (1, 8, 24, 24, 24), (8, 8, 3, 3, 3), 1, None),
         "filter-vgg2d": ("filter", "2D (tiny): 3x3, 16->16, 14x14", (8, 16, 14, 14), (16, 16, 3, 3), 1, None),
         "filter-vol3d": ("filter", "3D (tiny): 3x3x3, 8->8, 24^3", (1, 8, 24, 24, 24), (8, 8, 3, 3, 3), 1, None),
+        "data-dw3d": ("data", "3D depthwise (tiny): 3x3x3, 8 groups, 24^3", (1, 8, 24, 24, 24), (8, 1, 3, 3, 3), 1, None),
+        "filter-dw3d": ("filter", "3D depthwise (tiny): 3x3x3, 8 groups, 24^3", (1, 8, 24, 24, 24), (8, 1, 3, 3, 3), 1,
+                        None),
     },
 }
 
@@ -80,16 +87,24 @@ def _windows(x_padded_shape, w_shape, y_shape, stride, dilation):
             slice(o * d, o * d + (n - 1) * s + 1, s) for o, d, n, s in zip(offs, dilation, y_shape[2:], stride))
 
 
-def np_grad_input(x_shape, w, dy, stride, padding, dilation):
-    """float64 dx of the cross-correlation (torch semantics), any spatial rank and per-dim padding."""
+def np_grad_input(x_shape, w, dy, stride, padding, dilation, groups=1):
+    """float64 dx of the cross-correlation (torch semantics), any spatial rank, per-dim padding and groups."""
+    if groups > 1:
+        x_group = (x_shape[0], x_shape[1] // groups) + tuple(x_shape[2:])
+        return fwd.per_group(lambda wg, dyg: np_grad_input(x_group, wg, dyg, stride, padding, dilation), groups,
+                             [(w, 0), (dy, 1)], 1)
     dxp = np.zeros(tuple(x_shape[:2]) + tuple(n + 2 * p for n, p in zip(x_shape[2:], padding)))
     for offs, win in _windows(dxp.shape, w.shape, dy.shape, stride, dilation):
         dxp[win] += np.einsum("kc,nk...->nc...", w[(slice(None), slice(None)) + offs].astype(np.float64), dy)
     return dxp[(slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in zip(padding, x_shape[2:]))]
 
 
-def np_grad_weight(x, w_shape, dy, stride, padding, dilation):
-    """float64 dw of the cross-correlation."""
+def np_grad_weight(x, w_shape, dy, stride, padding, dilation, groups=1):
+    """float64 dw of the cross-correlation (any groups)."""
+    if groups > 1:
+        w_group = (w_shape[0] // groups,) + tuple(w_shape[1:])
+        return fwd.per_group(lambda xg, dyg: np_grad_weight(xg, w_group, dyg, stride, padding, dilation), groups,
+                             [(x, 1), (dy, 1)], 0)
     xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(p, p) for p in padding])
     dw = np.zeros(w_shape)
     axes = "xyz"[:x.ndim - 2]
@@ -150,8 +165,7 @@ def operands(op, geom):
 
 
 def call_pyooc(pyooc, op, geom, x, w, dy, out, limit, backend):
-    opts = dict(stride=geom.stride, padding=geom.padding, dilation=geom.dilation, out=out, memory_limit=limit,
-                backend=backend)
+    opts = dict(**geom.call_args, out=out, memory_limit=limit, backend=backend)
     if op == "data":
         return pyooc.conv_backward_data(dy, w, geom.x_shape, **opts)
     return pyooc.conv_backward_filter(x, dy, geom.w_shape, **opts)
@@ -232,14 +246,15 @@ def run_case(name, spec, ctx):
     result = {
         "name": name, "operation": f"conv_backward_{op}", "description": description, "x_shape": geom.x_shape,
         "w_shape": geom.w_shape, "y_shape": geom.y_shape, "stride": geom.stride, "padding": geom.padding,
-        "dilation": geom.dilation, "dtype": "float32", "x_bytes": geom.x_bytes, "w_bytes": geom.w_bytes,
-        "y_bytes": geom.y_bytes, "bytes_in": bytes_in, "bytes_out": bytes_out, "working_set_bytes": ws,
+        "dilation": geom.dilation, "groups": geom.groups, "dtype": "float32", "x_bytes": geom.x_bytes,
+        "w_bytes": geom.w_bytes, "y_bytes": geom.y_bytes, "bytes_in": bytes_in, "bytes_out": bytes_out,
+        "working_set_bytes": ws,
         "memory_limit": limit, "working_set_over_limit": ws / limit, "flops": geom.flops,
         "roofline_s": None, "pyooc_pinned_s": None, "pyooc_pageable_s": None, "incore_torch_s": None,
         "naive_torch_s": None, "expert_torch_s": None,
         "times": {}, "errors": {}, "checked": {}, "pyooc_stats": {}, "failures": {}, "skipped": {},
     }
-    opts = dict(stride=geom.stride, padding=geom.padding, dilation=geom.dilation, memory_limit=limit, backend=backend)
+    opts = dict(**geom.call_args, memory_limit=limit, backend=backend)
     plan = (pyooc.plan_conv_backward_data(geom.y_shape, geom.w_shape, geom.x_shape, **opts) if op == "data" else
             pyooc.plan_conv_backward_filter(geom.x_shape, geom.y_shape, geom.w_shape, **opts))
     result["pyooc_plan"] = plan_dict(plan)
@@ -266,8 +281,9 @@ def run_case(name, spec, ctx):
         reference = ctx.pop("reference", None) or Reference(torch, None)
     else:
         result["skipped"]["incore"] = "no torch/GPU (dry run)"
-        ref = (np_grad_input(geom.x_shape, w, dy, geom.stride, geom.padding, geom.dilation) if op == "data" else
-               np_grad_weight(x, geom.w_shape, dy, geom.stride, geom.padding, geom.dilation))
+        ref = (np_grad_input(geom.x_shape, w, dy, geom.stride, geom.padding, geom.dilation, geom.groups)
+               if op == "data" else np_grad_weight(x, geom.w_shape, dy, geom.stride, geom.padding, geom.dilation,
+                                                   geom.groups))
         reference = Reference(None, ref)
     rl = roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
     result["roofline"] = rl

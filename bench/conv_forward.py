@@ -68,19 +68,24 @@ VARIANT_TARGETS = _report.VARIANT_TARGETS + [
     ("bf16_speedup", 1.8, "bf16 >= 1.8x the float32 all-pinned run"),
 ]
 
-# name -> (description, x shape, w shape, padding, cap on memory_limit)
+# name -> (description, x shape, w shape, padding, cap on memory_limit); groups = C / w's second dim
+# (dw3d: depthwise, the 3D form of ConvNeXt's and MobileNet's layers, pytorch#37406's slow case).
+DW = "3D depthwise: 3x3x3, 64 channels (groups 64), {}^2x{}, padding 1"
 CASES = {
     "full": {
         "vgg2d": ("2D VGG-like: 3x3, 256->256, 56x56, padding 1", (1344, 256, 56, 56), (256, 256, 3, 3), 1, GiB),
         "vol3d": ("3D volume: 3x3x3, 32->32, 256^3, padding 1", (2, 32, 256, 256, 256), (32, 32, 3, 3, 3), 1, GiB),
+        "dw3d": (DW.format(256, 128), (2, 64, 256, 256, 128), (64, 1, 3, 3, 3), 1, GiB),
     },
     "quick": {
         "vgg2d": ("2D VGG-like: 3x3, 256->256, 56x56, padding 1", (168, 256, 56, 56), (256, 256, 3, 3), 1, None),
         "vol3d": ("3D volume: 3x3x3, 32->32, 128^3, padding 1", (2, 32, 128, 128, 128), (32, 32, 3, 3, 3), 1, None),
+        "dw3d": (DW.format(128, 64), (2, 64, 128, 128, 64), (64, 1, 3, 3, 3), 1, None),
     },
     "dry-run": {
         "vgg2d": ("2D VGG-like (tiny): 3x3, 16->16, 14x14, padding 1", (8, 16, 14, 14), (16, 16, 3, 3), 1, None),
         "vol3d": ("3D volume (tiny): 3x3x3, 8->8, 24^3, padding 1", (1, 8, 24, 24, 24), (8, 8, 3, 3, 3), 1, None),
+        "dw3d": ("3D depthwise (tiny): 3x3x3, 8 groups, 24^3, padding 1", (1, 8, 24, 24, 24), (8, 1, 3, 3, 3), 1, None),
     },
 }
 
@@ -89,8 +94,19 @@ CASES = {
 # numpy reference (dry run and self-test)
 
 
-def np_conv(x, w, stride, padding, dilation):
-    """float64 cross-correlation (torch semantics, groups=1), any number of spatial dims."""
+def per_group(fn, groups, operands, out_axis):
+    """fn over each group's share of `operands` ((array, axis) pairs, each split in `groups` along
+    its axis), the results joined along out_axis: a grouped convolution from ungrouped ones."""
+    if groups == 1:
+        return fn(*(a for a, _ in operands))
+    parts = zip(*(np.split(a, groups, axis=axis) for a, axis in operands))
+    return np.concatenate([fn(*p) for p in parts], axis=out_axis)
+
+
+def np_conv(x, w, stride, padding, dilation, groups=1):
+    """float64 cross-correlation (torch semantics), any number of spatial dims and groups."""
+    if groups > 1:
+        return per_group(lambda xg, wg: np_conv(xg, wg, stride, padding, dilation), groups, [(x, 1), (w, 0)], 1)
     sp = x.ndim - 2
     xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(p, p) for p in padding])
     out = tuple(conv_out_len(L, k, s, p, d) for L, k, s, p, d in
@@ -283,8 +299,7 @@ def incore_torch(torch, geom, x_np, w_np, repeats):
 
 def run_pyooc(pyooc, result, variant, x, w, y, geom, limit, backend, reference, args):
     def call():
-        pyooc.conv_forward(x, w, stride=geom.stride, padding=geom.padding, dilation=geom.dilation, out=y,
-                           memory_limit=limit, backend=backend)
+        pyooc.conv_forward(x, w, **geom.call_args, out=y, memory_limit=limit, backend=backend)
 
     return run_pyooc_variant(pyooc, result, variant, call, lambda: y.fill(np.nan),
                              lambda: check_output(result, variant, reference, y), args, backend)
@@ -294,8 +309,7 @@ def run_pyooc_fresh(pyooc, torch, result, variant, x, w, geom, limit, backend, r
     """y = conv_forward(x, w) as most callers write it: a new result each call (where a GPU is, cut
     from pyooc's pinned result cache), checked after the warm-up (_measure.run_fresh_variant)."""
     def call():
-        return pyooc.conv_forward(x, w, stride=geom.stride, padding=geom.padding, dilation=geom.dilation,
-                                  memory_limit=limit, backend=backend)
+        return pyooc.conv_forward(x, w, **geom.call_args, memory_limit=limit, backend=backend)
 
     return run_fresh_variant(pyooc, result, variant, call, [geom.y_shape],
                              lambda y: check_output(result, variant, reference, y), args, backend, torch)
@@ -316,8 +330,7 @@ def run_bf16(pyooc, torch, result, x, w, geom, limit, ctx, args):
     reference = TorchReference(torch, geom, xb.astype(np.float32), wb.astype(np.float32), None)
 
     def call():
-        pyooc.conv_forward(xb, wb, stride=geom.stride, padding=geom.padding, dilation=geom.dilation, out=yb,
-                           memory_limit=limit, backend=ctx["backend"])
+        pyooc.conv_forward(xb, wb, **geom.call_args, out=yb, memory_limit=limit, backend=ctx["backend"])
 
     return run_pyooc_variant(pyooc, result, "bf16", call, lambda: yb.fill(np.nan),
                              lambda: checked(result, "bf16", reference, yb.astype(np.float32), 2e-2), args,
@@ -334,14 +347,13 @@ def run_case(name, spec, ctx):
     result = {
         "name": name, "description": description, "x_shape": geom.x_shape, "w_shape": geom.w_shape,
         "y_shape": geom.y_shape, "stride": geom.stride, "padding": geom.padding, "dilation": geom.dilation,
-        "dtype": "float32", "x_bytes": geom.x_bytes, "w_bytes": geom.w_bytes, "y_bytes": geom.y_bytes,
+        "groups": geom.groups, "dtype": "float32", "x_bytes": geom.x_bytes, "w_bytes": geom.w_bytes, "y_bytes": geom.y_bytes,
         "working_set_bytes": ws, "memory_limit": limit, "working_set_over_limit": ws / limit, "flops": geom.flops,
         "roofline_s": None, "pyooc_pinned_s": None, "pyooc_pageable_s": None, "incore_torch_s": None,
         "naive_torch_s": None, "expert_torch_s": None,
         "times": {}, "errors": {}, "checked": {}, "pyooc_stats": {}, "failures": {}, "skipped": {},
     }
-    plan = pyooc.plan_conv_forward(geom.x_shape, geom.w_shape, stride=geom.stride, padding=geom.padding,
-                                   dilation=geom.dilation, memory_limit=limit, backend=backend)
+    plan = pyooc.plan_conv_forward(geom.x_shape, geom.w_shape, **geom.call_args, memory_limit=limit, backend=backend)
     result["pyooc_plan"] = plan_dict(plan)
     log(f"[{name}] {description}: working set {fmt_bytes(ws)}, memory_limit {fmt_bytes(limit)}; "
         f"pyooc plan: splits {plan.splits}, {plan.num_chunks} chunks")
@@ -373,7 +385,7 @@ def run_case(name, spec, ctx):
         reference = TorchReference(torch, geom, x, w, y_ref)
     else:
         result["skipped"]["incore"] = "no torch/GPU (dry run)"
-        reference = Reference(None, np_conv(x, w, geom.stride, geom.padding, geom.dilation))
+        reference = Reference(None, np_conv(x, w, geom.stride, geom.padding, geom.dilation, geom.groups))
     step("in-core")
     compute_s = result["incore_torch_s"]
     rl = roofline(geom.x_bytes + geom.w_bytes, geom.y_bytes, ctx["bandwidth"], compute_s)
@@ -422,10 +434,9 @@ def run_case(name, spec, ctx):
 
     if geom.y_shape == geom.x_shape:  # the result can be the next call's input
         def chained():
-            y0 = pyooc.conv_forward(x, w, stride=geom.stride, padding=geom.padding, dilation=geom.dilation,
-                                    memory_limit=limit, backend=backend)
+            y0 = pyooc.conv_forward(x, w, **geom.call_args, memory_limit=limit, backend=backend)
             chain_ref = (TorchReference(torch, geom, y0, w, None) if torch is not None
-                         else Reference(None, np_conv(y0, w, geom.stride, geom.padding, geom.dilation)))
+                         else Reference(None, np_conv(y0, w, geom.stride, geom.padding, geom.dilation, geom.groups)))
             return run_pyooc_fresh(pyooc, torch, result, "chained", y0, w, geom, limit, backend, chain_ref, args)
         result["pyooc_chained_s"] = attempt("chained", chained)
     else:
