@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import pyooc
-from conftest import host_direct_access
+from conftest import host_direct_access, needed_budget
 from padding_mode_helpers import CASES, DTYPES, MODES, budgets, check_close, random_inputs, torch_reference
 
 
@@ -96,7 +96,6 @@ def test_alpha_beta_scale_each_result(rng, mode):
 
 def needed_budget_forward(x_shape, w_shape, geometry, mode):
     """A budget that makes the forward split (twice the tightest)."""
-    from conftest import needed_budget
     return 2 * needed_budget(lambda m: pyooc.plan_conv_forward(x_shape, w_shape, memory_limit=m, backend="host",
                                                                padding_mode=mode, **geometry))
 
@@ -112,6 +111,7 @@ def test_pinned_inputs_are_gathered_exactly(rng, mode):
     with host_direct_access():
         got = pyooc.conv_forward(x, w, memory_limit=limit, backend="host", padding_mode=mode, **geometry)
         assert pyooc.last_stats()["chunks"] > 1
+        assert pyooc.last_stats()["gather_seconds"] > 0.0, "x went by DMA, which cannot compute its halo"
         check_close(got, y, 1e-5, f"{mode} forward, pinned")
         got = pyooc.conv_backward_filter(x, dy, w_shape, memory_limit=limit, backend="host", padding_mode=mode,
                                          **geometry)
@@ -189,7 +189,6 @@ def test_too_large_padding_per_mode(rng):
                                          r"once: padding \(5, 5\) at dimension 3"):
         pyooc.conv_forward(x, w, padding=(0, 5), backend="host", padding_mode="circular")
     # the largest each mode takes, against torch
-    from padding_mode_helpers import torch_reference
     for mode, padding in (("reflect", (2, 3)), ("circular", (3, 4)), ("replicate", (7, 9))):
         ref, _, _ = torch_reference(x, w, None, x.shape, w.shape, dict(padding=padding), mode)
         got = pyooc.conv_forward(x, w, padding=padding, backend="host", padding_mode=mode)

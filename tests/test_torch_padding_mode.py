@@ -60,9 +60,8 @@ def test_functional_padding_mode(rng, mode, spatial):
     x, w, b = rand(rng, shape).requires_grad_(), rand(rng, w_shape, 0.3).requires_grad_(), rand(rng, (4,))
     b.requires_grad_()
     ours_fn, theirs_fn = getattr(pt.functional, f"conv{spatial}d"), getattr(F, f"conv{spatial}d")
-    pads = (2, 1, 1, 2, 2, 1)[:2 * spatial]  # F.pad's order: last dimension first
-    padding = tuple(pads[2 * (spatial - 1 - d)] for d in range(spatial))
-    pads = tuple(p for d in reversed(range(spatial)) for p in (padding[d], padding[d]))
+    padding = (2, 1, 2)[:spatial]
+    pads = tuple(p for d in reversed(range(spatial)) for p in (padding[d], padding[d]))  # F.pad: last dim first
     compare(rng, lambda x, w, b, memory_limit: ours_fn(x, w, b, 1, padding, padding_mode=mode,
                                                        memory_limit=memory_limit, backend="host"),
             lambda x, w, b: theirs_fn(F.pad(x, pads, mode=mode), w, b), [x, w, b])

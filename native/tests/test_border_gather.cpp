@@ -31,7 +31,7 @@ int64_t max_pad(PaddingMode mode, int64_t size) {
   switch (mode) {
     case PaddingMode::reflect: return size - 1;
     case PaddingMode::circular: return size;
-    default: return 4;
+    default: return 8;
   }
 }
 
