@@ -8,7 +8,7 @@ from pyooc._arrays import CONV_DTYPES, as_input, as_shape
 import numpy as np
 
 from pyooc._call_args import check_dtype, conv_args, output_array, raw_bytes, same_dtype, spatial_dims
-from pyooc._device_arrays import caller_array, is_device_array, ready_device_arrays
+from pyooc._device_arrays import DeviceArray, caller_array, is_device_array, ready_device_arrays
 from pyooc._loader import load_native
 from pyooc._padding_fold import fold_padding, padding_pairs
 from pyooc.progress import observed
@@ -60,7 +60,7 @@ def _backward_data_folded(inputs, x_shape, formula, out, o):
     added and the sum rounded once to out's dtype."""
     named = {**inputs, "out": out}
     for name, array in named.items():
-        if is_device_array(array):
+        if isinstance(array, DeviceArray) or is_device_array(array):
             raise ValueError(f"conv_backward_data: padding_mode={o['padding_mode']!r} needs {name} in host memory "
                              "(the padded input's gradient is folded on the host)")
     dy, w = inputs["dy"], inputs["w"]

@@ -60,3 +60,14 @@ def test_cuda_device_x_is_refused(rng, mode):
     xd = torch.from_numpy(x).cuda()
     with pytest.raises(ValueError, match=f"padding_mode='{mode}' needs x in host memory"):
         pyooc.conv_forward(xd, w, padding=1, backend="cuda", padding_mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cuda_device_arrays_are_refused_by_the_gradients(rng, mode):
+    torch = pytest.importorskip("torch")
+    x, w, dy = random_inputs(rng, (1, 2, 6, 5), (3, 2, 3, 3), dict(padding=1), np.float32)
+    dyd, xd = torch.from_numpy(dy).cuda(), torch.from_numpy(x).cuda()
+    with pytest.raises(ValueError, match=f"padding_mode='{mode}' needs dy in host memory"):
+        pyooc.conv_backward_data(dyd, w, x.shape, padding=1, backend="cuda", padding_mode=mode)
+    with pytest.raises(ValueError, match=f"padding_mode='{mode}' needs x in host memory"):
+        pyooc.conv_backward_filter(xd, dy, w.shape, padding=1, backend="cuda", padding_mode=mode)
