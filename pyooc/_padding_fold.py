@@ -23,9 +23,11 @@ def padded_source(i, size, mode):
     raise ValueError(f"padded_source: padding_mode {mode!r} copies nothing")
 
 
-def padding_pairs(padding):
-    """conv_args' padding (ints, or (before, after) pairs) as one (before, after) pair a dimension."""
-    return tuple((p, p) if isinstance(p, int) else tuple(p) for p in padding)
+def padding_pairs(padding, spatial):
+    """conv_args' padding (ints, or (before, after) pairs; one int stands for every dimension, as
+    libooc reads it) as one (before, after) pair for each of `spatial` dimensions."""
+    pairs = tuple((p, p) if isinstance(p, int) else tuple(p) for p in padding)
+    return pairs * spatial if len(pairs) == 1 else pairs
 
 
 def fold_padding(grad, pairs, mode, dtype=np.float32):

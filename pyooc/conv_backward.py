@@ -45,7 +45,7 @@ def _padded_input(x_shape, w_shape, o):
     dimension's size, circular at most its size)."""
     _native.conv_output_shape(x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"],
                               o["padding_mode"])
-    pairs = padding_pairs(o["padding"])
+    pairs = padding_pairs(o["padding"], len(x_shape) - 2)
     padded = tuple(x_shape[:2]) + tuple(n + b + a for n, (b, a) in zip(x_shape[2:], pairs))
     return padded, pairs, dict(o, padding=(0,) * len(pairs), beta=0.0, padding_mode="zeros")
 

@@ -22,6 +22,7 @@ CASES = {
                                                               groups=2)),
     "2d_same_even_kernel": ((1, 3, 21, 17), (4, 3, 4, 3), dict(padding="same", dilation=(1, 2))),
     "3d": ((1, 2, 9, 11, 7), (3, 2, 3, 3, 2), dict(padding=(1, 2, 1))),
+    "3d_one_padding_for_every_dimension": ((1, 2, 8, 7, 9), (3, 2, 3, 2, 3), dict(padding=2)),
 }
 
 

@@ -203,3 +203,17 @@ def test_fused_forward_refuses_a_mode(rng):
         pyooc.plan_conv_bias_activation_forward(x.shape, w.shape, padding=1, backend="host", padding_mode="circular")
     with pytest.raises(ValueError, match="padding_mode must be one of"):
         pyooc.conv_bias_activation_forward(x, w, padding=1, backend="host", padding_mode="mirror")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_spread_over_several_devices(rng, mode):
+    """devices=: each (virtual, host-backend) device's pipeline gathers its chunks' halos."""
+    x_shape, w_shape, geometry = CASES["3d_one_padding_for_every_dimension"]
+    x, w, dy = random_inputs(rng, x_shape, w_shape, geometry, np.float32)
+    y, dx, dw = torch_reference(x, w, dy, x_shape, w_shape, geometry, mode)
+    common = dict(memory_limit=needed_budget_forward(x_shape, w_shape, geometry, mode), backend="host",
+                  devices=[0, 1], padding_mode=mode, **geometry)
+    check_close(pyooc.conv_forward(x, w, **common), y, 1e-5, f"{mode} forward on two devices")
+    assert pyooc.last_stats()["chunks"] > 1
+    check_close(pyooc.conv_backward_filter(x, dy, w_shape, **common), dw, 1e-5, f"{mode} filter on two devices")
+    check_close(pyooc.conv_backward_data(dy, w, x_shape, **common), dx, 1e-5, f"{mode} data on two devices")
