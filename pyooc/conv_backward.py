@@ -38,11 +38,14 @@ def _run(operation, inputs, third_shape, out_shape, formula, out, o):
     return caller_array(out)
 
 
-def _padded_input(x_shape, w_shape, o):
+def _padded_input(dy_shape, w_shape, x_shape, o):
     """For backward data under a non-zero padding_mode: the padded input's shape, the padding as
-    (before, after) pairs, and the options of the unpadded problem on that shape. Validates the
-    padding against x_shape first, in torch's words (the forward's check: reflect pads less than a
-    dimension's size, circular at most its size)."""
+    (before, after) pairs, and the options of the unpadded problem on that shape. Validates first,
+    naming the caller's shapes: dy against x_shape with the call's own padding, then the padding
+    against x_shape in torch's words (reflect pads less than a dimension's size, circular at most
+    its size)."""
+    _native.check_backward("conv_backward_data", dy_shape, w_shape, x_shape, o["stride"], o["padding"],
+                           o["dilation"], o["groups"])
     _native.conv_output_shape(x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"],
                               o["padding_mode"])
     pairs = padding_pairs(o["padding"], len(x_shape) - 2)
@@ -64,10 +67,7 @@ def _backward_data_folded(inputs, x_shape, formula, out, o):
             raise ValueError(f"conv_backward_data: padding_mode={o['padding_mode']!r} needs {name} in host memory "
                              "(the padded input's gradient is folded on the host)")
     dy, w = inputs["dy"], inputs["w"]
-    # dy against x_shape, with the call's own padding: the caller's error names the caller's shapes.
-    _native.check_backward("conv_backward_data", dy.shape, w.shape, x_shape, o["stride"], o["padding"],
-                           o["dilation"], o["groups"])
-    padded_shape, pairs, unpadded = _padded_input(x_shape, w.shape, o)
+    padded_shape, pairs, unpadded = _padded_input(dy.shape, w.shape, x_shape, o)
     out = output_array(out, x_shape, inputs, o["beta"], formula, dy.dtype)
     grad = np.empty(padded_shape, dy.dtype)
     _run("conv_backward_data", inputs, padded_shape, lambda: padded_shape, formula, grad, unpadded)
@@ -85,7 +85,7 @@ def _plan(operation, shapes, w_shape, dtype, stride, padding, dilation, groups, 
                   pinned, kernel=w_shape[2:], padding_mode=padding_mode)
     if operation == "conv_backward_data" and o["padding_mode"] != "zeros":  # what conv_backward_data runs
         dy_shape, w_shape, x_shape = shapes
-        padded_shape, _, o = _padded_input(x_shape, w_shape, o)
+        padded_shape, _, o = _padded_input(dy_shape, w_shape, x_shape, o)
         shapes = dy_shape, w_shape, padded_shape
     return _native.plan_conv_backward(operation, *shapes, o["stride"], o["padding"], o["dilation"], o["groups"],
                                       o["alpha"], o["beta"], o["options"], dtype, o["padding_mode"])

@@ -217,3 +217,14 @@ def test_spread_over_several_devices(rng, mode):
     assert pyooc.last_stats()["chunks"] > 1
     check_close(pyooc.conv_backward_filter(x, dy, w_shape, **common), dw, 1e-5, f"{mode} filter on two devices")
     check_close(pyooc.conv_backward_data(dy, w, x_shape, **common), dx, 1e-5, f"{mode} data on two devices")
+
+
+@pytest.mark.parametrize("call", ["conv_backward_data", "plan_conv_backward_data"])
+def test_backward_data_names_the_callers_shapes(rng, call):
+    """dy that is not x_shape's forward output is refused naming the caller's x_shape, not the
+    padded shape the fold runs on."""
+    args = _call_args(rng, call, (1, 2, 6, 5), (3, 2, 3, 3), 1)
+    wrong_x = (1, 2, 7, 5)
+    args = args[:2] + (wrong_x,)
+    with pytest.raises(ValueError, match=r"\[1, 2, 7, 5\]"):
+        getattr(pyooc, call)(*args, padding=1, backend="host", padding_mode="reflect")
