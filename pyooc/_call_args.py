@@ -46,17 +46,28 @@ def as_device(device):
     return as_int(device, "device", -2**31, 2**31 - 1)
 
 
+PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+
+def check_padding_mode(padding_mode):
+    """padding_mode as torch's convolution modules take it (ValueError in torch's words otherwise)."""
+    if not isinstance(padding_mode, str) or padding_mode not in PADDING_MODES:
+        raise ValueError(f"padding_mode must be one of {list(PADDING_MODES)}, but got padding_mode={padding_mode!r}")
+    return padding_mode
+
+
 def conv_args(spatial, stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
-              pinned=False, kernel=None, devices=None):
+              pinned=False, kernel=None, devices=None, padding_mode="zeros"):
     """A convolution-shaped call's scalars checked, as a dict: stride, padding (conv_padding's),
-    dilation (tuples of `spatial` ints), groups, alpha, beta, and "options" (a CallOptions).
-    kernel: w's spatial sizes, for padding strings (None: the call takes none, e.g. a transposed
-    convolution, whose padding torch gives no strings either)."""
+    dilation (tuples of `spatial` ints), groups, alpha, beta, padding_mode, and "options" (a
+    CallOptions). kernel: w's spatial sizes, for padding strings (None: the call takes none, e.g. a
+    transposed convolution, whose padding torch gives no strings either)."""
     check_backend(backend)  # first: a bad backend is reported before a bad geometry, as it always was
     stride = spatial_tuple(stride, spatial, "stride")
     dilation = spatial_tuple(dilation, spatial, "dilation")
     return dict(
         stride=stride,
+        padding_mode=check_padding_mode(padding_mode),
         padding=conv_padding(padding, spatial, kernel, stride, dilation),
         dilation=dilation,
         groups=as_int(groups, "groups"),

@@ -95,6 +95,11 @@ cdef class Plan:
         return self.c_obj.get().backend.decode()
 
     @property
+    def padding_mode(self):
+        """What a convolution's padding holds: "zeros", "reflect", "replicate" or "circular"."""
+        return _PADDING_MODE_NAMES[self.c_obj.get().problem.padding_mode]
+
+    @property
     def math(self):
         """How its float32 convolutions and GEMMs multiply: "fp32" (full FP32) or "tf32"
         (pyooc/precision.py); the host backend computes full FP32 under either."""
@@ -356,23 +361,35 @@ _MATH_NAMES = {ooc.MathMode.fp32: "fp32", ooc.MathMode.tf32: "tf32"}
 
 _DTYPES = {"float32": ooc.DType.float32, "float16": ooc.DType.float16, "bfloat16": ooc.DType.bfloat16}
 
+# torch's padding_mode names (pyooc._call_args.check_padding_mode validates them first).
+_PADDING_MODES = {"zeros": ooc.PaddingMode.zeros, "reflect": ooc.PaddingMode.reflect,
+                  "replicate": ooc.PaddingMode.replicate, "circular": ooc.PaddingMode.circular}
+_PADDING_MODE_NAMES = {mode: name for name, mode in _PADDING_MODES.items()}
+
 
 cdef ooc.ConvProblem _conv_problem(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation,
                                    int64_t groups, double alpha, double beta, bint has_bias,
-                                   str dtype="float32") except *:
+                                   str dtype="float32", str padding_mode="zeros") except *:
     before, after = _padding_ends(padding)
-    return ooc.ConvProblem.forward(list(x_shape), list(w_shape), list(stride), before, list(dilation),
-                                   groups, alpha, beta, has_bias, _DTYPES[dtype], after)
+    cdef ooc.ConvProblem problem = ooc.ConvProblem.forward(list(x_shape), list(w_shape), list(stride), before,
+                                                           list(dilation), groups, alpha, beta, has_bias,
+                                                           _DTYPES[dtype], after)
+    problem.set_padding_mode(_PADDING_MODES[padding_mode])
+    return problem
 
 
-def conv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups):
-    return tuple(_conv_problem(x_shape, w_shape, stride, padding, dilation, groups, 1.0, 0.0, False).y_shape())
+def conv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups,
+                      str padding_mode="zeros"):
+    """The output's shape; validates the geometry, padding_mode's against it included."""
+    return tuple(_conv_problem(x_shape, w_shape, stride, padding, dilation, groups, 1.0, 0.0, False, "float32",
+                               padding_mode).y_shape())
 
 
 def plan_conv_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups,
-                      double alpha, double beta, bint has_bias, CallOptions options not None, str dtype="float32"):
+                      double alpha, double beta, bint has_bias, CallOptions options not None, str dtype="float32",
+                      str padding_mode="zeros"):
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta,
-                                                 has_bias, dtype)
+                                                 has_bias, dtype, padding_mode)
     cdef ooc.Plan plan
     with nogil:
         plan = ooc.plan_conv_forward(problem, options.c_obj)
@@ -405,7 +422,7 @@ cdef void* _writable_data(object array) except NULL:
 
 def conv_forward(x_bytes, tuple x_shape, w_bytes, tuple w_shape, bias, y_bytes, tuple stride, tuple padding,
                  tuple dilation, int64_t groups, double alpha, double beta, CallOptions options not None,
-                 str dtype="float32"):
+                 str dtype="float32", str padding_mode="zeros"):
     """Runs on flat byte views of the caller's arrays of `dtype` (no copies), or on their device
     memory (DeviceArray)."""
     cdef const void* x = _data(x_bytes)
@@ -413,7 +430,7 @@ def conv_forward(x_bytes, tuple x_shape, w_bytes, tuple w_shape, bias, y_bytes, 
     cdef const void* bias_ptr = _data(bias)
     cdef void* y = _writable_data(y_bytes)
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta,
-                                                 bias is not None, dtype)
+                                                 bias is not None, dtype, padding_mode)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
@@ -444,30 +461,35 @@ _BACKWARD = {"conv_backward_data": ooc.Operation.backward_data,
 
 cdef ooc.ConvProblem _backward_problem(str operation, tuple first, tuple second, tuple third, tuple stride,
                                        tuple padding, tuple dilation, int64_t groups, double alpha,
-                                       double beta, str dtype="float32") except *:
+                                       double beta, str dtype="float32", str padding_mode="zeros") except *:
     cdef ooc.Operation op = _BACKWARD[operation]
     cdef ooc.DType element = _DTYPES[dtype]
+    cdef ooc.ConvProblem problem
     before, after = _padding_ends(padding)
     if op == ooc.Operation.backward_data:
-        return ooc.ConvProblem.backward_data(list(first), list(second), list(third), list(stride), before,
-                                             list(dilation), groups, alpha, beta, element, after)
-    if op == ooc.Operation.backward_filter:
-        return ooc.ConvProblem.backward_filter(list(first), list(second), list(third), list(stride), before,
-                                               list(dilation), groups, alpha, beta, element, after)
-    return ooc.ConvProblem.backward_bias(list(first), alpha, beta, element)
+        problem = ooc.ConvProblem.backward_data(list(first), list(second), list(third), list(stride), before,
+                                                list(dilation), groups, alpha, beta, element, after)
+    elif op == ooc.Operation.backward_filter:
+        problem = ooc.ConvProblem.backward_filter(list(first), list(second), list(third), list(stride), before,
+                                                  list(dilation), groups, alpha, beta, element, after)
+    else:
+        problem = ooc.ConvProblem.backward_bias(list(first), alpha, beta, element)
+    problem.set_padding_mode(_PADDING_MODES[padding_mode])
+    return problem
 
 
 def check_backward(str operation, tuple first, tuple second, tuple third, tuple stride, tuple padding,
-                   tuple dilation, int64_t groups):
+                   tuple dilation, int64_t groups, str padding_mode="zeros"):
     """Validates a gradient's shapes and geometry (ValueError naming the argument)."""
-    _backward_problem(operation, first, second, third, stride, padding, dilation, groups, 1.0, 0.0)
+    _backward_problem(operation, first, second, third, stride, padding, dilation, groups, 1.0, 0.0, "float32",
+                      padding_mode)
 
 
 def plan_conv_backward(str operation, tuple first, tuple second, tuple third, tuple stride, tuple padding,
                        tuple dilation, int64_t groups, double alpha, double beta, CallOptions options not None,
-                       str dtype="float32"):
+                       str dtype="float32", str padding_mode="zeros"):
     cdef ooc.ConvProblem problem = _backward_problem(operation, first, second, third, stride, padding, dilation,
-                                                     groups, alpha, beta, dtype)
+                                                     groups, alpha, beta, dtype, padding_mode)
     cdef ooc.Plan plan
     with nogil:
         if problem.op == ooc.Operation.backward_data:
@@ -481,12 +503,12 @@ def plan_conv_backward(str operation, tuple first, tuple second, tuple third, tu
 
 def conv_backward(str operation, a_bytes, tuple a_shape, b_bytes, tuple b_shape, tuple third_shape, out_bytes,
                   tuple stride, tuple padding, tuple dilation, int64_t groups, double alpha, double beta,
-                  CallOptions options not None, str dtype="float32"):
+                  CallOptions options not None, str dtype="float32", str padding_mode="zeros"):
     """Runs a gradient on flat byte views of the caller's arrays of `dtype` (no copies): a, b are
     (dy, w) for conv_backward_data, (x, dy) for conv_backward_filter, (dy, None) for
     conv_backward_bias; the shapes follow as for plan_conv_backward."""
     cdef ooc.ConvProblem problem = _backward_problem(operation, a_shape, b_shape, third_shape, stride, padding,
-                                                     dilation, groups, alpha, beta, dtype)
+                                                     dilation, groups, alpha, beta, dtype, padding_mode)
     cdef const void* a = _data(a_bytes)
     cdef const void* b_ptr = _data(b_bytes)
     cdef void* out = _writable_data(out_bytes)

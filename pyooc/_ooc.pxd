@@ -17,6 +17,12 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
         float16
         bfloat16
 
+    cdef enum class PaddingMode(int):
+        zeros
+        reflect
+        replicate
+        circular
+
     cdef enum class Operation(int):
         forward
         backward_data
@@ -48,6 +54,9 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
         DType dtype
         double alpha, beta
         bool has_bias
+        PaddingMode padding_mode
+
+        void set_padding_mode(PaddingMode mode) except +translate_exception
 
         @staticmethod
         ConvProblem forward(const vector[int64_t]& x_shape, const vector[int64_t]& w_shape,

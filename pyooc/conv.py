@@ -18,7 +18,8 @@ _native = load_native()
 @accepts_math
 @accepts_machine
 def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
-                      beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0, pinned=False):
+                      beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0, pinned=False,
+                      padding_mode="zeros"):
     """The Plan conv_forward would run for these shapes and options, without running it.
 
     bias: whether a bias is added (its K floats stay on the device). Raises MemoryError, saying how
@@ -31,15 +32,15 @@ def plan_conv_forward(x_shape, w_shape, *, bias=False, stride=1, padding=0, dila
         x_shape = (1,) + x_shape
     dtype = check_dtype(dtype, CONV_DTYPES)
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend,
-                  device, pinned, kernel=w_shape[2:])
+                  device, pinned, kernel=w_shape[2:], padding_mode=padding_mode)
     return _native.plan_conv_forward(x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"],
-                                     o["alpha"], o["beta"], bool(bias), o["options"], dtype)
+                                     o["alpha"], o["beta"], bool(bias), o["options"], dtype, o["padding_mode"])
 
 
 @accepts_math
 @observed
 def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0, beta=0.0, out=None,
-                 memory_limit=None, backend="auto", device=0, devices=None):
+                 memory_limit=None, backend="auto", device=0, devices=None, padding_mode="zeros"):
     """y = alpha * conv(x, w) + beta * out + bias, computed out of core.
 
     Like torch.nn.functional.conv1d/2d/3d (cross-correlation; x [N, C, *spatial], w [K, C/groups,
@@ -53,20 +54,24 @@ def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, 
     out). memory_limit caps device bytes for this call (int or "512MiB"; default: set_memory_limit()).
     backend: "auto" (GPU when present), "cuda" or "host" (CPU reference, same chunking). devices:
     spread the chunks over several GPUs ("all" or a list of ordinals; None: pyooc.set_devices'
-    default, else `device` alone; pyooc/devices.py)."""
+    default, else `device` alone; pyooc/devices.py). padding_mode: what the padding holds, as torch's
+    Conv modules: "zeros", "reflect", "replicate" or "circular" (torch's F.pad(x, ..., mode) then an
+    unpadded convolution), computed exactly by the host gather of each chunk's halo
+    (docs/ARCHITECTURE.md); x must then be in host memory."""
     x, w, bias = conv_inputs(x, w, bias)
     unbatched = x.ndim == w.ndim - 1  # torch's unbatched (C, *spatial): pyooc/_unbatched.py
     if is_device_array(out):  # as a DeviceArray before it is given a batch dimension
         out = device_array(out, "out", CONV_DTYPES, writable=True)
     x, out = as_batch_of_one(x, unbatched, out)
     o = conv_args(spatial_dims(w.shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
-                  kernel=w.shape[2:], devices=devices)
+                  kernel=w.shape[2:], devices=devices, padding_mode=padding_mode)
     # Validates the geometry (ValueError naming the argument) before anything is allocated.
-    y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
+    y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"],
+                                        o["padding_mode"])
     out = output_array(out, y_shape, {"x": x, "w": w, "bias": bias}, o["beta"], "y = alpha * conv(x, w) + beta * out",
                        x.dtype, device_arrays=True)
     ready_device_arrays({"x": x, "w": w, "bias": bias, "out": out}, o["options"], _native)
     _last_stats.record(_native.conv_forward(
         raw_bytes(x), x.shape, raw_bytes(w), w.shape, raw_bytes(bias), raw_bytes(out), o["stride"], o["padding"],
-        o["dilation"], o["groups"], o["alpha"], o["beta"], o["options"], str(x.dtype)))
+        o["dilation"], o["groups"], o["alpha"], o["beta"], o["options"], str(x.dtype), o["padding_mode"]))
     return caller_array(without_batch(out, unbatched))

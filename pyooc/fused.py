@@ -54,7 +54,7 @@ def _forward_output(out, y_shape, x, w, bias, z, alpha2):
 
 
 def _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1, alpha2, memory_limit,
-                       backend, device, pinned, transposed=False):
+                       backend, device, pinned, transposed=False, padding_mode="zeros"):
     """A fused forward's plan twin's arguments checked: (x_shape, w_shape, o as _geometry gives it);
     z: whether the call gets a z (alpha2 != 0 needs one); transposed: a transposed convolution
     (no padding strings)."""
@@ -62,18 +62,24 @@ def _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, gr
     w_shape = as_shape(w_shape, "w_shape")
     check_dtype(dtype)
     o = _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device, pinned,
-                  None if transposed else w_shape[2:])
+                  None if transposed else w_shape[2:], padding_mode)
     if not z and o["alpha2"] != 0.0:
         raise ValueError(_NEEDS_Z)
     return x_shape, w_shape, o
 
 
 def _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device,
-              pinned=False, kernel=None):
+              pinned=False, kernel=None, padding_mode="zeros"):
     """conv_args with cuDNN's fused names for the scales (alpha1: the convolution's, alpha2: z's);
-    kernel as conv_args takes it (None: no padding strings)."""
+    kernel as conv_args takes it (None: no padding strings). The fused forms pad with zeros only:
+    their planner leaves every padding to cuDNN (it refuses asymmetric padding too), where a
+    padding_mode needs the explicit halo of the separate conv_forward."""
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend,
-                  device, pinned, kernel)
+                  device, pinned, kernel, padding_mode=padding_mode)
+    if o["padding_mode"] != "zeros":
+        raise NotImplementedError(
+            f"padding_mode={o['padding_mode']!r} is not supported by the fused forward: it pads with zeros only; "
+            "use conv_forward(..., padding_mode=...) followed by add_tensor and activation_forward")
     o["alpha1"], o["alpha2"] = o.pop("alpha"), o.pop("beta")
     return o
 
@@ -82,7 +88,7 @@ def _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory
 @observed
 def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=None, z=None, alpha1=1.0, alpha2=0.0,
                                  stride=1, padding=0, dilation=1, groups=1, out=None, memory_limit=None,
-                                 backend="auto", device=0):
+                                 backend="auto", device=0, padding_mode="zeros"):
     """y = act(alpha1 * conv(x, w) + alpha2 * z + bias) in one out-of-core pass (cuDNN's
     ConvolutionBiasActivationForward).
 
@@ -97,11 +103,12 @@ def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=Non
     instead of y five times. activation: "identity" or one of activation_forward's modes (coef as
     activation_forward takes it).
     alpha2 != 0 needs z; as in cuDNN, z is not read when alpha2 == 0. The result is a new array, or
-    `out` (which may be z itself: in place)."""
+    `out` (which may be z itself: in place). padding_mode: "zeros" only (NotImplementedError
+    otherwise, naming the composition that takes it)."""
     x, w, bias = conv_inputs(x, w, bias)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device,
-                  kernel=w.shape[2:])
+                  kernel=w.shape[2:], padding_mode=padding_mode)
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
     z = _z_input(z, y_shape, o["alpha2"])
     out, read_z = _forward_output(out, y_shape, x, w, bias, z, o["alpha2"])
@@ -116,12 +123,13 @@ def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=Non
 @accepts_machine
 def plan_conv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, alpha1=1.0, alpha2=0.0, stride=1,
                                       padding=0, dilation=1, groups=1, dtype="float32", memory_limit=None,
-                                      backend="auto", device=0, pinned=False):
+                                      backend="auto", device=0, pinned=False, padding_mode="zeros"):
     """The Plan conv_bias_activation_forward would run, without running it: the forward planner's,
     with z read in place of y where alpha2 != 0 (z: whether a z is given). bytes_h2d / bytes_d2h
     are what the call moves. pinned: plan for pinned arrays (as plan_conv_forward)."""
     x_shape, w_shape, o = _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1,
-                                             alpha2, memory_limit, backend, device, pinned)
+                                             alpha2, memory_limit, backend, device, pinned,
+                                             padding_mode=padding_mode)
     return _native.plan_conv_bias_activation_forward(
         x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
         o["alpha2"] if z else 0.0, bool(bias), o["options"])

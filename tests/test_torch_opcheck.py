@@ -23,9 +23,11 @@ def samples():
     x, w, b = t(2, 3, 6, 5, grad=True), t(4, 3, 3, 3, grad=True), t(4, grad=True)
     dy = t(2, 4, 6, 5)
     return {
-        "conv_forward": [(x, w, b, *conv), (x, w, None, [2, 1], [0, 1], [1, 1], 1, 1 << 12, H)],
-        "conv_backward_data": [(t(2, 4, 6, 5, grad=True), w, [2, 3, 6, 5], *conv)],
-        "conv_backward_filter": [(x.detach(), dy, [4, 3, 3, 3], *conv)],
+        "conv_forward": [(x, w, b, *conv), (x, w, None, [2, 1], [0, 1], [1, 1], 1, 1 << 12, H),
+                         (x, w, b, *conv, "reflect"), (x, w, None, [1, 2], [1, 2, 1, 1], [1, 1], 1, 0, H, "circular")],
+        "conv_backward_data": [(t(2, 4, 6, 5, grad=True), w, [2, 3, 6, 5], *conv),
+                               (t(2, 4, 6, 5, grad=True), w, [2, 3, 6, 5], *conv, "replicate")],
+        "conv_backward_filter": [(x.detach(), dy, [4, 3, 3, 3], *conv), (x.detach(), dy, [4, 3, 3, 3], *conv, "reflect")],
         "conv_backward_bias": [(dy, 0, H)],
         "conv_backward_data_filter_bias": [(x.detach(), dy, w.detach(), *conv)],
         "conv_transpose_forward": [(t(2, 3, 4, 5, grad=True), t(3, 2, 3, 3, grad=True), t(2, grad=True), [2, 2],

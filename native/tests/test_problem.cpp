@@ -162,4 +162,50 @@ TEST(ProblemGeometry, SizesAndFlops) {
   EXPECT_NE(d.find("[2, 4, 8, 8]"), std::string::npos) << d;
 }
 
+// ConvProblem::set_padding_mode: torch's F.pad limits per mode (reflect < size, circular <= size,
+// replicate any), checked against both ends of an asymmetric padding, refused for the operations
+// that take zeros only; a mode makes every padded dimension explicit (cudnn_can_pad).
+TEST(ProblemPaddingMode, LimitsPerModeInTorchsWords) {
+  using ooc::PaddingMode;
+  ConvProblem p = make({1, 2, 5, 4}, {3, 2, 3, 3}, {1}, {4, 3});
+  ConvProblem q = p;
+  q.set_padding_mode(PaddingMode::reflect);  // 4 < 5 and 3 < 4
+  EXPECT_EQ(q.padding_mode, PaddingMode::reflect);
+  expect_invalid([] { make({1, 2, 5, 4}, {3, 2, 3, 3}, {1}, {1, 4}).set_padding_mode(PaddingMode::reflect); },
+                 "padding_mode",
+                 "Padding size should be less than the corresponding input dimension, but got: padding (4, 4) at "
+                 "dimension 3 of input [1, 2, 5, 4]");
+  make({1, 2, 5, 4}, {3, 2, 3, 3}, {1}, {5, 4}).set_padding_mode(PaddingMode::circular);  // <= size
+  expect_invalid([] { make({1, 2, 5, 4}, {3, 2, 3, 3}, {1}, {6, 1}).set_padding_mode(PaddingMode::circular); },
+                 "padding_mode", "Padding value causes wrapping around more than once: padding (6, 6) at dimension 2");
+  make({1, 2, 5, 4}, {3, 2, 3, 3}, {1}, {9, 9}).set_padding_mode(PaddingMode::replicate);
+  // the end's padding counts too: (before 1, after 4) on a dimension of 4
+  expect_invalid([] {
+    ConvProblem::forward({1, 2, 5, 4}, {3, 2, 3, 3}, {1}, {0, 1}, {1}, 1, 1.0, 0.0, false, ooc::DType::float32, {0, 4})
+        .set_padding_mode(PaddingMode::reflect);
+  }, "padding_mode", "padding (1, 4) at dimension 3");
+}
+
+TEST(ProblemPaddingMode, OnlyTheForwardAndTheFilterGradientTakeAMode) {
+  using ooc::PaddingMode;
+  const ConvProblem data = ConvProblem::backward_data({1, 3, 5, 4}, {3, 2, 3, 3}, {1, 2, 5, 4}, {1}, {1}, {1}, 1, 1.0,
+                                                      0.0);
+  expect_invalid([&] { ConvProblem(data).set_padding_mode(PaddingMode::reflect); }, "padding_mode",
+                 "not supported by conv_backward_data");
+  ConvProblem(data).set_padding_mode(PaddingMode::zeros);  // zeros is every operation's
+  ConvProblem filter = ConvProblem::backward_filter({1, 2, 5, 4}, {1, 3, 5, 4}, {3, 2, 3, 3}, {1}, {1}, {1}, 1, 1.0,
+                                                    0.0);
+  filter.set_padding_mode(PaddingMode::circular);
+  EXPECT_EQ(filter.padding_mode, PaddingMode::circular);
+}
+
+TEST(ProblemPaddingMode, AModePadsEveryPaddedDimensionExplicitly) {
+  ConvProblem p = make({1, 2, 5, 4}, {3, 2, 3, 1}, {1}, {1, 0});
+  EXPECT_TRUE(p.cudnn_can_pad(0) && p.cudnn_can_pad(1));
+  p.set_padding_mode(ooc::PaddingMode::replicate);
+  EXPECT_FALSE(p.cudnn_can_pad(0)) << "padded: the gather computes it";
+  EXPECT_TRUE(p.cudnn_can_pad(1)) << "unpadded: nothing to compute";
+  EXPECT_NE(p.describe().find("padding_mode=replicate"), std::string::npos) << p.describe();
+}
+
 }  // namespace

@@ -80,44 +80,49 @@ def _symmetric(padding, w):
 
 @torch.library.custom_op("pyooc::conv_forward", mutates_args=())
 def conv_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],
-                 dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
+                 dilation: list[int], groups: int, memory_limit: int, backend: str,
+                 padding_mode: str = "zeros") -> Tensor:
     y, out = device_result(x, conv_output_shape(x.shape, w.shape, stride, padding, dilation))
     return result_tensor(y, _run(pyooc.conv_forward, _conv_array(x, "input"), _conv_array(w, "weight"),
                                  _conv_array(bias, "bias"), stride=stride, padding=_padding(padding, w),
                                  dilation=dilation, groups=groups, out=out, memory_limit=memory_limit,
-                                 backend=backend))
+                                 backend=backend, padding_mode=padding_mode))
 
 
 @conv_forward.register_fake
-def _(x, w, bias, stride, padding, dilation, groups, memory_limit, backend):
+def _(x, w, bias, stride, padding, dilation, groups, memory_limit, backend, padding_mode="zeros"):
     return x.new_empty(conv_output_shape(x.shape, w.shape, stride, padding, dilation))
 
 
 @torch.library.custom_op("pyooc::conv_backward_data", mutates_args=())
 def conv_backward_data(dy: Tensor, w: Tensor, x_shape: list[int], stride: list[int], padding: list[int],
-                       dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
+                       dilation: list[int], groups: int, memory_limit: int, backend: str,
+                       padding_mode: str = "zeros") -> Tensor:
     dx, out = device_result(dy, x_shape)
     return result_tensor(dx, _run(pyooc.conv_backward_data, _conv_array(dy, "grad_output"), _conv_array(w, "weight"),
                                   x_shape, stride=stride, padding=_padding(padding, w), dilation=dilation,
-                                  groups=groups, out=out, memory_limit=memory_limit, backend=backend))
+                                  groups=groups, out=out, memory_limit=memory_limit, backend=backend,
+                                  padding_mode=padding_mode))
 
 
 @conv_backward_data.register_fake
-def _(dy, w, x_shape, stride, padding, dilation, groups, memory_limit, backend):
+def _(dy, w, x_shape, stride, padding, dilation, groups, memory_limit, backend, padding_mode="zeros"):
     return dy.new_empty(x_shape)
 
 
 @torch.library.custom_op("pyooc::conv_backward_filter", mutates_args=())
 def conv_backward_filter(x: Tensor, dy: Tensor, w_shape: list[int], stride: list[int], padding: list[int],
-                         dilation: list[int], groups: int, memory_limit: int, backend: str) -> Tensor:
+                         dilation: list[int], groups: int, memory_limit: int, backend: str,
+                         padding_mode: str = "zeros") -> Tensor:
     dw, out = device_result(x, w_shape)
     return result_tensor(dw, _run(pyooc.conv_backward_filter, _conv_array(x, "input"), _conv_array(dy, "grad_output"),
                                   w_shape, stride=stride, padding=_padding(padding, x), dilation=dilation,
-                                  groups=groups, out=out, memory_limit=memory_limit, backend=backend))
+                                  groups=groups, out=out, memory_limit=memory_limit, backend=backend,
+                                  padding_mode=padding_mode))
 
 
 @conv_backward_filter.register_fake
-def _(x, dy, w_shape, stride, padding, dilation, groups, memory_limit, backend):
+def _(x, dy, w_shape, stride, padding, dilation, groups, memory_limit, backend, padding_mode="zeros"):
     return x.new_empty(w_shape)
 
 
@@ -149,54 +154,55 @@ def _(x, dy, w, stride, padding, dilation, groups, memory_limit, backend):
 
 
 def _conv_setup(ctx, inputs, output):
-    x, w, bias, stride, padding, dilation, groups, memory_limit, backend = inputs
+    x, w, bias, stride, padding, dilation, groups, memory_limit, backend, padding_mode = inputs
     ctx.save_for_backward(x, w)
     ctx.has_bias = bias is not None
     ctx.bias_device = None if bias is None else bias.device
-    ctx.geometry = (stride, padding, dilation, groups, memory_limit, backend)
+    ctx.geometry = (stride, padding, dilation, groups, memory_limit, backend, padding_mode)
 
 
 def _conv_backward(ctx, dy):
     x, w = ctx.saved_tensors
     dy = contiguous_grad(dy)
-    stride, padding, dilation, groups, memory_limit, backend = ctx.geometry
+    stride, padding, dilation, groups, memory_limit, backend, padding_mode = ctx.geometry
     want_dx, want_dw, want_db = _needs(ctx, 0), _needs(ctx, 1), ctx.has_bias and _needs(ctx, 2)
-    # One pass over dy serves all three (the fused backward: float32, ungrouped, cuDNN's symmetric padding).
+    # One pass over dy serves all three (the fused backward: float32, ungrouped, cuDNN's symmetric
+    # zero padding).
     on_cpu = all(t.device.type == "cpu" for t in (x, dy, w))  # the fused backward takes host arrays
-    if want_dx and want_dw and groups == 1 and _symmetric(padding, w) and x.dtype == torch.float32 and on_cpu:
+    if (want_dx and want_dw and groups == 1 and _symmetric(padding, w) and x.dtype == torch.float32 and on_cpu
+            and padding_mode == "zeros"):
         dx, dw, db = conv_backward_data_filter_bias(x, dy, w, stride, padding, dilation, groups, memory_limit,
                                                     backend)
-        return dx, dw, db if want_db else None, None, None, None, None, None, None
+        return dx, dw, db if want_db else None, None, None, None, None, None, None, None
     dx = conv_backward_data(dy, w, list(x.shape), stride, padding, dilation, groups, memory_limit,
-                            backend) if want_dx else None
+                            backend, padding_mode) if want_dx else None
     dw = conv_backward_filter(x, dy, list(w.shape), stride, padding, dilation, groups, memory_limit,
-                              backend) if want_dw else None
+                              backend, padding_mode) if want_dw else None
     db = conv_backward_bias(dy, memory_limit, backend) if want_db else None
     # Each gradient on its parameter's device (the ops put results on their first input's).
     dw = dw.to(w.device) if dw is not None else None
     db = db.to(ctx.bias_device) if db is not None else None
-    return dx, dw, db, None, None, None, None, None, None
+    return dx, dw, db, None, None, None, None, None, None, None
 
 
 conv_forward.register_autograd(_conv_backward, setup_context=_conv_setup)
 
 
 def _conv_data_setup(ctx, inputs, output):
-    dy, w, x_shape, stride, padding, dilation, groups, memory_limit, backend = inputs
+    dy, w, x_shape, stride, padding, dilation, groups, memory_limit, backend, padding_mode = inputs
     ctx.save_for_backward(dy, w)
-    ctx.geometry = (stride, padding, dilation, groups, memory_limit, backend)
+    ctx.geometry = (stride, padding, dilation, groups, memory_limit, backend, padding_mode)
 
 
 def _conv_data_backward(ctx, g):
-    # dx = conv_transpose(dy, w) is linear in dy and w: d dy = conv(g, w), d w = dconv(g, dy).
+    # dx = fold(conv_transpose(dy, w)) is linear in dy and w: d dy = conv(pad(g), w), d w =
+    # dconv(pad(g), dy), pad being the padding_mode's (fold is its adjoint).
     dy, w = ctx.saved_tensors
     g = contiguous_grad(g)
-    stride, padding, dilation, groups, memory_limit, backend = ctx.geometry
-    ddy = conv_forward(g, w, None, stride, padding, dilation, groups, memory_limit, backend) \
-        if _needs(ctx, 0) else None
-    dw = conv_backward_filter(g, dy, list(w.shape), stride, padding, dilation, groups, memory_limit, backend) \
-        if _needs(ctx, 1) else None
-    return ddy, dw, None, None, None, None, None, None, None
+    geometry = ctx.geometry
+    ddy = conv_forward(g, w, None, *geometry) if _needs(ctx, 0) else None
+    dw = conv_backward_filter(g, dy, list(w.shape), *geometry) if _needs(ctx, 1) else None
+    return ddy, dw, None, None, None, None, None, None, None, None
 
 
 conv_backward_data.register_autograd(_conv_data_backward, setup_context=_conv_data_setup)

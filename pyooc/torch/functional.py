@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from pyooc._call_args import check_padding_mode
 from pyooc.memory import parse_memory_limit
 from pyooc.torch import _ops
 from pyooc.torch._tensors import CONV_DTYPES, check_tensor, same_dtype
@@ -77,29 +78,32 @@ def _conv_padding(padding, weight, dilation, stride, spatial):
     return _tuple(padding, spatial, "padding")
 
 
-def _conv(spatial, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend):
+def _conv(spatial, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend, padding_mode):
     _rank(input, spatial, f"conv{spatial}d", CONV_DTYPES, cuda=True)  # CUDA tensors read in place: _ops
     same_dtype(check_tensor(weight, "weight", CONV_DTYPES, cuda=True), "weight", input, "input")
     same_dtype(bias, "bias", input, "input")
     stride, dilation = _tuple(stride, spatial, "stride"), _tuple(dilation, spatial, "dilation")
     padding = _conv_padding(padding, weight, dilation, stride, spatial)
     return _ops.conv_forward(input, weight, bias, stride, padding, dilation, _int(groups, "groups"),
-                             *_options(memory_limit, backend))
+                             *_options(memory_limit, backend), check_padding_mode(padding_mode))
 
 
+# padding_mode (pyooc's keyword; torch's functional convolutions pad with zeros and its modules run
+# F.pad first): "zeros", "reflect", "replicate" or "circular", what the Conv modules' padding_mode
+# does, computed in the chunks' halo without a padded copy of the input.
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_limit=None,
-           backend="auto"):
-    return _conv(1, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend)
+           backend="auto", padding_mode="zeros"):
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend, padding_mode)
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_limit=None,
-           backend="auto"):
-    return _conv(2, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend)
+           backend="auto", padding_mode="zeros"):
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend, padding_mode)
 
 
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_limit=None,
-           backend="auto"):
-    return _conv(3, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend)
+           backend="auto", padding_mode="zeros"):
+    return _conv(3, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend, padding_mode)
 
 
 def _conv_transpose(spatial, input, weight, bias, stride, padding, output_padding, groups, dilation, memory_limit,

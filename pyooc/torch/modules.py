@@ -3,8 +3,9 @@ Parameters, buffers and state_dict keys) and overrides only forward, which calls
 form (functional.py) with the module's `memory_limit` and `backend` (two extra keyword arguments,
 also plain attributes: set them after construction or through convert()).
 
-What a module is configured for and pyooc does not compute (groups != 1, padding_mode other than
-"zeros", momentum=None, ...) raises NotImplementedError at construction, naming the argument.
+What a module is configured for and pyooc does not compute (momentum=None, ceil_mode=True, ...)
+raises NotImplementedError at construction, naming the argument. Conv1d/2d/3d take every
+padding_mode torch does, computed in the chunks' halo (no padded copy of the input).
 """
 
 from torch import nn
@@ -59,14 +60,10 @@ def _drop_in(torch_cls, forward, check=None):
     return cls
 
 
-def _check_conv(self):
-    if self.padding_mode != "zeros":
-        raise NotImplementedError(f"padding_mode={self.padding_mode!r} is not supported by pyooc (only 'zeros')")
-
-
 def _conv_forward(fn):
     def forward(self, input):
-        return fn(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, **self._kw())
+        return fn(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
+                  padding_mode=self.padding_mode, **self._kw())
     return forward
 
 
@@ -79,12 +76,22 @@ def _conv_transpose_forward(fn, spatial):
     return forward
 
 
-Conv1d = _drop_in(nn.Conv1d, _conv_forward(F.conv1d), _check_conv)
-Conv2d = _drop_in(nn.Conv2d, _conv_forward(F.conv2d), _check_conv)
-Conv3d = _drop_in(nn.Conv3d, _conv_forward(F.conv3d), _check_conv)
-ConvTranspose1d = _drop_in(nn.ConvTranspose1d, _conv_transpose_forward(F.conv_transpose1d, 1), _check_conv)
-ConvTranspose2d = _drop_in(nn.ConvTranspose2d, _conv_transpose_forward(F.conv_transpose2d, 2), _check_conv)
-ConvTranspose3d = _drop_in(nn.ConvTranspose3d, _conv_transpose_forward(F.conv_transpose3d, 3), _check_conv)
+def _check_conv_transpose(self):
+    # torch's own constructor refuses other modes; this guards a module changed after it (convert()).
+    if self.padding_mode != "zeros":
+        raise NotImplementedError(f"padding_mode={self.padding_mode!r} is not supported by pyooc's transposed "
+                                  "convolutions (only 'zeros', as torch's)")
+
+
+Conv1d = _drop_in(nn.Conv1d, _conv_forward(F.conv1d))
+Conv2d = _drop_in(nn.Conv2d, _conv_forward(F.conv2d))
+Conv3d = _drop_in(nn.Conv3d, _conv_forward(F.conv3d))
+ConvTranspose1d = _drop_in(nn.ConvTranspose1d, _conv_transpose_forward(F.conv_transpose1d, 1),
+                           _check_conv_transpose)
+ConvTranspose2d = _drop_in(nn.ConvTranspose2d, _conv_transpose_forward(F.conv_transpose2d, 2),
+                           _check_conv_transpose)
+ConvTranspose3d = _drop_in(nn.ConvTranspose3d, _conv_transpose_forward(F.conv_transpose3d, 3),
+                           _check_conv_transpose)
 
 
 def _check_batch_norm(self):

@@ -93,6 +93,9 @@ def valid_cases(draw, backend="host"):
         geo = {"stride": g["stride"], "padding": g["padding"], "dilation": g["dilation"]}
         if grouped:
             geo["groups"] = g["groups"]
+            # padding_mode: a mode pads what a chunk reads explicitly; too much padding for reflect
+            # or circular is a ValueError, still a case.
+            geo["padding_mode"] = draw(st.sampled_from(["zeros", "zeros", "reflect", "replicate", "circular"]))
         if kind in ("conv_forward", "conv_backward_data", "conv_backward_filter", "conv_backward_bias"):
             geo_devices = draw(st.sampled_from([None, None, [0, 1], [0, 0, 2]]))
             if geo_devices is not None and backend == "host":

@@ -22,6 +22,13 @@ enum class DType { float32, float16, bfloat16 };
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 
+// What a convolution's padding holds (torch's padding_mode): zeros, or the input continued past its
+// border: mirrored without repeating the edge (reflect), the edge repeated (replicate) or wrapped
+// around (circular). A non-zero mode is computed exactly by the host gather of x's halo
+// (exec/region_copy.hpp's border_source); cuDNN only ever pads with zeros.
+enum class PaddingMode { zeros, reflect, replicate, circular };
+const char* padding_mode_name(PaddingMode mode);  // torch's spelling: "zeros", "reflect", ...
+
 // The element count of a tensor of `shape` (positive dims), refused with invalid_argument naming
 // `name` when its bytes pass 2^60 (plan/checked_size.hpp): for callers above the planner, such as
 // the C API's descriptors.
@@ -54,6 +61,9 @@ struct ConvProblem {
   // cuDNN's symmetric padding; torch's padding='same' with an even dilated kernel pads one more
   // after (1). Chunks pad such a dimension with explicit zeros, never through cuDNN.
   Dims3 padding_extra{0, 0, 0};
+  // What the padding holds (set_padding_mode). Forward and backward filter only: backward data
+  // with a non-zero mode is the padded input's gradient folded back (pyooc/conv_backward.py).
+  PaddingMode padding_mode = PaddingMode::zeros;
   Dims3 out{1, 1, 1};  // derived by make()
   DType dtype = DType::float32;
   double alpha = 1.0, beta = 0.0;
@@ -95,8 +105,17 @@ struct ConvProblem {
     return reduced_over_every_chunk ? DType::float32 : dtype;
   }
 
-  // Whether dimension d pads alike at both ends (cuDNN can pad it itself).
+  // Whether dimension d pads alike at both ends.
   bool symmetric_padding(int d) const { return padding_extra[d] == 0; }
+  // Whether cuDNN can pad dimension d itself when a chunk holds it whole: symmetric zeros (or no
+  // padding at all). Any other dimension is padded explicitly by the gather of x's halo.
+  bool cudnn_can_pad(int d) const {
+    return symmetric_padding(d) && (padding_mode == PaddingMode::zeros || padding[d] == 0);
+  }
+  // Sets padding_mode after validating it against the geometry, in torch's words (F.pad): reflect
+  // needs each padding below its dimension's size, circular at most its size. Throws
+  // invalid_argument naming padding_mode; backward data and backward bias take zeros only.
+  void set_padding_mode(PaddingMode mode);
 
   std::vector<int64_t> x_shape() const;
   std::vector<int64_t> w_shape() const;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "api/memory_kind.hpp"
 #include "api/run_operation.hpp"
 #include "backend/host/host_elements.hpp"
 #include "exec/conv_pipeline.hpp"
@@ -63,6 +64,14 @@ OperationCall conv_call(const ConvProblem& problem, Operation op, std::vector<co
                     std::move(tensors), std::move(run)});
 }
 
+// A padding mode's halo is computed by the host gather (exec/region_copy.hpp), which reads x with
+// host threads: x in device memory is refused, naming padding_mode.
+void require_host_x_for_padding_mode(const ConvProblem& p, const void* x, const char* function) {
+  if (p.padding_mode != PaddingMode::zeros && api::is_device_memory(x))
+    throw invalid_argument(std::string(function) + ": padding_mode='" + padding_mode_name(p.padding_mode) +
+                           "' needs x in host memory (its halo is gathered on the host), not device memory");
+}
+
 // Runs `run` on a float32 view of a gradient reduced over every chunk (ConvProblem::output_dtype):
 // the caller's own array in float32; for a half-precision call a float32 copy (beta's prior values
 // converted in, the result converted back), so that the sum accumulates in float32 across chunks.
@@ -103,6 +112,7 @@ Plan plan_conv_backward_bias(const ConvProblem& problem, const Options& options)
 void conv_forward(const ConvProblem& problem, const void* x, const void* w, const void* bias, void* y,
                   const Options& options, Plan* used, RunStats* stats) {
   require_data({x, w, y, problem.has_bias ? bias : x}, "conv_forward");
+  require_host_x_for_padding_mode(problem, x, "conv_forward");
   run_operation(conv_call(problem, Operation::forward, {x, w, bias, y},
                           [&](const Plan& plan, Backend& backend) {
                             return run_conv_forward(plan, backend, x, w, bias, y, ThreadPool::shared());
@@ -123,6 +133,7 @@ void conv_backward_data(const ConvProblem& problem, const void* dy, const void* 
 void conv_backward_filter(const ConvProblem& problem, const void* x, const void* dy, void* dw, const Options& options,
                           Plan* used, RunStats* stats) {
   require_data({x, dy, dw}, "conv_backward_filter");
+  require_host_x_for_padding_mode(problem, x, "conv_backward_filter");
   with_float32_output(problem, dw, problem.w_elements(), [&](float* out) {
     auto run_into = [&](const Plan& plan, Backend& backend, void* into) {
       return run_conv_backward_filter(plan, backend, x, dy, into, ThreadPool::shared());

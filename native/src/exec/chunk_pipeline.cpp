@@ -149,7 +149,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
   // Pinned (or registered) caller memory is DMA'd directly; only pageable tensors need staging.
   auto direct = [&](const void* data) { return backend.host_is_device_accessible(data); };
   std::vector<bool> in_direct;
-  for (const StreamedInput& in : spec.inputs) in_direct.push_back(direct(in.tensor.data));
+  for (const StreamedInput& in : spec.inputs) in_direct.push_back(!in.host_gather && direct(in.tensor.data));
   const bool out_direct = direct(spec.out.data), init_direct = direct(init_data);
   const bool resident_direct = has_resident && direct(spec.resident.view.data);
 

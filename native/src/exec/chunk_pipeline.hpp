@@ -38,6 +38,12 @@ struct StreamedInput {
   StreamedTensor tensor;
   std::function<Region(const Chunk&)> region;
   std::function<bool(const Chunk&)> loads;  // unset: every chunk loads
+  // Gathered by host workers even when the caller's memory is pinned: its regions' halo holds
+  // what a border mode computes (TensorView::border), which DMA cannot copy. We route the whole
+  // tensor through staging rather than issue extra DMA copies from the mapped regions: one exact
+  // mapping in one place (gather_box), where a 3-D box's reflected halo would take a copy per
+  // halo row and column of every face, edge and corner.
+  bool host_gather = false;
 };
 
 // The most inputs one operation streams (the pooled fused backward: dq, x, w, q, y, pre).

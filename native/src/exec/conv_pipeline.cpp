@@ -43,6 +43,7 @@ OperationSpec spec_for(const Plan& plan, Operation op, Tensor a, Tensor b, Tenso
     const TensorView v = view_of(p, t.family, t.data);
     spec.add_input(streamed(plan, t.family, t.data), [v, t, &p](const Chunk& ch) { return region_of(v, t.family, ch, p); },
                    [t](const Chunk& ch) { return loads(t.family, ch); });
+    spec.inputs.back().host_gather = v.border != PaddingMode::zeros;
   }
   spec.out = streamed(plan, out.family, out.data);
   spec.beta = p.beta;

@@ -25,7 +25,9 @@ inline TensorView view_of(const ConvProblem& p, Family f, const void* data, DTyp
     case Family::y: shape = {p.n, p.k, p.out[0], p.out[1], p.out[2]}; break;
     case Family::bias: shape = {p.k, 1, 1, 1, 1}; break;
   }
-  return TensorView::contiguous(data, shape, 5, dtype_size(dtype));
+  TensorView v = TensorView::contiguous(data, shape, 5, dtype_size(dtype));
+  if (f == Family::x) v.border = p.padding_mode;  // what x's halo holds past the tensor's border
+  return v;
 }
 inline TensorView view_of(const ConvProblem& p, Family f, const void* data) { return view_of(p, f, data, p.dtype); }
 

@@ -30,6 +30,7 @@ TensorView TensorView::window(const std::array<int64_t, kMaxRank>& lo, const std
     v.shape[i] = hi[i] - lo[i];
   }
   v.data = static_cast<char*>(data) + offset * static_cast<int64_t>(element_size);
+  v.border = PaddingMode::zeros;  // outside a window means outside the tensor
   return v;
 }
 
@@ -55,6 +56,19 @@ Box Box::shifted(const std::array<int64_t, kMaxRank>& origin) const {
     b.hi[i] = hi[i] - origin[i];
   }
   return b;
+}
+
+int64_t border_source(int64_t i, int64_t size, PaddingMode mode) {
+  if (i >= 0 && i < size) return i;
+  int64_t source = -1;
+  switch (mode) {
+    case PaddingMode::zeros: return -1;
+    case PaddingMode::reflect: source = i < 0 ? -i : 2 * (size - 1) - i; break;
+    case PaddingMode::replicate: source = i < 0 ? 0 : size - 1; break;
+    case PaddingMode::circular: source = i < 0 ? i + size : i - size; break;
+  }
+  if (source < 0 || source >= size) throw std::logic_error("region copy: border reaches past one period of the tensor");
+  return source;
 }
 
 namespace {
@@ -124,19 +138,38 @@ void copy_rows(const TensorView& t, const Box& box, char* dense, ThreadPool& poo
       const int64_t row = item / pieces;
       const int64_t a = (item % pieces) * piece_elems, b = std::min(row_elems, a + piece_elems);
       if (a >= b) continue;
-      // Decode the row's index over dims [0, rd).
+      // Decode the row's index over dims [0, rd); a border mode reads a row outside the tensor
+      // from the row it maps to.
       int64_t rem = row;
       bool inside = true;
       int64_t offset = 0;
       for (int i = rd - 1; i >= 0; --i) {
-        const int64_t idx = box.lo[i] + rem % r.extent[i];
+        const int64_t idx = border_source(box.lo[i] + rem % r.extent[i], t.shape[i], t.border);
         rem /= r.extent[i];
-        if (idx < 0 || idx >= t.shape[i]) inside = false;
+        if (idx < 0) inside = false;
         offset += idx * t.strides[i];
       }
       char* d = dense + row * row_bytes;
       // Dense element e (body_begin <= e < body_end) is tensor element `row_start` + (e - body_begin).
       char* row_start = base + (offset + lo * t.strides[rd]) * static_cast<int64_t>(es);
+      if (Gather && t.border != PaddingMode::zeros) {
+        // Each row-dim index outside the tensor copies its `inner` elements from the index it maps
+        // to (one memcpy per halo index: reflect reverses their order); the body as below.
+        for (int64_t j = a / r.inner; j * r.inner < b; ++j) {
+          const int64_t ja = std::max(a, j * r.inner), jb = std::min(b, (j + 1) * r.inner);
+          const int64_t idx = box.lo[rd] + j;
+          const int64_t src = border_source(idx, t.shape[rd], t.border);
+          if (idx >= 0 && idx < t.shape[rd]) {  // the whole in-tensor run at once
+            const int64_t run_end = std::min(b, body_end);
+            std::memcpy(d + ja * es, row_start + (ja - body_begin) * es, (run_end - ja) * es);
+            j = (run_end - 1) / r.inner;
+            continue;
+          }
+          const char* from = base + (offset + src * t.strides[rd]) * static_cast<int64_t>(es);
+          std::memcpy(d + ja * es, from + (ja - j * r.inner) * es, (jb - ja) * es);
+        }
+        continue;
+      }
       if (Gather) {
         if (!inside || body == 0) {
           std::memset(d + a * es, 0, (b - a) * es);
@@ -165,6 +198,8 @@ void copy_rows(const TensorView& t, const Box& box, char* dense, ThreadPool& poo
 
 BoxCopies strided_box_copies(const TensorView& t, const Box& box, char* dense, bool to_dense) {
   check_box(t, box, true);
+  if (t.border != PaddingMode::zeros && !(box.clipped_to(t.shape, t.rank) == box))
+    throw std::logic_error("region copy: a border mode's halo is computed by gather_box, not by DMA");
   BoxCopies result;
   const int rank = t.rank;
   const int64_t es = static_cast<int64_t>(t.element_size);

@@ -1,5 +1,6 @@
 // Copies between a strided host tensor and a dense box-shaped buffer, on the host worker pool.
-// gather: box may leave the tensor (halo at the border): those elements become zeros.
+// gather: box may leave the tensor (halo at the border): those elements become zeros, or under a
+// view's non-zero border mode (a convolution's padding_mode) the element border_source maps them to.
 // scatter: box must lie inside the tensor.
 // Trailing dimensions the box covers whole are merged, so a box of whole rows or planes moves as
 // long memcpy runs, not element by element.
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "ooc/problem.hpp"
 #include "util/thread_pool.hpp"
 
 namespace ooc {
@@ -24,12 +26,15 @@ struct TensorView {
   std::array<int64_t, kMaxRank> shape{};
   std::array<int64_t, kMaxRank> strides{};  // in elements
   size_t element_size = 4;
+  // What a gather reads outside the tensor: zeros, or the element border_source maps to (x of a
+  // convolution with a padding_mode). Only gather_box computes a non-zero border.
+  PaddingMode border = PaddingMode::zeros;
 
   static TensorView contiguous(const void* data, const std::array<int64_t, kMaxRank>& shape, int rank,
                                size_t element_size);
   // The part [lo, hi) of this view (inside it), indexed from lo: same strides, data moved to lo.
   // Copies through a window treat everything outside it as outside the tensor: gathers read zeros
-  // there, scatters and strided copies leave it alone.
+  // there (a window's border is zeros), scatters and strided copies leave it alone.
   TensorView window(const std::array<int64_t, kMaxRank>& lo, const std::array<int64_t, kMaxRank>& hi) const;
 };
 
@@ -42,12 +47,20 @@ struct Box {
   Box shifted(const std::array<int64_t, kMaxRank>& origin) const;  // coordinates relative to origin
 };
 
+// The index inside [0, size) whose element a padded tensor holds at index i, torch's F.pad rules:
+// reflect mirrors about the edge without repeating it (-1 -> 1), replicate repeats the edge (-1 ->
+// 0), circular wraps (-1 -> size - 1). -1 for zeros outside [0, size). Each border reaches at most
+// one period (ConvProblem::set_padding_mode checks the padding); beyond that it throws logic_error.
+int64_t border_source(int64_t i, int64_t size, PaddingMode mode);
+
 void gather_box(const TensorView& src, const Box& box, void* dst, ThreadPool& pool);
 
 // The part of `box` inside the tensor as 3-D strided copies between the tensor and a dense buffer
 // shaped like the whole box (`dense` is its base). For DMA engines: no host thread touches data.
 // to_dense: tensor -> dense (H2D) or dense -> tensor (D2H). Returns false if the box has no
 // element inside the tensor. `covers_all` tells whether the box lies wholly inside the tensor.
+// A view with a non-zero border must not leave the tensor here (logic_error): DMA moves only what
+// is there, so the pipeline gathers such a tensor on the host (StreamedInput::host_gather).
 struct BoxCopies {
   std::vector<StridedCopy> copies;
   bool covers_all = true;

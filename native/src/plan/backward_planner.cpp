@@ -151,7 +151,7 @@ std::vector<DimTiling> spatial_tilings(int64_t extent, DimTiling whole, bool cud
 // Backward filter and bias tile y / dy; each tile reads the x slab the forward would.
 std::vector<DimTiling> out_tilings(const ConvProblem& p, int d) {
   const DimTiling whole{1, 1, p.in[d], p.in[d], p.out[d], p.out[d]};
-  return spatial_tilings(p.out[d], whole, p.symmetric_padding(d), [&](Range out) {
+  return spatial_tilings(p.out[d], whole, p.cudnn_can_pad(d), [&](Range out) {
     return std::pair(conv_input_range(out, p.kernel[d], p.stride[d], p.padding[d], p.dilation[d]).size(), out.size());
   });
 }
@@ -160,7 +160,7 @@ std::vector<DimTiling> out_tilings(const ConvProblem& p, int d) {
 // device's dy rows (y). The store moves the targets, i.e. dx once.
 std::vector<DimTiling> dx_tilings(const ConvProblem& p, int d) {
   const DimTiling whole{1, 1, p.in[d], p.in[d], p.out[d], p.out[d]};
-  return spatial_tilings(p.in[d], whole, p.symmetric_padding(d), [&](Range target) {
+  return spatial_tilings(p.in[d], whole, p.cudnn_can_pad(d), [&](Range target) {
     const BackwardDataRows r =
         backward_data_rows(target, p.out[d], p.kernel[d], p.stride[d], p.padding[d], p.dilation[d]);
     return std::pair(r.computed.size(), r.dy_rows.size());
@@ -270,7 +270,7 @@ void fill_spatial(const ConvProblem& p, const DimTiling& s, int d, int64_t index
   if (p.op == Operation::backward_data) {
     const Range target{index * s.tile, std::min((index + 1) * s.tile, p.in[d])};
     ch.target[d] = target;
-    if (s.tiles == 1 && p.symmetric_padding(d)) {  // cuDNN pads it
+    if (s.tiles == 1 && p.cudnn_can_pad(d)) {  // cuDNN pads it
       ch.out[d] = ch.out_read[d] = Range{0, p.out[d]};
       ch.in[d] = Range{0, p.in[d]};
       ch.compute_padding[d] = p.padding[d];
@@ -285,7 +285,7 @@ void fill_spatial(const ConvProblem& p, const DimTiling& s, int d, int64_t index
     return;
   }
   ch.out[d] = Range{index * s.tile, std::min((index + 1) * s.tile, p.out[d])};
-  if (s.tiles == 1 && p.symmetric_padding(d)) {  // cuDNN pads it
+  if (s.tiles == 1 && p.cudnn_can_pad(d)) {  // cuDNN pads it
     ch.in[d] = Range{0, p.in[d]};
     ch.compute_padding[d] = p.padding[d];
   } else {

@@ -24,7 +24,7 @@ SpatialSplit spatial_split(const ConvProblem& p, int d, int64_t tile) {
   SpatialSplit s;
   s.tile = tile;
   s.tiles = ceil_div(p.out[d], tile);
-  if (s.tiles == 1 && p.symmetric_padding(d)) {  // whole dimension: cuDNN pads it itself, no zeros cross the link
+  if (s.tiles == 1 && p.cudnn_can_pad(d)) {  // whole dimension: cuDNN pads it itself, no zeros cross the link
     s.max_in = s.sum_in = p.in[d];
     return s;
   }
@@ -119,7 +119,7 @@ std::vector<Chunk> expand_chunks(const ConvProblem& p, const Candidate& c) {
         ch.c = c_of.channels(groups, within(ct, c.tiling.c, c_of.per_group));
         for (int d = 0; d < kMaxSpatial; ++d) {
           ch.out[d] = range(st[d], c.tiling.out[d], p.out[d]);
-          if (c.tiles_out[d] == 1 && p.symmetric_padding(d)) {  // cuDNN pads it
+          if (c.tiles_out[d] == 1 && p.cudnn_can_pad(d)) {  // cuDNN pads it
             ch.in[d] = Range{0, p.in[d]};
             ch.compute_padding[d] = p.padding[d];
           } else {

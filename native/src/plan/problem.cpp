@@ -1,6 +1,8 @@
 #include "ooc/problem.hpp"
 
+#include <algorithm>
 #include <sstream>
+#include <string>
 
 #include "ooc/errors.hpp"
 #include "plan/conv_geometry.hpp"
@@ -20,6 +22,16 @@ size_t dtype_size(DType dtype) {
 
 int64_t checked_tensor_elements(const std::vector<int64_t>& shape, size_t element_size, const std::string& name) {
   return checked::tensor_elements(shape, element_size, name);
+}
+
+const char* padding_mode_name(PaddingMode mode) {
+  switch (mode) {
+    case PaddingMode::zeros: return "zeros";
+    case PaddingMode::reflect: return "reflect";
+    case PaddingMode::replicate: return "replicate";
+    case PaddingMode::circular: return "circular";
+  }
+  return "?";
 }
 
 const char* dtype_name(DType dtype) {
@@ -294,8 +306,31 @@ std::string ConvProblem::describe() const {
   s << " dilation=" << format_shape(di);
   if (groups != 1) s << " groups=" << groups;
   if (alpha != 1.0 || beta != 0.0) s << " alpha=" << alpha << " beta=" << beta;
+  if (padding_mode != PaddingMode::zeros) s << " padding_mode=" << padding_mode_name(padding_mode);
   if (has_bias) s << " +bias";
   return s.str();
+}
+
+void ConvProblem::set_padding_mode(PaddingMode mode) {
+  if (mode != PaddingMode::zeros && op != Operation::forward && op != Operation::backward_filter)
+    throw invalid_argument(std::string("padding_mode='") + padding_mode_name(mode) + "' is not supported by " +
+                           operation_name(op) + " (the convolution and its filter gradient take it)");
+  for (int d = 0; d < spatial_dims && mode != PaddingMode::zeros && mode != PaddingMode::replicate; ++d) {
+    const int64_t before = padding[d], after = padding[d] + padding_extra[d];
+    const bool too_large = mode == PaddingMode::reflect ? std::max(before, after) >= in[d]
+                                                        : std::max(before, after) > in[d];
+    if (!too_large) continue;
+    std::ostringstream msg;
+    msg << "padding_mode='" << padding_mode_name(mode) << "': ";
+    if (mode == PaddingMode::reflect)
+      msg << "Padding size should be less than the corresponding input dimension, but got: padding (" << before
+          << ", " << after << ") at dimension " << 2 + d << " of input " << format_shape(x_shape());
+    else
+      msg << "Padding value causes wrapping around more than once: padding (" << before << ", " << after
+          << ") at dimension " << 2 + d << " of input " << format_shape(x_shape());
+    throw invalid_argument(msg.str());
+  }
+  padding_mode = mode;
 }
 
 }  // namespace ooc
