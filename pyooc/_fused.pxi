@@ -9,30 +9,32 @@ def fused_activation(str name, double coef):
 
 def plan_conv_bias_activation_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation,
                                       int64_t groups, double alpha1, double alpha2, bint has_bias,
-                                      CallOptions options not None):
+                                      CallOptions options not None, str dtype="float32"):
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
-                                                 has_bias)
+                                                 has_bias, dtype)
     cdef ooc.Plan plan
     with nogil:
         plan = ooc.plan_conv_bias_activation_forward(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
-def conv_bias_activation_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, z, bias,
-                                 float[::1] y, str activation, double coef, tuple stride, tuple padding,
-                                 tuple dilation, int64_t groups, double alpha1, double alpha2,
-                                 CallOptions options not None):
-    """Runs on flat float32 views of the caller's arrays (no copies; z and bias may be None)."""
-    cdef float* z_ptr = _ptr(z)
-    cdef float* bias_ptr = _ptr(bias)
+def conv_bias_activation_forward(x_bytes, tuple x_shape, w_bytes, tuple w_shape, z, bias, y_bytes,
+                                 str activation, double coef, tuple stride, tuple padding, tuple dilation,
+                                 int64_t groups, double alpha1, double alpha2, CallOptions options not None,
+                                 str dtype="float32"):
+    """Runs on flat byte views of the caller's arrays of `dtype` (no copies; z and bias may be None)."""
+    cdef const void* x = _data(x_bytes)
+    cdef const void* w = _data(w_bytes)
+    cdef const void* z_ptr = _data(z)
+    cdef const void* bias_ptr = _data(bias)
+    cdef void* y = _writable_data(y_bytes)
     cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
-                                                 bias is not None)
+                                                 bias is not None, dtype)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.conv_bias_activation_forward(problem, act, &x[0], &w[0], z_ptr, bias_ptr, &y[0], options.c_obj, &plan,
-                                         &stats)
+        ooc.conv_bias_activation_forward(problem, act, x, w, z_ptr, bias_ptr, y, options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 
@@ -106,8 +108,8 @@ def activation_conv_backward_data_filter_bias(const float[::1] x, tuple x_shape,
 
 
 cdef ooc.ConvProblem _pooling_of(ooc.ConvProblem& conv, tuple kernel, tuple stride, tuple padding) except *:
-    # The fused poolings are float32 (their convolutions' dtype).
-    return ooc.pool_problem(conv.y_shape(), list(kernel), list(stride), list(padding), ooc.DType.float32)
+    # The fused pooling pools the convolution's y: its dtype.
+    return ooc.pool_problem(conv.y_shape(), list(kernel), list(stride), list(padding), conv.dtype)
 
 
 def pooled_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups,
@@ -120,9 +122,9 @@ def pooled_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tupl
 def plan_conv_bias_activation_pooling_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
                                               tuple dilation, int64_t groups, double alpha1, double alpha2,
                                               bint has_bias, tuple pool_kernel, tuple pool_stride, tuple pool_padding,
-                                              CallOptions options not None):
+                                              CallOptions options not None, str dtype="float32"):
     cdef ooc.ConvProblem conv = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
-                                              has_bias)
+                                              has_bias, dtype)
     cdef ooc.ConvProblem pool = _pooling_of(conv, pool_kernel, pool_stride, pool_padding)
     cdef ooc.Plan plan
     with nogil:
@@ -130,31 +132,35 @@ def plan_conv_bias_activation_pooling_forward(tuple x_shape, tuple w_shape, tupl
     return Plan.wrap(plan)
 
 
-def conv_bias_activation_pooling_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, z,
-                                         bias, float[::1] out, str activation, double coef, tuple stride,
-                                         tuple padding, tuple dilation, int64_t groups, double alpha1, double alpha2,
-                                         tuple pool_kernel, tuple pool_stride, tuple pool_padding, str pool_mode,
-                                         CallOptions options not None):
-    """Runs on flat float32 views (no copies; z and bias may be None)."""
-    cdef float* z_ptr = _ptr(z)
-    cdef float* bias_ptr = _ptr(bias)
+def conv_bias_activation_pooling_forward(x_bytes, tuple x_shape, w_bytes, tuple w_shape, z, bias, out_bytes,
+                                         str activation, double coef, tuple stride, tuple padding, tuple dilation,
+                                         int64_t groups, double alpha1, double alpha2, tuple pool_kernel,
+                                         tuple pool_stride, tuple pool_padding, str pool_mode,
+                                         CallOptions options not None, str dtype="float32"):
+    """Runs on flat byte views of `dtype` (no copies; z and bias may be None)."""
+    cdef const void* x = _data(x_bytes)
+    cdef const void* w = _data(w_bytes)
+    cdef const void* z_ptr = _data(z)
+    cdef const void* bias_ptr = _data(bias)
+    cdef void* out = _writable_data(out_bytes)
     cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
     cdef ooc.PoolMode mode = ooc.pool_mode_from_name(pool_mode.encode())
     cdef ooc.ConvProblem conv = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha1, alpha2,
-                                              bias is not None)
+                                              bias is not None, dtype)
     cdef ooc.ConvProblem pool = _pooling_of(conv, pool_kernel, pool_stride, pool_padding)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.conv_bias_activation_pooling_forward(conv, act, pool, mode, &x[0], &w[0], z_ptr, bias_ptr, &out[0],
-                                                 options.c_obj, &plan, &stats)
+        ooc.conv_bias_activation_pooling_forward(conv, act, pool, mode, x, w, z_ptr, bias_ptr, out, options.c_obj,
+                                                 &plan, &stats)
     return _ran(plan, stats)
 
 
 cdef ooc.ConvProblem _deconv(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple output_padding,
-                             tuple dilation, int64_t groups, double alpha1, double alpha2, bint has_bias) except *:
+                             tuple dilation, int64_t groups, double alpha1, double alpha2, bint has_bias,
+                             str dtype="float32") except *:
     return ooc.deconv_problem(list(x_shape), list(w_shape), list(stride), list(padding), list(output_padding),
-                              list(dilation), groups, alpha1, alpha2, has_bias)
+                              list(dilation), groups, alpha1, alpha2, has_bias, _DTYPES[dtype])
 
 
 def deconv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple output_padding,
@@ -166,30 +172,33 @@ def deconv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple paddin
 
 def plan_deconv_bias_activation_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
                                         tuple output_padding, tuple dilation, int64_t groups, double alpha1,
-                                        double alpha2, bint has_bias, CallOptions options not None):
+                                        double alpha2, bint has_bias, CallOptions options not None,
+                                        str dtype="float32"):
     cdef ooc.ConvProblem problem = _deconv(x_shape, w_shape, stride, padding, output_padding, dilation, groups,
-                                           alpha1, alpha2, has_bias)
+                                           alpha1, alpha2, has_bias, dtype)
     cdef ooc.Plan plan
     with nogil:
         plan = ooc.plan_deconv_bias_activation_forward(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
-def deconv_bias_activation_forward(const float[::1] x, tuple x_shape, const float[::1] w, tuple w_shape, z, bias,
-                                   float[::1] y, str activation, double coef, tuple stride, tuple padding,
-                                   tuple output_padding, tuple dilation, int64_t groups, double alpha1,
-                                   double alpha2, CallOptions options not None):
-    """Runs on flat float32 views (no copies; z and bias may be None)."""
-    cdef float* z_ptr = _ptr(z)
-    cdef float* bias_ptr = _ptr(bias)
+def deconv_bias_activation_forward(x_bytes, tuple x_shape, w_bytes, tuple w_shape, z, bias, y_bytes,
+                                   str activation, double coef, tuple stride, tuple padding, tuple output_padding,
+                                   tuple dilation, int64_t groups, double alpha1, double alpha2,
+                                   CallOptions options not None, str dtype="float32"):
+    """Runs on flat byte views of `dtype` (no copies; z and bias may be None)."""
+    cdef const void* x = _data(x_bytes)
+    cdef const void* w = _data(w_bytes)
+    cdef const void* z_ptr = _data(z)
+    cdef const void* bias_ptr = _data(bias)
+    cdef void* y = _writable_data(y_bytes)
     cdef ooc.FusedActivation act = ooc.fused_activation_from_name(activation.encode(), coef)
     cdef ooc.ConvProblem problem = _deconv(x_shape, w_shape, stride, padding, output_padding, dilation, groups,
-                                           alpha1, alpha2, bias is not None)
+                                           alpha1, alpha2, bias is not None, dtype)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.deconv_bias_activation_forward(problem, act, &x[0], &w[0], z_ptr, bias_ptr, &y[0], options.c_obj, &plan,
-                                           &stats)
+        ooc.deconv_bias_activation_forward(problem, act, x, w, z_ptr, bias_ptr, y, options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 

@@ -210,8 +210,9 @@ conv_backward_data.register_autograd(_conv_data_backward, setup_context=_conv_da
 def conv_transpose_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],
                            output_padding: list[int], dilation: list[int], groups: int, memory_limit: int,
                            backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.deconv_bias_activation_forward, as_array(x, "input"), as_array(w, "weight"),
-                          as_array_or_none(bias, "bias"), activation="identity", stride=stride, padding=padding,
+    return as_tensor(_run(pyooc.deconv_bias_activation_forward, as_array(x, "input", CONV_DTYPES),
+                          as_array(w, "weight", CONV_DTYPES), as_array_or_none(bias, "bias", CONV_DTYPES),
+                          activation="identity", stride=stride, padding=padding,
                           output_padding=output_padding, dilation=dilation, groups=groups,
                           memory_limit=memory_limit, backend=backend))
 
@@ -254,8 +255,9 @@ conv_transpose_forward.register_autograd(_conv_transpose_backward, setup_context
 def conv_bias_activation_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], activation: str, coef: float,
                                  stride: list[int], padding: list[int], dilation: list[int], groups: int,
                                  memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_bias_activation_forward, as_array(x, "input"), as_array(w, "weight"),
-                          as_array_or_none(bias, "bias"), activation=activation,
+    return as_tensor(_run(pyooc.conv_bias_activation_forward, as_array(x, "input", CONV_DTYPES),
+                          as_array(w, "weight", CONV_DTYPES), as_array_or_none(bias, "bias", CONV_DTYPES),
+                          activation=activation,
                           coef=None if activation == "identity" else coef, stride=stride, padding=padding,
                           dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend))
 
@@ -282,7 +284,9 @@ def _cba_backward(ctx, dy):
     if activation != "identity" and not pyooc._native.activation_traits(activation)[2]:
         # The gradient needs the activation's input, which the fused forward never wrote: recompute it.
         pre = conv_forward(x, w, bias, stride, padding, dilation, groups, memory_limit, backend)
-    if groups != 1:  # the fused gradient has no group dimension: the activation's, then the convolution's
+    # The fused gradient has no group dimension and is float32 only (docs/dtypes.md): otherwise the
+    # activation's gradient, then the convolution's.
+    if groups != 1 or x.dtype != torch.float32:
         dz = dy if activation == "identity" else activation_backward(y, dy, y if pre is None else pre, activation,
                                                                      coef, memory_limit, backend)
         geometry = (stride, padding, dilation, groups, memory_limit, backend)
@@ -618,8 +622,8 @@ batchnorm_forward_inference.register_autograd(_bn_inference_backward, setup_cont
 
 @torch.library.custom_op("pyooc::linear_forward", mutates_args=())
 def linear_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.linear_forward, as_array(x, "input"), as_array(w, "weight"),
-                          as_array_or_none(bias, "bias"), memory_limit=memory_limit, backend=backend))
+    return as_tensor(_run(pyooc.linear_forward, as_array(x, "input", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
+                          as_array_or_none(bias, "bias", CONV_DTYPES), memory_limit=memory_limit, backend=backend))
 
 
 @linear_forward.register_fake
@@ -630,8 +634,8 @@ def _(x, w, bias, memory_limit, backend):
 @torch.library.custom_op("pyooc::linear_backward", mutates_args=())
 def linear_backward(x: Tensor, w: Tensor, dy: Tensor, bias: bool, memory_limit: int,
                     backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.linear_backward, as_array(x, "input"), as_array(w, "weight"),
-                      as_array(dy, "grad_output"), bias=bias, memory_limit=memory_limit, backend=backend)
+    dx, dw, db = _run(pyooc.linear_backward, as_array(x, "input", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
+                      as_array(dy, "grad_output", CONV_DTYPES), bias=bias, memory_limit=memory_limit, backend=backend)
     return as_tensor(dx), as_tensor(dw), x.new_empty([0]) if db is None else as_tensor(db)
 
 
@@ -659,8 +663,8 @@ linear_forward.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 @torch.library.custom_op("pyooc::matmul", mutates_args=())
 def matmul(a: Tensor, b: Tensor, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.matmul, as_array(a, "input"), as_array(b, "mat2"), memory_limit=memory_limit,
-                          backend=backend))
+    return as_tensor(_run(pyooc.matmul, as_array(a, "input", CONV_DTYPES), as_array(b, "mat2", CONV_DTYPES),
+                          memory_limit=memory_limit, backend=backend))
 
 
 @matmul.register_fake

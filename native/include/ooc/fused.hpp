@@ -24,8 +24,8 @@ FusedActivation fused_activation_from_name(const std::string& name, double coef)
 // bias and applies the activation on the device, and only the finished y crosses back. z may be y
 // (in place); bias may be null when !problem.has_bias.
 Plan plan_conv_bias_activation_forward(const ConvProblem& problem, const Options& options);
-void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
-                                  const float* w, const float* z, const float* bias, float* y, const Options& options,
+void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const void* x,
+                                  const void* w, const void* z, const void* bias, void* y, const Options& options,
                                   Plan* used = nullptr, RunStats* stats = nullptr);
 
 // out = pool(act(alpha1 * conv(x, w) + alpha2 * z + bias)): conv_bias_activation_forward followed by
@@ -37,8 +37,8 @@ void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivat
 Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const ConvProblem& pool,
                                                const Options& options);
 void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedActivation& activation,
-                                          const ConvProblem& pool, PoolMode mode, const float* x, const float* w,
-                                          const float* z, const float* bias, float* out, const Options& options,
+                                          const ConvProblem& pool, PoolMode mode, const void* x, const void* w,
+                                          const void* z, const void* bias, void* out, const Options& options,
                                           Plan* used = nullptr, RunStats* stats = nullptr);
 
 // y = act(alpha1 * conv_transpose(x, w) + alpha2 * z + bias): a transposed convolution (torch's
@@ -51,10 +51,11 @@ void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedAc
 ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
                            const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                            const std::vector<int64_t>& output_padding, const std::vector<int64_t>& dilation,
-                           int64_t groups, double alpha1, double alpha2, bool has_bias);
+                           int64_t groups, double alpha1, double alpha2, bool has_bias,
+                           DType dtype = DType::float32);
 Plan plan_deconv_bias_activation_forward(const ConvProblem& deconv, const Options& options);
-void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const float* x,
-                                    const float* w, const float* z, const float* bias, float* y,
+void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const void* x,
+                                    const void* w, const void* z, const void* bias, void* y,
                                     const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
 
 // (dx, dw, db) = (conv_backward_data(dy, w), conv_backward_filter(x, dy), conv_backward_bias(dy)),

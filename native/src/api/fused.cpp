@@ -49,6 +49,13 @@ void require_backward(const ConvProblem& p, const char* function) {
   if (p.beta != 0.0)
     throw invalid_argument(std::string(function) + ": beta must be 0 (the gradients are computed fresh), got " +
                            std::to_string(p.beta));
+  // dw and db stay on the device across every dy tile, and dx rows two tiles share are carried
+  // there: in half precision both would be partial sums rounded to half (docs/dtypes.md).
+  if (p.dtype != DType::float32)
+    throw not_supported(std::string(function) + ": " + dtype_name(p.dtype) +
+                        " is not supported yet (the fused backward keeps partial sums of dw, db and dx on the "
+                        "device in the tensors' dtype); conv_backward_data, conv_backward_filter and "
+                        "conv_backward_bias take it");
 }
 
 // How many y-shaped tensors a fused activation backward streams per dy tile: dy, y and, where the
@@ -104,13 +111,13 @@ Plan plan_conv_bias_activation_forward(const ConvProblem& problem, const Options
   return plan_operation(bias_activation_call(problem), options);
 }
 
-void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
-                                  const float* w, const float* z, const float* bias, float* y, const Options& options,
+void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const void* x,
+                                  const void* w, const void* z, const void* bias, void* y, const Options& options,
                                   Plan* used, RunStats* stats) {
   require_forward(problem, "conv_bias_activation_forward");
   if (!x || !w || !y || (problem.has_bias && !bias) || (problem.beta != 0.0 && !z))
     throw invalid_argument("conv_bias_activation_forward: null data pointer");
-  const float* z_read = problem.beta != 0.0 ? z : nullptr;
+  const void* z_read = problem.beta != 0.0 ? z : nullptr;
   run_operation(bias_activation_call(problem, {x, w, z_read, bias, y},
                                      [&](const Plan& plan, Backend& backend) {
                                        return run_conv_bias_activation_forward(plan, backend, activation, x, w, z,
@@ -148,13 +155,13 @@ Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const Co
 }
 
 void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedActivation& activation,
-                                          const ConvProblem& pool, PoolMode mode, const float* x, const float* w,
-                                          const float* z, const float* bias, float* out, const Options& options,
+                                          const ConvProblem& pool, PoolMode mode, const void* x, const void* w,
+                                          const void* z, const void* bias, void* out, const Options& options,
                                           Plan* used, RunStats* stats) {
   require_pooling_of(conv, pool, "conv_bias_activation_pooling_forward");
   if (!x || !w || !out || (conv.has_bias && !bias) || (conv.beta != 0.0 && !z))
     throw invalid_argument("conv_bias_activation_pooling_forward: null data pointer");
-  const float* z_read = conv.beta != 0.0 ? z : nullptr;
+  const void* z_read = conv.beta != 0.0 ? z : nullptr;
   run_operation(pooling_forward_call(conv, pool, {x, w, z_read, bias, out},
                                      [&](const Plan& plan, Backend& backend) {
                                        return run_conv_bias_activation_pooling_forward(
@@ -167,7 +174,7 @@ void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedAc
 ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
                            const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                            const std::vector<int64_t>& output_padding, const std::vector<int64_t>& dilation,
-                           int64_t groups, double alpha1, double alpha2, bool has_bias) {
+                           int64_t groups, double alpha1, double alpha2, bool has_bias, DType dtype) {
   if (w_shape.size() < 3 || w_shape.size() > 5 || x_shape.size() != w_shape.size())
     throw invalid_argument("x and w must both be 3D, 4D or 5D ([batch, in_channels, *spatial] and [in_channels, "
                            "out_channels/groups, *kernel]), got x" + format_shape(x_shape) + " and w" +
@@ -175,8 +182,8 @@ ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vecto
   if (x_shape[1] != w_shape[0])
     throw invalid_argument("x has " + std::to_string(x_shape[1]) + " channels, w" + format_shape(w_shape) +
                            " expects " + std::to_string(w_shape[0]) + " (w is [in_channels, out_channels, ...])");
-  checked::tensor_elements(x_shape, dtype_size(DType::float32), "x");
-  checked::tensor_elements(w_shape, dtype_size(DType::float32), "w");
+  checked::tensor_elements(x_shape, dtype_size(dtype), "x");
+  checked::tensor_elements(w_shape, dtype_size(dtype), "w");
   const size_t sd = w_shape.size() - 2;
   auto option = [&](const std::vector<int64_t>& v, const char* name, size_t d) {
     if (v.size() != 1 && v.size() != sd)
@@ -204,7 +211,7 @@ ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vecto
     y_shape.push_back(out);
   }
   ConvProblem p = ConvProblem::backward_data(x_shape, w_shape, y_shape, stride, padding, dilation, groups, alpha1,
-                                             alpha2);
+                                             alpha2, dtype);
   p.has_bias = has_bias;
   return p;
 }
@@ -259,13 +266,13 @@ Plan plan_deconv_bias_activation_forward(const ConvProblem& deconv, const Option
   return plan_operation(deconv_call(deconv), options);
 }
 
-void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const float* x,
-                                    const float* w, const float* z, const float* bias, float* y,
+void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const void* x,
+                                    const void* w, const void* z, const void* bias, void* y,
                                     const Options& options, Plan* used, RunStats* stats) {
   require_deconv(deconv, "deconv_bias_activation_forward");
   if (!x || !w || !y || (deconv.has_bias && !bias) || (deconv.beta != 0.0 && !z))
     throw invalid_argument("deconv_bias_activation_forward: null data pointer");
-  const float* z_read = deconv.beta != 0.0 ? z : nullptr;
+  const void* z_read = deconv.beta != 0.0 ? z : nullptr;
   run_operation(deconv_call(deconv, {x, w, z_read, bias, y},
                             [&](const Plan& plan, Backend& backend) {
                               return run_deconv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y,

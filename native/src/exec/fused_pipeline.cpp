@@ -15,7 +15,7 @@ namespace {
 // A dense [n, c, rows...] tile as the element-wise layers see it (activation, add_tensor).
 ChunkConv tile_of(const ConvProblem& p, Range n, Range c, const std::array<Range, kMaxSpatial>& rows) {
   ChunkConv tile;
-  tile.dtype = p.dtype;
+  tile.dtype = tile.out_dtype = p.dtype;
   tile.spatial_dims = p.spatial_dims;
   tile.n = n.size();
   tile.c = tile.k = c.size();
@@ -84,6 +84,7 @@ RunStats run_conv_bias_activation_pooling_forward(const Plan& plan, Backend& bac
     conv(ch, b);
     if (!ch.last_c) return;
     ChunkConv window;
+    window.dtype = window.out_dtype = p.dtype;  // the y tile's, which it pools
     window.spatial_dims = p.spatial_dims;
     window.n = ch.n.size();
     window.c = window.k = ch.k.size();
