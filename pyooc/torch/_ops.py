@@ -275,6 +275,18 @@ def _cba_setup(ctx, inputs, output):
     ctx.geometry = (stride, padding, dilation, groups, memory_limit, backend)
 
 
+def _unfused_activation_conv_grads(ctx, x, w, y, pre, dy, activation, coef, geometry):
+    """(dx, dw, db) of y = act(conv(x, w) + bias) for dy through the unfused ops (the activation's
+    gradient, then the convolution's three), those ctx needs; the fused gradients' fallback for
+    what they do not take (groups, half precision)."""
+    memory_limit, backend = geometry[-2:]
+    dz = dy if activation == "identity" else activation_backward(y, dy, y if pre is None else pre, activation, coef,
+                                                                 memory_limit, backend)
+    return (conv_backward_data(dz, w, list(x.shape), *geometry) if _needs(ctx, 0) else None,
+            conv_backward_filter(x, dz, list(w.shape), *geometry) if _needs(ctx, 1) else None,
+            conv_backward_bias(dz, memory_limit, backend) if ctx.has_bias and _needs(ctx, 2) else None)
+
+
 def _cba_backward(ctx, dy):
     x, w, bias, y = ctx.saved_tensors
     dy = contiguous_grad(dy)
@@ -287,13 +299,8 @@ def _cba_backward(ctx, dy):
     # The fused gradient has no group dimension and is float32 only (docs/dtypes.md): otherwise the
     # activation's gradient, then the convolution's.
     if groups != 1 or x.dtype != torch.float32:
-        dz = dy if activation == "identity" else activation_backward(y, dy, y if pre is None else pre, activation,
-                                                                     coef, memory_limit, backend)
-        geometry = (stride, padding, dilation, groups, memory_limit, backend)
-        return (conv_backward_data(dz, w, list(x.shape), *geometry) if _needs(ctx, 0) else None,
-                conv_backward_filter(x, dz, list(w.shape), *geometry) if _needs(ctx, 1) else None,
-                conv_backward_bias(dz, memory_limit, backend) if ctx.has_bias and _needs(ctx, 2) else None) + \
-            (None,) * 8
+        return _unfused_activation_conv_grads(ctx, x, w, y, pre, dy, activation, coef,
+                                              (stride, padding, dilation, groups, memory_limit, backend)) + (None,) * 8
     dx, dw, db = activation_conv_backward_data_filter_bias(x, dy, w, y, pre, activation, coef, stride, padding,
                                                            dilation, groups, memory_limit, backend)
     return (dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None,
@@ -326,8 +333,9 @@ def conv_bias_activation_pooling_forward(x: Tensor, w: Tensor, bias: Optional[Te
                                          stride: list[int], padding: list[int], dilation: list[int], groups: int,
                                          pool_kernel: list[int], pool_stride: list[int], pool_padding: list[int],
                                          pool_mode: str, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_bias_activation_pooling_forward, as_array(x, "input"), as_array(w, "weight"),
-                          as_array_or_none(bias, "bias"), pool_kernel=pool_kernel, pool_stride=pool_stride,
+    return as_tensor(_run(pyooc.conv_bias_activation_pooling_forward, as_array(x, "input", CONV_DTYPES),
+                          as_array(w, "weight", CONV_DTYPES), as_array_or_none(bias, "bias", CONV_DTYPES),
+                          pool_kernel=pool_kernel, pool_stride=pool_stride,
                           pool_padding=pool_padding, pool_mode=pool_mode, activation=activation,
                           coef=None if activation == "identity" else coef, stride=stride, padding=padding,
                           dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend))
@@ -357,6 +365,9 @@ def _cbap_backward(ctx, dq):
     pre = None
     if activation != "identity" and not pyooc._native.activation_traits(activation)[2]:
         pre = conv_forward(x, w, bias, *geometry)
+    if x.dtype != torch.float32:  # the fused gradient is float32 only: the pooling's, then the rest unfused
+        dy = pool_backward(q, contiguous_grad(dq), y, pk, ps, pp, pm, memory_limit, backend)
+        return _unfused_activation_conv_grads(ctx, x, w, y, pre, dy, activation, coef, geometry) + (None,) * 12
     dx, dw, db = pooling_activation_conv_backward_data_filter_bias(
         x, contiguous_grad(dq), w, q, y, pre, pk, ps, pp, pm, activation, coef, *geometry)
     return (dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None,

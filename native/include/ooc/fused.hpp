@@ -3,6 +3,9 @@
 // never moved: each function moves what its unfused composition reads and writes once, not once per
 // operation. Same contract as ooc.hpp: host pointers, Options::memory_limit, the Plan that ran (its
 // `fused` names the function; bytes_h2d / bytes_d2h the traffic) and RunStats of what moved.
+// The forward fusions take the problem's dtype (float32, float16, bfloat16) for every tensor,
+// z, bias and the result included; the backward fusions are float32 only (not_supported naming
+// the dtype: they keep partial sums of dw, db and dx on the device in the tensors' dtype).
 #pragma once
 
 #include <string>
