@@ -338,8 +338,8 @@ cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:
                                               RunStats* stats) except +translate_exception
     Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem,
                                              const Options& options) except +translate_exception
-    void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
-                                        float* dx, float* dw, float* db, const Options& options, Plan* used,
+    void conv_backward_data_filter_bias(const ConvProblem& problem, const void* x, const void* dy, const void* w,
+                                        void* dx, void* dw, void* db, const Options& options, Plan* used,
                                         RunStats* stats) except +translate_exception
     Plan plan_pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
                                                                 const FusedActivation& activation,
@@ -347,17 +347,17 @@ cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:
                                                                 const Options& options) except +translate_exception
     void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
                                                            const FusedActivation& activation,
-                                                           const ConvProblem& pool, PoolMode mode, const float* x,
-                                                           const float* dq, const float* w, const float* q,
-                                                           const float* y, const float* pre, float* dx, float* dw,
-                                                           float* db, const Options& options, Plan* used,
+                                                           const ConvProblem& pool, PoolMode mode, const void* x,
+                                                           const void* dq, const void* w, const void* q,
+                                                           const void* y, const void* pre, void* dx, void* dw,
+                                                           void* db, const Options& options, Plan* used,
                                                            RunStats* stats) except +translate_exception
     Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
                                                         const FusedActivation& activation, bool with_pre,
                                                         const Options& options) except +translate_exception
     void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
-                                                   const float* x, const float* dy, const float* w, const float* y,
-                                                   const float* pre, float* dx, float* dw, float* db,
+                                                   const void* x, const void* dy, const void* w, const void* y,
+                                                   const void* pre, void* dx, void* dw, void* db,
                                                    const Options& options, Plan* used,
                                                    RunStats* stats) except +translate_exception
 

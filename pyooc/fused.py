@@ -3,9 +3,8 @@ operations in one pass over the chunks, the intermediates kept on the GPU. On a 
 fastest byte is the one never moved, so each function moves what its unfused composition reads and
 writes once, not once per operation. Each has a plan_* twin whose Plan reports the bytes it moves
 (bytes_h2d, bytes_d2h). Arguments are checked with the shared checks (pyooc/_call_args.py); libooc
-validates the geometry. The forward fusions take float32, float16 and bfloat16 (one dtype a call,
-the result in it); the backward fusions float32 only (NotImplementedError naming the dtype:
-docs/dtypes.md says why)."""
+validates the geometry. Every function takes float32, float16 and bfloat16 (one dtype a call, the
+results in it; the backwards sum dw and db in float32: docs/dtypes.md)."""
 
 import numpy as np
 
@@ -247,30 +246,17 @@ def plan_deconv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False,
         o["alpha2"] if z else 0.0, bool(bias), o["options"], o["dtype"])
 
 
-_BACKWARD_HALF = ("{function}: {dtype} is not supported yet: the fused backward keeps partial sums of dw, db "
-                  "and the dx rows two tiles share on the device in the tensors' dtype, which would round them "
-                  "to half (docs/dtypes.md); conv_backward_data, conv_backward_filter and conv_backward_bias take "
-                  "{dtype}")
-
-
-def _float32_only(function, **arrays):
-    """as_input of each named array for the fused backwards, which compute in float32 only: a float16
-    or bfloat16 array is a NotImplementedError naming the dtype and what serves it (other dtypes a
-    TypeError). A tuple in the keywords' order; pre, the one optional array, may be None."""
-    views = []
+def _backward_inputs(**arrays):
+    """The fused backwards' arrays as zero-copy views of one dtype (float32, float16 or bfloat16:
+    the first's), a tuple in the keywords' order; pre, the one optional array, may be None."""
+    views, first = [], None
     for name, array in arrays.items():
         view = None if array is None and name == "pre" else as_input(array, name, CONV_DTYPES)
-        if view is not None and view.dtype != np.float32:
-            raise NotImplementedError(_BACKWARD_HALF.format(function=function, dtype=view.dtype))
+        if view is not None and first is not None:
+            same_dtype(view, name, *first)
+        first = first or (view, name)
         views.append(view)
     return tuple(views)
-
-
-def _plan_float32_only(dtype, function):
-    """A fused backward's plan twin's dtype=: float32 (as _float32_only)."""
-    dtype = check_dtype(dtype, CONV_DTYPES)
-    if dtype != "float32":
-        raise NotImplementedError(_BACKWARD_HALF.format(function=function, dtype=dtype))
 
 
 def _backward_outputs(out, x, dy, w, more_inputs=None):
@@ -278,13 +264,13 @@ def _backward_outputs(out, x, dy, w, more_inputs=None):
     or each other)."""
     shapes = (x.shape, w.shape, (w.shape[0],))
     if out is None:
-        return tuple(new_result(s) for s in shapes)
+        return tuple(new_result(s, x.dtype) for s in shapes)
     if not isinstance(out, (tuple, list)) or len(out) != 3:
         raise TypeError(f"out must be a tuple (dx, dw, db), got {type(out).__name__}")
     inputs = {"x": x, "dy": dy, "w": w, **(more_inputs or {})}
     checked = []
     for name, array, shape in zip(("dx", "dw", "db"), out, shapes):
-        checked.append(as_output(array, shape, inputs))
+        checked.append(as_output(array, shape, inputs, x.dtype))
         inputs[name] = array
     return tuple(checked)
 
@@ -305,15 +291,15 @@ def conv_backward_data_filter_bias(x, dy, w, *, stride=1, padding=0, dilation=1,
     dw and db stay on the device until the last tile; along a split spatial dimension the dx rows
     two tiles share are carried on the device (see native/src/plan/fused_planner.hpp). The results
     are new arrays, or out=(dx, dw, db)."""
-    x, dy, w = _float32_only("conv_backward_data_filter_bias", x=x, dy=dy, w=w)
+    x, dy, w = _backward_inputs(x=x, dy=dy, w=w)
     o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
                   kernel=w.shape[2:])
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
     _native.check_conv_backward_data_filter_bias(x.shape, dy.shape, w.shape, *geometry)
     dx, dw, db = _backward_outputs(out, x, dy, w)
     _last_stats.record(_native.conv_backward_data_filter_bias(
-        x.reshape(-1), x.shape, dy.reshape(-1), dy.shape, w.reshape(-1), w.shape, dx.reshape(-1), dw.reshape(-1),
-        db.reshape(-1), *geometry, o["options"]))
+        raw_bytes(x), x.shape, raw_bytes(dy), dy.shape, raw_bytes(w), w.shape, raw_bytes(dx), raw_bytes(dw),
+        raw_bytes(db), *geometry, o["options"], str(x.dtype)))
     return dx, dw, db
 
 
@@ -325,11 +311,11 @@ def plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, stride=1,
     once, bytes_d2h dx, dw and db once; kept_bytes and scratch_bytes the device memory dw, db and the
     carried dx rows take. pinned: plan for pinned arrays (as plan_conv_forward)."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
-    _plan_float32_only(dtype, "conv_backward_data_filter_bias")
+    dtype = check_dtype(dtype, CONV_DTYPES)
     o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
                   pinned, shapes[2][2:])
     return _native.plan_conv_backward_data_filter_bias(*shapes, o["stride"], o["padding"], o["dilation"],
-                                                       o["groups"], o["options"])
+                                                       o["groups"], o["options"], dtype)
 
 
 @accepts_math
@@ -349,7 +335,7 @@ def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu",
     input, is needed unless the gradient follows from y alone, as for "relu", "sigmoid" and "tanh"
     (pre=None then moves one tensor less). "identity": dz = dy (y unused). The
     results are new arrays, or out=(dx, dw, db)."""
-    x, dy, w, y, pre = _float32_only("activation_conv_backward_data_filter_bias", x=x, dy=dy, w=w, y=y, pre=pre)
+    x, dy, w, y, pre = _backward_inputs(x=x, dy=dy, w=w, y=y, pre=pre)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
                   kernel=w.shape[2:])
@@ -365,9 +351,8 @@ def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu",
     dx, dw, db = _backward_outputs(out, x, dy, w, inputs)
     y, pre = inputs["y"], inputs["pre"]
     _last_stats.record(_native.activation_conv_backward_data_filter_bias(
-        x.reshape(-1), x.shape, dy.reshape(-1), dy.shape, w.reshape(-1), w.shape, y.reshape(-1),
-        None if pre is None else pre.reshape(-1), dx.reshape(-1), dw.reshape(-1), db.reshape(-1), activation, coef,
-        *geometry, o["options"]))
+        raw_bytes(x), x.shape, raw_bytes(dy), dy.shape, raw_bytes(w), w.shape, raw_bytes(y), raw_bytes(pre),
+        raw_bytes(dx), raw_bytes(dw), raw_bytes(db), activation, coef, *geometry, o["options"], str(x.dtype)))
     return dx, dw, db
 
 
@@ -380,12 +365,13 @@ def plan_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *
     """The Plan activation_conv_backward_data_filter_bias would run (pre: whether the call gets the
     activation's input), without running it: bytes_h2d counts dy, y (and pre) once each."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
-    _plan_float32_only(dtype, "activation_conv_backward_data_filter_bias")
+    dtype = check_dtype(dtype, CONV_DTYPES)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
                   pinned, shapes[2][2:])
     return _native.plan_activation_conv_backward_data_filter_bias(
-        *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], o["options"])
+        *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], o["options"],
+        dtype)
 
 
 @accepts_math
@@ -407,7 +393,7 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
     the link. Each tile loads dq and q over the pooled rows whose windows reach it and y (and pre)
     over those windows; dims the pooling pads are never split. The results are new arrays, or
     out=(dx, dw, db)."""
-    x, dq, w, q, y, pre = _float32_only("pooling_activation_conv_backward_data_filter_bias", x=x, dq=dq, w=w, q=q, y=y, pre=pre)
+    x, dq, w, q, y, pre = _backward_inputs(x=x, dq=dq, w=w, q=q, y=y, pre=pre)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
                   kernel=w.shape[2:])
@@ -427,9 +413,9 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
     dx, dw, db = _backward_outputs(out, x, dq, w, inputs)
     pre = inputs["pre"]
     _last_stats.record(_native.pooling_activation_conv_backward_data_filter_bias(
-        x.reshape(-1), x.shape, dq.reshape(-1), w.reshape(-1), w.shape, inputs["q"].reshape(-1),
-        inputs["y"].reshape(-1), y_shape, None if pre is None else pre.reshape(-1), dx.reshape(-1), dw.reshape(-1),
-        db.reshape(-1), activation, coef, *geometry, *pool, pool_mode, o["options"]))
+        raw_bytes(x), x.shape, raw_bytes(dq), raw_bytes(w), w.shape, raw_bytes(inputs["q"]), raw_bytes(inputs["y"]),
+        y_shape, raw_bytes(pre), raw_bytes(dx), raw_bytes(dw), raw_bytes(db), activation, coef, *geometry, *pool,
+        pool_mode, o["options"], str(x.dtype)))
     return dx, dw, db
 
 
@@ -444,11 +430,11 @@ def plan_pooling_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_
     pooling's input), without running it: bytes_h2d counts dq and q over each tile's pooled rows and
     y (and pre) over their windows."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
-    _plan_float32_only(dtype, "pooling_activation_conv_backward_data_filter_bias")
+    dtype = check_dtype(dtype, CONV_DTYPES)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
                   pinned, shapes[2][2:])
     pool = _pool_geometry(spatial_dims(shapes[2]), pool_kernel, pool_stride, pool_padding, "max")
     return _native.plan_pooling_activation_conv_backward_data_filter_bias(
         *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], *pool,
-        o["options"])
+        o["options"], dtype)

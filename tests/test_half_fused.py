@@ -2,9 +2,10 @@
 (conv_bias_activation_forward, its pooling form, deconv_bias_activation_forward) on the host
 backend: results in the input dtype against float64 references of the same (exactly upcast)
 inputs, within fp16 1e-3 / bf16 1e-2 of the norm, NaN-poisoned outputs, budgets that split; plans
-stream two bytes an element; mixed dtypes are a TypeError naming the argument. The fused backwards
-refuse half precision with a NotImplementedError naming the dtype (docs/dtypes.md says why). The
-cuda backend's twins, and the GPU's conv_backward_bias of half dy, are marked gpu."""
+stream two bytes an element; mixed dtypes are a TypeError naming the argument. The same for the
+fused backwards (conv_backward_data_filter_bias and its activation and pooling forms), whose dw and
+db stay on the device in float32 under budgets that split H (carried dx rows) and N. The cuda
+backend's twins, and the GPU's conv_backward_bias of half dy, are marked gpu."""
 
 import ml_dtypes
 import numpy as np
@@ -12,7 +13,8 @@ import pytest
 
 import pyooc
 from conftest import rel_err
-from fused_helpers import activation_err, coef_of, reference_bias_activation
+from backward_helpers import reference_backward_data, reference_backward_filter
+from fused_helpers import activation_err, coef_of, ref_pool_backward, reference_bias_activation
 from layers_helpers import poisoned
 from test_fused_deconv import deconv_shape, reference as reference_deconv
 from test_layers_pool import ref_pool
@@ -132,26 +134,77 @@ def test_mixed_dtypes_are_refused_by_name(rng):
         pyooc.conv_bias_activation_forward(x.astype(np.float64), w, backend="host", **GEOMETRY)
 
 
+def check_gradients(grads, dtype, x, w, dz, tol):
+    """(dx, dw, db) of dtype, every element written, against the float64 gradients of dz."""
+    dx, dw, db = grads
+    refs = (reference_backward_data(dz, up(w), x.shape, **GEOMETRY), reference_backward_filter(up(x), dz, w.shape,
+                                                                                              **GEOMETRY),
+            dz.sum(axis=(0, 2, 3)))
+    for got, ref in zip((dx, dw, db), refs):
+        assert got.dtype == dtype and not np.isnan(up(got)).any()
+        assert rel_err(up(got), ref) < tol
+
+
+def backward_budget(plan_fn):
+    """The largest budget (halving from 4 MiB) whose plan splits H (dx rows carried between tiles)
+    and has several chunks."""
+    budget = 4 << 20
+    while budget > 256:
+        try:
+            plan = plan_fn(budget)
+        except MemoryError:
+            break
+        if plan.splits["h"] > 1 and plan.num_chunks > 2:
+            return budget
+        budget //= 2
+    raise AssertionError("no budget splits h")
+
+
 @pytest.mark.parametrize("name", DTYPES)
-def test_fused_backwards_refuse_half_naming_the_dtype(rng, name):
-    dtype, _ = DTYPES[name]
+def test_conv_backward_data_filter_bias(rng, name):
+    dtype, tol = DTYPES[name]
     x, w, _, dy = random_half(rng, dtype, X, W, y_shape_of(X, W), W[0])
-    q = np.zeros((3, 6, 9, 6), dtype)
-    served = "conv_backward_data, conv_backward_filter and conv_backward_bias take " + name
-    calls = [
-        ("conv_backward_data_filter_bias", lambda: pyooc.conv_backward_data_filter_bias(x, dy, w, backend="host",
-                                                                                        **GEOMETRY)),
-        ("activation_conv_backward_data_filter_bias", lambda: pyooc.activation_conv_backward_data_filter_bias(
-            x, dy, w, dy, activation="relu", backend="host", **GEOMETRY)),
-        ("pooling_activation_conv_backward_data_filter_bias",
-         lambda: pyooc.pooling_activation_conv_backward_data_filter_bias(x, q, w, q, dy, backend="host", **POOL,
-                                                                         **GEOMETRY)),
-        ("conv_backward_data_filter_bias", lambda: pyooc.plan_conv_backward_data_filter_bias(
-            X, y_shape_of(X, W), W, dtype=name, **GEOMETRY)),
-    ]
-    for function, call in calls:
-        with pytest.raises(NotImplementedError, match=f"{function}: {name} is not supported yet.*{served}"):
-            call()
+    budget = backward_budget(lambda m: pyooc.plan_conv_backward_data_filter_bias(
+        X, dy.shape, W, dtype=name, memory_limit=m, backend="host", **GEOMETRY))
+    out = (poisoned(X, dtype), poisoned(W, dtype), poisoned(W[0], dtype))
+    grads = pyooc.conv_backward_data_filter_bias(x, dy, w, out=out, memory_limit=budget, backend="host", **GEOMETRY)
+    plan = pyooc.last_stats()["plan"]
+    assert plan.splits["h"] > 1 and plan.num_chunks > 2
+    check_gradients(grads, dtype, x, w, up(dy), tol)
+
+
+@pytest.mark.parametrize("name", DTYPES)
+def test_activation_and_pooling_backwards(rng, name):
+    dtype, tol = DTYPES[name]
+    x, w, _, pre = random_half(rng, dtype, X, W, y_shape_of(X, W), W[0])
+    y = np.tanh(up(pre)).astype(dtype)  # tanh's gradient follows from y: pre is not passed
+    dy = rng.standard_normal(y.shape).astype(dtype)
+    budget = backward_budget(lambda m: pyooc.plan_activation_conv_backward_data_filter_bias(
+        X, y.shape, W, activation="tanh", dtype=name, memory_limit=m, backend="host", **GEOMETRY))
+    grads = pyooc.activation_conv_backward_data_filter_bias(x, dy, w, y, activation="tanh", memory_limit=budget,
+                                                            backend="host", **GEOMETRY)
+    check_gradients(grads, dtype, x, w, (1 - up(y) ** 2) * up(dy), tol)
+    q = ref_pool(up(y), (2, 2), (2, 2), (0, 0), "avg").astype(dtype)
+    dq = rng.standard_normal(q.shape).astype(dtype)
+    grads = pyooc.pooling_activation_conv_backward_data_filter_bias(
+        x, dq, w, q, y, activation="tanh", pool_mode="avg", memory_limit=budget, backend="host", **POOL, **GEOMETRY)
+    assert pyooc.last_stats()["plan"].num_chunks > 1
+    dy_pooled = ref_pool_backward(up(y), up(dq), (2, 2), (2, 2), (0, 0), "avg")
+    check_gradients(grads, dtype, x, w, (1 - up(y) ** 2) * dy_pooled, tol)
+
+
+@pytest.mark.parametrize("name", DTYPES)
+def test_fused_backward_plans_count_two_bytes_an_element_and_keep_float32(name):
+    big = 64 << 20
+    f32 = pyooc.plan_conv_backward_data_filter_bias(X, y_shape_of(X, W), W, memory_limit=big, backend="host",
+                                                    **GEOMETRY)
+    h = pyooc.plan_conv_backward_data_filter_bias(X, y_shape_of(X, W), W, dtype=name, memory_limit=big,
+                                                  backend="host", **GEOMETRY)
+    assert 2 * h.bytes_h2d == f32.bytes_h2d
+    # dx comes back in half; dw and db as the float32 the device summed them in.
+    w_elements = int(np.prod(W))
+    assert h.bytes_d2h == 2 * int(np.prod(X)) + 4 * (w_elements + W[0])
+    assert h.kept_bytes == f32.kept_bytes
 
 
 @pytest.mark.gpu
@@ -204,3 +257,24 @@ def test_conv_backward_bias_of_half_dy_on_the_gpu(rng, name):
     out = prior.copy()
     pyooc.conv_backward_bias(dy, alpha=0.5, beta=2.0, out=out, memory_limit=1 << 16, backend="cuda")
     assert rel_err(up(out), 0.5 * ref + 2.0 * up(prior)) < tol
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", DTYPES)
+def test_fused_backward_on_the_gpu(rng, name):
+    """cuDNN's half gradients with dw (each chunk's half partial added by cudnnTransformTensor) and
+    db (the library's reduction) kept in float32 on the device, H split so dx rows are carried."""
+    dtype, tol = DTYPES[name]
+    x_shape, w_shape = (4, 16, 40, 36), (24, 16, 3, 3)
+    x, w, _, dy = random_half(rng, dtype, x_shape, w_shape, y_shape_of(x_shape, w_shape), w_shape[0])
+    budget = backward_budget(lambda m: pyooc.plan_conv_backward_data_filter_bias(
+        x_shape, dy.shape, w_shape, dtype=name, memory_limit=m, backend="cuda", **GEOMETRY))
+    out = (poisoned(x_shape, dtype), poisoned(w_shape, dtype), poisoned(w_shape[0], dtype))
+    grads = pyooc.conv_backward_data_filter_bias(x, dy, w, out=out, memory_limit=budget, backend="cuda", **GEOMETRY)
+    assert pyooc.last_stats()["plan"].splits["h"] > 1
+    # dw's chunks each round their partial to half once (as the unfused conv_backward_filter's): 4 * tol.
+    refs = (reference_backward_data(up(dy), up(w), x_shape, **GEOMETRY),
+            reference_backward_filter(up(x), up(dy), w_shape, **GEOMETRY), up(dy).sum(axis=(0, 2, 3)))
+    for got, ref, factor in zip(grads, refs, (1, 4, 1)):
+        assert got.dtype == dtype and not np.isnan(up(got)).any()
+        assert rel_err(up(got), ref) < factor * tol

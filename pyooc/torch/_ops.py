@@ -137,8 +137,8 @@ def _(dy, memory_limit, backend):
 def conv_backward_data_filter_bias(x: Tensor, dy: Tensor, w: Tensor, stride: list[int], padding: list[int],
                                    dilation: list[int], groups: int, memory_limit: int,
                                    backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.conv_backward_data_filter_bias, as_array(x, "input"), as_array(dy, "grad_output"),
-                      as_array(w, "weight"), stride=stride, padding=padding, dilation=dilation, groups=groups,
+    dx, dw, db = _run(pyooc.conv_backward_data_filter_bias, as_array(x, "input", CONV_DTYPES),
+                      as_array(dy, "grad_output", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES), stride=stride, padding=padding, dilation=dilation, groups=groups,
                       memory_limit=memory_limit, backend=backend)
     return as_tensor(dx), as_tensor(dw), as_tensor(db)
 
@@ -161,9 +161,9 @@ def _conv_backward(ctx, dy):
     dy = contiguous_grad(dy)
     stride, padding, dilation, groups, memory_limit, backend = ctx.geometry
     want_dx, want_dw, want_db = _needs(ctx, 0), _needs(ctx, 1), ctx.has_bias and _needs(ctx, 2)
-    # One pass over dy serves all three (the fused backward: float32, ungrouped, cuDNN's symmetric padding).
+    # One pass over dy serves all three (the fused backward: ungrouped, cuDNN's symmetric padding).
     on_cpu = all(t.device.type == "cpu" for t in (x, dy, w))  # the fused backward takes host arrays
-    if want_dx and want_dw and groups == 1 and _symmetric(padding, w) and x.dtype == torch.float32 and on_cpu:
+    if want_dx and want_dw and groups == 1 and _symmetric(padding, w) and on_cpu:
         dx, dw, db = conv_backward_data_filter_bias(x, dy, w, stride, padding, dilation, groups, memory_limit,
                                                     backend)
         return dx, dw, db if want_db else None, None, None, None, None, None, None
@@ -277,8 +277,8 @@ def _cba_setup(ctx, inputs, output):
 
 def _unfused_activation_conv_grads(ctx, x, w, y, pre, dy, activation, coef, geometry):
     """(dx, dw, db) of y = act(conv(x, w) + bias) for dy through the unfused ops (the activation's
-    gradient, then the convolution's three), those ctx needs; the fused gradients' fallback for
-    what they do not take (groups, half precision)."""
+    gradient, then the convolution's three), those ctx needs; the fused gradient's fallback for
+    what it does not take (groups)."""
     memory_limit, backend = geometry[-2:]
     dz = dy if activation == "identity" else activation_backward(y, dy, y if pre is None else pre, activation, coef,
                                                                  memory_limit, backend)
@@ -296,9 +296,8 @@ def _cba_backward(ctx, dy):
     if activation != "identity" and not pyooc._native.activation_traits(activation)[2]:
         # The gradient needs the activation's input, which the fused forward never wrote: recompute it.
         pre = conv_forward(x, w, bias, stride, padding, dilation, groups, memory_limit, backend)
-    # The fused gradient has no group dimension and is float32 only (docs/dtypes.md): otherwise the
-    # activation's gradient, then the convolution's.
-    if groups != 1 or x.dtype != torch.float32:
+    # The fused gradient has no group dimension: the activation's gradient, then the convolution's.
+    if groups != 1:
         return _unfused_activation_conv_grads(ctx, x, w, y, pre, dy, activation, coef,
                                               (stride, padding, dilation, groups, memory_limit, backend)) + (None,) * 8
     dx, dw, db = activation_conv_backward_data_filter_bias(x, dy, w, y, pre, activation, coef, stride, padding,
@@ -315,10 +314,10 @@ def activation_conv_backward_data_filter_bias(x: Tensor, dy: Tensor, w: Tensor, 
                                               activation: str, coef: float, stride: list[int], padding: list[int],
                                               dilation: list[int], groups: int, memory_limit: int,
                                               backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.activation_conv_backward_data_filter_bias, as_array(x, "input"),
-                      as_array(dy, "grad_output"), as_array(w, "weight"), as_array(y, "y"),
-                      activation=activation, coef=None if activation == "identity" else coef,
-                      pre=as_array_or_none(pre, "pre"), stride=stride, padding=padding, dilation=dilation,
+    dx, dw, db = _run(pyooc.activation_conv_backward_data_filter_bias, as_array(x, "input", CONV_DTYPES),
+                      as_array(dy, "grad_output", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
+                      as_array(y, "y", CONV_DTYPES), activation=activation,
+                      coef=None if activation == "identity" else coef, pre=as_array_or_none(pre, "pre", CONV_DTYPES), stride=stride, padding=padding, dilation=dilation,
                       groups=groups, memory_limit=memory_limit, backend=backend)
     return as_tensor(dx), as_tensor(dw), as_tensor(db)
 
@@ -365,9 +364,6 @@ def _cbap_backward(ctx, dq):
     pre = None
     if activation != "identity" and not pyooc._native.activation_traits(activation)[2]:
         pre = conv_forward(x, w, bias, *geometry)
-    if x.dtype != torch.float32:  # the fused gradient is float32 only: the pooling's, then the rest unfused
-        dy = pool_backward(q, contiguous_grad(dq), y, pk, ps, pp, pm, memory_limit, backend)
-        return _unfused_activation_conv_grads(ctx, x, w, y, pre, dy, activation, coef, geometry) + (None,) * 12
     dx, dw, db = pooling_activation_conv_backward_data_filter_bias(
         x, contiguous_grad(dq), w, q, y, pre, pk, ps, pp, pm, activation, coef, *geometry)
     return (dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None,
@@ -383,12 +379,13 @@ def pooling_activation_conv_backward_data_filter_bias(
         pool_stride: list[int], pool_padding: list[int], pool_mode: str, activation: str, coef: float,
         stride: list[int], padding: list[int], dilation: list[int], groups: int, memory_limit: int,
         backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.pooling_activation_conv_backward_data_filter_bias, as_array(x, "input"),
-                      as_array(dq, "grad_output"), as_array(w, "weight"), as_array(q, "output"), as_array(y, "y"),
+    dx, dw, db = _run(pyooc.pooling_activation_conv_backward_data_filter_bias, as_array(x, "input", CONV_DTYPES),
+                      as_array(dq, "grad_output", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
+                      as_array(q, "output", CONV_DTYPES), as_array(y, "y", CONV_DTYPES),
                       pool_kernel=pool_kernel, pool_stride=pool_stride, pool_padding=pool_padding,
                       pool_mode=pool_mode, activation=activation, coef=None if activation == "identity" else coef,
-                      pre=as_array_or_none(pre, "pre"), stride=stride, padding=padding, dilation=dilation,
-                      groups=groups, memory_limit=memory_limit, backend=backend)
+                      pre=as_array_or_none(pre, "pre", CONV_DTYPES), stride=stride, padding=padding,
+                      dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend)
     return as_tensor(dx), as_tensor(dw), as_tensor(db)
 
 

@@ -3,9 +3,10 @@
 // never moved: each function moves what its unfused composition reads and writes once, not once per
 // operation. Same contract as ooc.hpp: host pointers, Options::memory_limit, the Plan that ran (its
 // `fused` names the function; bytes_h2d / bytes_d2h the traffic) and RunStats of what moved.
-// The forward fusions take the problem's dtype (float32, float16, bfloat16) for every tensor,
-// z, bias and the result included; the backward fusions are float32 only (not_supported naming
-// the dtype: they keep partial sums of dw, db and dx on the device in the tensors' dtype).
+// Every tensor has the problem's dtype (float32, float16, bfloat16), z, bias and the results
+// included. The backward fusions keep dw and db on the device in float32 whatever the dtype (the
+// caller's half dw and db are converted once, at the end); the dx rows two spatial tiles share are
+// carried in the tensors' dtype.
 #pragma once
 
 #include <string>
@@ -67,8 +68,8 @@ void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActiva
 // ConvProblem::backward_data (dy_shape, w_shape, x_shape, geometry) with beta == 0: the gradients
 // are fresh (invalid_argument otherwise). dx like x, dw like w, db [k]; none may alias an input.
 Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem, const Options& options);
-void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
-                                    float* dx, float* dw, float* db, const Options& options, Plan* used = nullptr,
+void conv_backward_data_filter_bias(const ConvProblem& problem, const void* x, const void* dy, const void* w,
+                                    void* dx, void* dw, void* db, const Options& options, Plan* used = nullptr,
                                     RunStats* stats = nullptr);
 
 // The same with the activation's backward folded in: for y = act(pre) (pre = conv(x, w) + bias,
@@ -81,8 +82,8 @@ void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, 
 Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
                                                     bool with_pre, const Options& options);
 void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
-                                               const float* x, const float* dy, const float* w, const float* y,
-                                               const float* pre, float* dx, float* dw, float* db,
+                                               const void* x, const void* dy, const void* w, const void* y,
+                                               const void* pre, void* dx, void* dw, void* db,
                                                const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
 
 // And with a pooling's backward folded in too: for q = pool(y), y = act(pre) (conv_bias_activation_
@@ -98,10 +99,10 @@ Plan plan_pooling_activation_conv_backward_data_filter_bias(const ConvProblem& p
                                                             const ConvProblem& pool, bool with_pre,
                                                             const Options& options);
 void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
-                                                       const ConvProblem& pool, PoolMode mode, const float* x,
-                                                       const float* dq, const float* w, const float* q,
-                                                       const float* y, const float* pre, float* dx, float* dw,
-                                                       float* db, const Options& options, Plan* used = nullptr,
+                                                       const ConvProblem& pool, PoolMode mode, const void* x,
+                                                       const void* dq, const void* w, const void* q,
+                                                       const void* y, const void* pre, void* dx, void* dw,
+                                                       void* db, const Options& options, Plan* used = nullptr,
                                                        RunStats* stats = nullptr);
 
 }  // namespace ooc

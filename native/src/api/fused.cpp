@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <limits>
 
+#include "api/float32_output.hpp"
 #include "api/run_operation.hpp"
 #include "exec/fused_pipeline.hpp"
 #include "util/thread_pool.hpp"
@@ -49,13 +50,6 @@ void require_backward(const ConvProblem& p, const char* function) {
   if (p.beta != 0.0)
     throw invalid_argument(std::string(function) + ": beta must be 0 (the gradients are computed fresh), got " +
                            std::to_string(p.beta));
-  // dw and db stay on the device across every dy tile, and dx rows two tiles share are carried
-  // there: in half precision both would be partial sums rounded to half (docs/dtypes.md).
-  if (p.dtype != DType::float32)
-    throw not_supported(std::string(function) + ": " + dtype_name(p.dtype) +
-                        " is not supported yet (the fused backward keeps partial sums of dw, db and dx on the "
-                        "device in the tensors' dtype); conv_backward_data, conv_backward_filter and "
-                        "conv_backward_bias take it");
 }
 
 // How many y-shaped tensors a fused activation backward streams per dy tile: dy, y and, where the
@@ -68,6 +62,16 @@ int activation_y_inputs(const FusedActivation& a, bool with_pre) {
                            activation_mode_name(a.mode) + ": y alone does not give it");
   }
   return with_pre ? 3 : 2;
+}
+
+// Runs `run(float* dw, float* db)` on float32 views of the caller's dw and db: the fused backwards
+// keep both on the device in float32 (kKeptDtype) across every dy tile; a half call's are
+// converted to its dtype at the end.
+template <typename Run>
+void with_float32_gradients(const ConvProblem& p, void* dw, void* db, Run run) {
+  with_float32_output(p, dw, p.w_elements(), [&](float* dw32) {
+    with_float32_output(p, db, p.k, [&](float* db32) { run(dw32, db32); });
+  });
 }
 
 Plan plan_activation_backward(const ConvProblem& p, const FusedActivation& a, bool with_pre,
@@ -286,17 +290,19 @@ Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem, const Optio
   return plan_operation(backward_call(problem), options);
 }
 
-void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
-                                    float* dx, float* dw, float* db, const Options& options, Plan* used,
+void conv_backward_data_filter_bias(const ConvProblem& problem, const void* x, const void* dy, const void* w,
+                                    void* dx, void* dw, void* db, const Options& options, Plan* used,
                                     RunStats* stats) {
   require_backward(problem, "conv_backward_data_filter_bias");
   if (!x || !dy || !w || !dx || !dw || !db) throw invalid_argument("conv_backward_data_filter_bias: null data pointer");
-  run_operation(backward_call(problem, {x, dy, w, dx, dw, db},
-                              [&](const Plan& plan, Backend& backend) {
-                                return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db,
-                                                                          ThreadPool::shared());
-                              }),
-                options, used, stats);
+  with_float32_gradients(problem, dw, db, [&](float* dw32, float* db32) {
+    run_operation(backward_call(problem, {x, dy, w, dx, dw32, db32},
+                                [&](const Plan& plan, Backend& backend) {
+                                  return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw32, db32,
+                                                                            ThreadPool::shared());
+                                }),
+                  options, used, stats);
+  });
 }
 
 Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
@@ -306,24 +312,26 @@ Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem, 
 }
 
 void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
-                                               const float* x, const float* dy, const float* w, const float* y,
-                                               const float* pre, float* dx, float* dw, float* db,
+                                               const void* x, const void* dy, const void* w, const void* y,
+                                               const void* pre, void* dx, void* dw, void* db,
                                                const Options& options, Plan* used, RunStats* stats) {
   require_backward(problem, "activation_conv_backward_data_filter_bias");
   if (!x || !dy || !w || !dx || !dw || !db || (!activation.identity && !y))
     throw invalid_argument("activation_conv_backward_data_filter_bias: null data pointer");
   const bool with_pre = pre && !activation.identity;
-  run_operation(activation_backward_call(
-      problem, activation, with_pre,
-      {x, dy, w, activation.identity ? nullptr : y, with_pre ? pre : nullptr, dx, dw, db},
-      [&](const Plan& plan, Backend& backend) {
-        if (activation.identity)
-          return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db, ThreadPool::shared());
-        return run_activation_conv_backward_data_filter_bias(plan, backend, activation, x, dy, w, y,
-                                                             with_pre ? pre : nullptr, dx, dw, db,
-                                                             ThreadPool::shared());
-      }),
-      options, used, stats);
+  with_float32_gradients(problem, dw, db, [&](float* dw32, float* db32) {
+    run_operation(activation_backward_call(
+        problem, activation, with_pre,
+        {x, dy, w, activation.identity ? nullptr : y, with_pre ? pre : nullptr, dx, dw32, db32},
+        [&](const Plan& plan, Backend& backend) {
+          if (activation.identity)
+            return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw32, db32, ThreadPool::shared());
+          return run_activation_conv_backward_data_filter_bias(plan, backend, activation, x, dy, w, y,
+                                                               with_pre ? pre : nullptr, dx, dw32, db32,
+                                                               ThreadPool::shared());
+        }),
+        options, used, stats);
+  });
 }
 
 namespace {
@@ -365,23 +373,24 @@ Plan plan_pooling_activation_conv_backward_data_filter_bias(const ConvProblem& p
 }
 
 void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
-                                                       const ConvProblem& pool, PoolMode mode, const float* x,
-                                                       const float* dq, const float* w, const float* q,
-                                                       const float* y, const float* pre, float* dx, float* dw,
-                                                       float* db, const Options& options, Plan* used,
-                                                       RunStats* stats) {
+                                                       const ConvProblem& pool, PoolMode mode, const void* x,
+                                                       const void* dq, const void* w, const void* q, const void* y,
+                                                       const void* pre, void* dx, void* dw, void* db,
+                                                       const Options& options, Plan* used, RunStats* stats) {
   require_pooled_backward(problem, pool, "pooling_activation_conv_backward_data_filter_bias");
   if (!x || !dq || !w || !q || !y || !dx || !dw || !db)
     throw invalid_argument("pooling_activation_conv_backward_data_filter_bias: null data pointer");
   const bool with_pre = pre && !activation.identity;
-  run_operation(pooled_backward_call(problem, activation, pool, with_pre,
-                                     {x, dq, w, q, y, with_pre ? pre : nullptr, dx, dw, db},
-                                     [&](const Plan& plan, Backend& backend) {
-                                       return run_pooling_activation_conv_backward_data_filter_bias(
-                                           plan, backend, activation, pool, mode, x, dq, w, q, y,
-                                           with_pre ? pre : nullptr, dx, dw, db, ThreadPool::shared());
-                                     }),
-                options, used, stats);
+  with_float32_gradients(problem, dw, db, [&](float* dw32, float* db32) {
+    run_operation(pooled_backward_call(problem, activation, pool, with_pre,
+                                       {x, dq, w, q, y, with_pre ? pre : nullptr, dx, dw32, db32},
+                                       [&](const Plan& plan, Backend& backend) {
+                                         return run_pooling_activation_conv_backward_data_filter_bias(
+                                             plan, backend, activation, pool, mode, x, dq, w, q, y,
+                                             with_pre ? pre : nullptr, dx, dw32, db32, ThreadPool::shared());
+                                       }),
+                  options, used, stats);
+  });
 }
 
 }  // namespace ooc

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "api/float32_output.hpp"
 #include "api/run_operation.hpp"
-#include "backend/host/host_elements.hpp"
 #include "exec/conv_pipeline.hpp"
 #include "util/thread_pool.hpp"
 #include "plan/planner.hpp"
@@ -61,18 +61,6 @@ OperationCall conv_call(const ConvProblem& problem, Operation op, std::vector<co
   // Each reduction group writes its own output tile: the chunks may spread over devices.
   return spreading({PlanKey("conv").add(problem), [&problem](const PlannerConfig& c) { return plan_for(problem, c); },
                     std::move(tensors), std::move(run)});
-}
-
-// Runs `run` on a float32 view of a gradient reduced over every chunk (ConvProblem::output_dtype):
-// the caller's own array in float32; for a half-precision call a float32 copy (beta's prior values
-// converted in, the result converted back), so that the sum accumulates in float32 across chunks.
-template <typename Run>
-void with_float32_output(const ConvProblem& p, void* output, int64_t elements, Run run) {
-  if (p.dtype == DType::float32) return run(static_cast<float*>(output));
-  std::vector<float> accumulator(static_cast<size_t>(elements));
-  if (p.beta != 0.0) host_elements::convert(p.dtype, output, DType::float32, accumulator.data(), elements);
-  run(accumulator.data());
-  host_elements::convert(DType::float32, accumulator.data(), p.dtype, output, elements);
 }
 
 // A gradient reduced over every chunk (dw, db) may also split its one reduction over devices, each
