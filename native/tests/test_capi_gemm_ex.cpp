@@ -1,7 +1,8 @@
-// ooc_cublasGemmEx without a GPU: float16, bfloat16 and float32 column-major GEMMs on the host
-// backend against float64 references of the (exactly upcast) half inputs, under budgets that split
-// K; k == 0 scales a half C; mixed and unserved types and compute types are
-// CUBLAS_STATUS_NOT_SUPPORTED naming the argument.
+// ooc_cublasGemmEx: float16, bfloat16 and float32 column-major GEMMs on the host backend against
+// float64 references of the (exactly upcast) half inputs, under budgets that split K; k == 0 scales
+// a half C; mixed and unserved types and compute types are CUBLAS_STATUS_NOT_SUPPORTED naming the
+// argument. On a GPU (skipped without one): out of core from pageable memory, and cuBLAS' own call
+// for device-resident operands.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "backend/host/host_elements.hpp"
+#include "backend_fixtures.hpp"
 #include "capi_fixtures.hpp"
 #include "capi_references.hpp"
 #include "conv_run.hpp"
@@ -120,6 +122,67 @@ TEST_F(HostBackendTest, GemmExRefusesTypesItDoesNotServeByName) {
   EXPECT_EQ(ooc_cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, a.data(), CUDA_R_32F, 4, b.data(),
                              CUDA_R_32F, 4, &zero, c.data(), CUDA_R_32F, 4, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
             CUBLAS_STATUS_NOT_INITIALIZED);
+}
+
+class CapiGemmExGpu : public GpuTest<> {
+ protected:
+  void SetUp() override {
+    GpuTest<>::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_EQ(cublasCreate(&cublas_), CUBLAS_STATUS_SUCCESS);
+  }
+  void TearDown() override {
+    oocSetMemoryLimit(0);
+    if (cublas_) EXPECT_EQ(cublasDestroy(cublas_), CUBLAS_STATUS_SUCCESS);
+  }
+  cublasHandle_t cublas_ = nullptr;
+};
+
+TEST_F(CapiGemmExGpu, HalfOutOfCoreAndDirect) {
+  const int m = 300, n = 200, k = 1000;
+  std::mt19937 rng(test_seed(45));
+  const Rounded A = rounded(ooc::DType::float16, random_vector(static_cast<size_t>(m) * k, rng));
+  const Rounded B = rounded(ooc::DType::float16, random_vector(static_cast<size_t>(k) * n, rng));
+  const std::vector<double> want = sgemm_ref(false, false, m, n, k, 1.0, A.values, m, B.values, k, 0.0,
+                                             std::vector<float>(static_cast<size_t>(m) * n), m);
+  const float one = 1.0f, zero = 0.0f;
+  auto check = [&](const std::vector<uint16_t>& C, const char* what) {
+    std::vector<float> got(C.size());
+    ooc::host_elements::convert(ooc::DType::float16, C.data(), ooc::DType::float32, got.data(),
+                                static_cast<int64_t>(C.size()));
+    EXPECT_LE(compare(got, want).relative_error, 1e-3) << what;
+  };
+  // Pageable memory under a budget: out of core, K split and summed in float32.
+  std::vector<uint16_t> C(static_cast<size_t>(m) * n, 0x7fff);
+  oocSetMemoryLimit(size_t{1} << 20);
+  ASSERT_EQ(ooc_cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A.bits.data(), CUDA_R_16F, m,
+                             B.bits.data(), CUDA_R_16F, k, &zero, C.data(), CUDA_R_16F, m, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS)
+      << last_error();
+  expect_split_run("gemm_ex out of core");
+  check(C, "out of core");
+  // Device memory (ooc_cudaMalloc gives device memory while the device has room) without a budget:
+  // cublasGemmEx itself.
+  oocSetMemoryLimit(0);
+  void *dA = nullptr, *dB = nullptr, *dC = nullptr;
+  const size_t a_bytes = A.bits.size() * 2, b_bytes = B.bits.size() * 2, c_bytes = C.size() * 2;
+  ASSERT_EQ(ooc_cudaMalloc(&dA, a_bytes), cudaSuccess);
+  ASSERT_EQ(ooc_cudaMalloc(&dB, b_bytes), cudaSuccess);
+  ASSERT_EQ(ooc_cudaMalloc(&dC, c_bytes), cudaSuccess);
+  EXPECT_EQ(ooc_cudaMemcpy(dA, A.bits.data(), a_bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(ooc_cudaMemcpy(dB, B.bits.data(), b_bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(ooc_cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, dA, CUDA_R_16F, m, dB, CUDA_R_16F, k,
+                             &zero, dC, CUDA_R_16F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS)
+      << last_error();
+  std::vector<uint16_t> direct(C.size(), 0x7fff);
+  EXPECT_EQ(ooc_cudaMemcpy(direct.data(), dC, c_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_NE(last_plan().find("cublasGemmEx"), std::string::npos) << last_plan();
+  check(direct, "direct");
+  EXPECT_EQ(ooc_cudaFree(dA), cudaSuccess);
+  EXPECT_EQ(ooc_cudaFree(dB), cudaSuccess);
+  EXPECT_EQ(ooc_cudaFree(dC), cudaSuccess);
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "api/cuda_status.hpp"
+#include "api/float32_output.hpp"
 #include "api/memory_kind.hpp"
-#include "backend/host/host_elements.hpp"
 #include "capi/capi_cublas.hpp"
 #include "ooc/layers.hpp"
 #include "ooc/ooc_cublas.h"
@@ -25,9 +25,9 @@ void scale_host_matrix(DType dtype, void* C, int m, int n, int ldc, float beta) 
   const size_t es = dtype_size(dtype);
   for (int64_t j = 0; j < n; ++j) {
     char* col = static_cast<char*>(C) + static_cast<size_t>(j * ldc) * es;
-    if (beta != 0.0f) host_elements::convert(dtype, col, DType::float32, column.data(), m);
+    if (beta != 0.0f) convert_elements(dtype, col, DType::float32, column.data(), m);
     for (float& v : column) v = beta == 0.0f ? 0.0f : beta * v;
-    host_elements::convert(DType::float32, column.data(), dtype, col, m);
+    convert_elements(DType::float32, column.data(), dtype, col, m);
   }
 }
 
