@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "backend/host/host_elements.hpp"
-#include "backend_fixtures.hpp"
 #include "capi_fixtures.hpp"
+#include "capi_gpu_fixtures.hpp"
 #include "capi_references.hpp"
 #include "conv_run.hpp"
 #include "ooc/layers.hpp"
@@ -124,19 +124,7 @@ TEST_F(HostBackendTest, GemmExRefusesTypesItDoesNotServeByName) {
             CUBLAS_STATUS_NOT_INITIALIZED);
 }
 
-class CapiGemmExGpu : public GpuTest<> {
- protected:
-  void SetUp() override {
-    GpuTest<>::SetUp();
-    if (IsSkipped()) return;
-    ASSERT_EQ(cublasCreate(&cublas_), CUBLAS_STATUS_SUCCESS);
-  }
-  void TearDown() override {
-    oocSetMemoryLimit(0);
-    if (cublas_) EXPECT_EQ(cublasDestroy(cublas_), CUBLAS_STATUS_SUCCESS);
-  }
-  cublasHandle_t cublas_ = nullptr;
-};
+class CapiGemmExGpu : public CublasGpuTest {};
 
 TEST_F(CapiGemmExGpu, HalfOutOfCoreAndDirect) {
   const int m = 300, n = 200, k = 1000;
