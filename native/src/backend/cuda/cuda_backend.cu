@@ -287,11 +287,18 @@ class CudaBackend final : public Backend {
 
   void do_gemm(const ChunkGemm& shape, const void* a_data, const void* b_data, const void* bias_data, void* c_data,
                double alpha, double beta, void* workspace, size_t workspace_bytes) override {
-    resources_->blas.run(shape, a_data, b_data, c_data, alpha, beta, workspace, workspace_bytes,
-                         resources_->compute.get());
-    if (bias_data)
-      cuda_kernels::add_row_bias(shape.m, shape.n, shape.dtype, bias_data, shape.out_dtype, c_data,
-                                 resources_->compute.get());
+    cudaStream_t stream = resources_->compute.get();
+    if (bias_data && beta == 0.0 && shape.out_dtype != DType::float32) {
+      // A half c with a bias (F.linear's): c starts as the bias rows (exact in half) and cuBLAS adds
+      // the product in float32, so c is rounded once, not once for the product and again for the bias.
+      OOC_CUDA_CHECK(cudaMemsetAsync(c_data, 0, static_cast<size_t>(shape.m * shape.n) * dtype_size(shape.out_dtype),
+                                     stream));
+      cuda_kernels::add_row_bias(shape.m, shape.n, shape.dtype, bias_data, shape.out_dtype, c_data, stream);
+      resources_->blas.run(shape, a_data, b_data, c_data, alpha, 1.0, workspace, workspace_bytes, stream);
+      return;
+    }
+    resources_->blas.run(shape, a_data, b_data, c_data, alpha, beta, workspace, workspace_bytes, stream);
+    if (bias_data) cuda_kernels::add_row_bias(shape.m, shape.n, shape.dtype, bias_data, shape.out_dtype, c_data, stream);
   }
 
   // Batch norm: our own kernels (layer_kernels.cu).
