@@ -12,6 +12,7 @@
 #include "backend/backend.hpp"
 #include "backend_fixtures.hpp"
 #include "ooc/errors.hpp"
+#include "ooc/fused.hpp"
 #include "ooc/ooc.hpp"
 
 namespace {
@@ -56,6 +57,29 @@ TEST(ElementType, HalfPrecisionConvolutionsRunOnTheHostBackend) {
                                                                                                             : 0x41c0;
     EXPECT_EQ(y[10 * 20 + 10], v54) << ooc::dtype_name(dtype);  // y[0, 0, 10, 10]: 6 channels x 9 taps
     EXPECT_EQ(y[0], v24) << ooc::dtype_name(dtype);             // a corner: 6 channels x 4 taps
+  }
+}
+
+// The fused backward of a half call streams half tensors but keeps dw and db in float32 on the
+// device (the same kept bytes as a float32 call), brings them back as float32, and reserves the
+// workspace where the cuda backend computes each chunk's half partial dw.
+TEST(ElementType, TheFusedBackwardKeepsDwAndDbInFloat32) {
+  const ooc::Options o = ooc_test::host_options(0);
+  auto problem = [](ooc::DType dtype) {
+    return ooc::ConvProblem::backward_data({4, 8, 20, 20}, {8, 6, 3, 3}, {4, 6, 20, 20}, {1}, {1}, {1}, 1, 1.0, 0.0,
+                                           dtype);
+  };
+  const ooc::Plan f32 = ooc::plan_conv_backward_data_filter_bias(problem(ooc::DType::float32), o);
+  for (ooc::DType half : {ooc::DType::float16, ooc::DType::bfloat16}) {
+    const ooc::ConvProblem p = problem(half);
+    const ooc::Plan h = ooc::plan_conv_backward_data_filter_bias(p, o);
+    EXPECT_EQ(h.kept_bytes, f32.kept_bytes) << ooc::dtype_name(half);
+    EXPECT_EQ(2 * h.bytes_h2d, f32.bytes_h2d) << ooc::dtype_name(half);
+    EXPECT_EQ(h.bytes_d2h, static_cast<size_t>(p.x_elements() * 2 + (p.w_elements() + p.k) * 4))
+        << ooc::dtype_name(half);
+    // dw of one c-tile in half: k x c-tile x the 3x3 kernel, 2 bytes each.
+    EXPECT_GE(h.workspace_bytes, f32.workspace_bytes + static_cast<size_t>(p.k * h.tiling.c * 9 * 2))
+        << ooc::dtype_name(half);
   }
 }
 
