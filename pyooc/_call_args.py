@@ -148,14 +148,14 @@ def raw_bytes(array):
     return array.reshape(-1).view(np.uint8)
 
 
-def conv_inputs(x, w, bias):
+def conv_inputs(x, w, bias, device_arrays=True):
     """x, w and bias (or None) as zero-copy views of one dtype (float32, float16 or bfloat16), bias
     checked against w's output channels; device-resident ones as DeviceArrays (the convolutions
-    read them in place)."""
-    x = as_input(x, "x", CONV_DTYPES, device_arrays=True)
-    w = same_dtype(as_input(w, "w", CONV_DTYPES, device_arrays=True), "w", x, "x")
+    read them in place), or refused naming the argument where not device_arrays."""
+    x = as_input(x, "x", CONV_DTYPES, device_arrays)
+    w = same_dtype(as_input(w, "w", CONV_DTYPES, device_arrays), "w", x, "x")
     # A w without dimensions is refused by libooc, naming its rank; its bias is checked for rank alone.
-    bias = bias_input(bias, w.shape[0] if w.ndim else None, "output channel", CONV_DTYPES, device_arrays=True)
+    bias = bias_input(bias, w.shape[0] if w.ndim else None, "output channel", CONV_DTYPES, device_arrays)
     return x, w, None if bias is None else same_dtype(bias, "bias", x, "x")
 
 

@@ -528,31 +528,34 @@ def conv_backward(str operation, a_bytes, tuple a_shape, b_bytes, tuple b_shape,
 
 def check_matmul(tuple a_shape, tuple b_shape):
     """Validates op(a) [M, K] @ op(b) [K, N] (ValueError in torch's words)."""
-    ooc.matmul_problem(list(a_shape), list(b_shape), 1.0, 0.0, False)
+    ooc.matmul_problem(list(a_shape), list(b_shape), 1.0, 0.0, False, ooc.DType.float32)
 
 
-def plan_matmul(tuple a_shape, tuple b_shape, double alpha, double beta, bint has_bias, CallOptions options not None):
+def plan_matmul(tuple a_shape, tuple b_shape, double alpha, double beta, bint has_bias, CallOptions options not None,
+                str dtype="float32"):
     """a_shape, b_shape: op(a) [M, K] and op(b) [K, N]."""
-    cdef ooc.ConvProblem problem = ooc.matmul_problem(list(a_shape), list(b_shape), alpha, beta, has_bias)
+    cdef ooc.ConvProblem problem = ooc.matmul_problem(list(a_shape), list(b_shape), alpha, beta, has_bias,
+                                                      _DTYPES[dtype])
     cdef ooc.Plan plan
     with nogil:
         plan = ooc.plan_matmul(problem, options.c_obj)
     return Plan.wrap(plan)
 
 
-def matmul(const float[::1] a, tuple a_shape, bint trans_a, const float[::1] b, tuple b_shape, bint trans_b, bias,
-           float[::1] c, double alpha, double beta, CallOptions options not None):
-    """Shapes are op(a)'s and op(b)'s; the arrays are stored transposed where trans_* says."""
-    cdef const float[::1] bv
-    cdef const float* bias_ptr = NULL
-    if bias is not None:
-        bv = bias
-        bias_ptr = &bv[0]
-    cdef ooc.ConvProblem problem = ooc.matmul_problem(list(a_shape), list(b_shape), alpha, beta, bias is not None)
+def matmul(a_bytes, tuple a_shape, bint trans_a, b_bytes, tuple b_shape, bint trans_b, bias, c_bytes, double alpha,
+           double beta, CallOptions options not None, str dtype="float32"):
+    """Shapes are op(a)'s and op(b)'s; the arrays (flat byte views of `dtype`, no copies) are stored
+    transposed where trans_* says."""
+    cdef const void* a = _data(a_bytes)
+    cdef const void* b = _data(b_bytes)
+    cdef const void* bias_ptr = _data(bias)
+    cdef void* c = _writable_data(c_bytes)
+    cdef ooc.ConvProblem problem = ooc.matmul_problem(list(a_shape), list(b_shape), alpha, beta, bias is not None,
+                                                      _DTYPES[dtype])
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
-        ooc.matmul(problem, trans_a, trans_b, &a[0], &b[0], bias_ptr, &c[0], options.c_obj, &plan, &stats)
+        ooc.matmul(problem, trans_a, trans_b, a, b, bias_ptr, c, options.c_obj, &plan, &stats)
     return _ran(plan, stats)
 
 

@@ -246,10 +246,10 @@ cdef extern from "ooc/ooc.hpp" namespace "ooc" nogil:
 
 cdef extern from "ooc/layers.hpp" namespace "ooc" nogil:
     ConvProblem matmul_problem(const vector[int64_t]& a_shape, const vector[int64_t]& b_shape, double alpha,
-                               double beta, bool has_bias) except +translate_exception
+                               double beta, bool has_bias, DType dtype) except +translate_exception
     Plan plan_matmul(const ConvProblem& problem, const Options& options) except +translate_exception
-    void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, const float* b,
-                const float* bias, float* c, const Options& options, Plan* used,
+    void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const void* a, const void* b,
+                const void* bias, void* c, const Options& options, Plan* used,
                 RunStats* stats) except +translate_exception
     ConvProblem batchnorm_problem(Operation op, const vector[int64_t]& x_shape,
                                   DType dtype) except +translate_exception
@@ -325,30 +325,30 @@ cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:
 
     FusedActivation fused_activation_from_name(const string& name, double coef) except +translate_exception
     Plan plan_conv_bias_activation_forward(const ConvProblem& problem, const Options& options) except +translate_exception
-    void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
-                                      const float* w, const float* z, const float* bias, float* y,
+    void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const void* x,
+                                      const void* w, const void* z, const void* bias, void* y,
                                       const Options& options, Plan* used, RunStats* stats) except +translate_exception
     ConvProblem deconv_problem(const vector[int64_t]& x_shape, const vector[int64_t]& w_shape,
                                const vector[int64_t]& stride, const vector[int64_t]& padding,
                                const vector[int64_t]& output_padding, const vector[int64_t]& dilation, int64_t groups,
-                               double alpha1, double alpha2, bool has_bias) except +translate_exception
+                               double alpha1, double alpha2, bool has_bias, DType dtype) except +translate_exception
     Plan plan_deconv_bias_activation_forward(const ConvProblem& deconv,
                                              const Options& options) except +translate_exception
     void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation,
-                                        const float* x, const float* w, const float* z, const float* bias, float* y,
+                                        const void* x, const void* w, const void* z, const void* bias, void* y,
                                         const Options& options, Plan* used,
                                         RunStats* stats) except +translate_exception
     Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const ConvProblem& pool,
                                                    const Options& options) except +translate_exception
     void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedActivation& activation,
-                                              const ConvProblem& pool, PoolMode mode, const float* x,
-                                              const float* w, const float* z, const float* bias, float* out,
+                                              const ConvProblem& pool, PoolMode mode, const void* x,
+                                              const void* w, const void* z, const void* bias, void* out,
                                               const Options& options, Plan* used,
                                               RunStats* stats) except +translate_exception
     Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem,
                                              const Options& options) except +translate_exception
-    void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
-                                        float* dx, float* dw, float* db, const Options& options, Plan* used,
+    void conv_backward_data_filter_bias(const ConvProblem& problem, const void* x, const void* dy, const void* w,
+                                        void* dx, void* dw, void* db, const Options& options, Plan* used,
                                         RunStats* stats) except +translate_exception
     Plan plan_pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
                                                                 const FusedActivation& activation,
@@ -356,17 +356,17 @@ cdef extern from "ooc/fused.hpp" namespace "ooc" nogil:
                                                                 const Options& options) except +translate_exception
     void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
                                                            const FusedActivation& activation,
-                                                           const ConvProblem& pool, PoolMode mode, const float* x,
-                                                           const float* dq, const float* w, const float* q,
-                                                           const float* y, const float* pre, float* dx, float* dw,
-                                                           float* db, const Options& options, Plan* used,
+                                                           const ConvProblem& pool, PoolMode mode, const void* x,
+                                                           const void* dq, const void* w, const void* q,
+                                                           const void* y, const void* pre, void* dx, void* dw,
+                                                           void* db, const Options& options, Plan* used,
                                                            RunStats* stats) except +translate_exception
     Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem,
                                                         const FusedActivation& activation, bool with_pre,
                                                         const Options& options) except +translate_exception
     void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
-                                                   const float* x, const float* dy, const float* w, const float* y,
-                                                   const float* pre, float* dx, float* dw, float* db,
+                                                   const void* x, const void* dy, const void* w, const void* y,
+                                                   const void* pre, void* dx, void* dw, void* db,
                                                    const Options& options, Plan* used,
                                                    RunStats* stats) except +translate_exception
 

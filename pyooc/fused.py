@@ -3,13 +3,14 @@ operations in one pass over the chunks, the intermediates kept on the GPU. On a 
 fastest byte is the one never moved, so each function moves what its unfused composition reads and
 writes once, not once per operation. Each has a plan_* twin whose Plan reports the bytes it moves
 (bytes_h2d, bytes_d2h). Arguments are checked with the shared checks (pyooc/_call_args.py); libooc
-validates the geometry."""
+validates the geometry. Every function takes float32, float16 and bfloat16 (one dtype a call, the
+results in it; the backwards sum dw and db in float32: docs/dtypes.md)."""
 
 import numpy as np
 
 from pyooc import _last_stats
-from pyooc._arrays import as_input, as_output, as_shape, as_str, spatial_tuple
-from pyooc._call_args import bias_input, check_dtype, conv_args, conv_inputs, spatial_dims
+from pyooc._arrays import CONV_DTYPES, as_input, as_output, as_shape, as_str, spatial_tuple
+from pyooc._call_args import bias_input, check_dtype, conv_args, conv_inputs, raw_bytes, same_dtype, spatial_dims
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.layers import _coef
@@ -29,42 +30,44 @@ def _activation_coef(activation, coef):
     return activation, 0.0 if activation == "identity" else _coef(activation, coef)
 
 
-def _z_input(z, y_shape, alpha2):
-    """z as a zero-copy view of y's shape, or None; alpha2 != 0 needs one."""
+def _z_input(z, y_shape, alpha2, x):
+    """z as a zero-copy view of y's shape and x's dtype, or None; alpha2 != 0 needs one."""
     if z is None:
         if alpha2 != 0.0:
             raise ValueError(_NEEDS_Z)
         return None
-    z = as_input(z, "z")
+    z = same_dtype(as_input(z, "z", CONV_DTYPES), "z", x, "x")
     if z.shape != tuple(y_shape):
         raise ValueError(f"z has shape {list(z.shape)}, expected {list(y_shape)} (the shape of y)")
     return z
 
 
 def _forward_output(out, y_shape, x, w, bias, z, alpha2):
-    """(out, whether z is read): a new y, or the caller's out checked (it may be z: in place)."""
+    """(out, whether z is read): a new y of x's dtype, or the caller's out checked (it may be z: in
+    place)."""
     if out is None:
-        out = new_result(y_shape)
+        out = new_result(y_shape, x.dtype)
     else:
         inputs = {"x": x, "w": w, "bias": bias}
         if z is not None and out is not z:
             inputs["z"] = z
-        as_output(out, y_shape, inputs)
+        as_output(out, y_shape, inputs, x.dtype)
     return out, z is not None and alpha2 != 0.0
 
 
 def _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1, alpha2, memory_limit,
                        backend, device, pinned, transposed=False, padding_mode="zeros"):
-    """A fused forward's plan twin's arguments checked: (x_shape, w_shape, o as _geometry gives it);
-    z: whether the call gets a z (alpha2 != 0 needs one); transposed: a transposed convolution
-    (no padding strings)."""
+    """A fused forward's plan twin's arguments checked: (x_shape, w_shape, o as _geometry gives it,
+    with o["dtype"] the dtype's name); z: whether the call gets a z (alpha2 != 0 needs one);
+    transposed: a transposed convolution (no padding strings)."""
     x_shape = as_shape(x_shape, "x_shape")
     w_shape = as_shape(w_shape, "w_shape")
-    check_dtype(dtype)
+    dtype = check_dtype(dtype, CONV_DTYPES)
     o = _geometry(w_shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device, pinned,
                   None if transposed else w_shape[2:], padding_mode)
     if not z and o["alpha2"] != 0.0:
         raise ValueError(_NEEDS_Z)
+    o["dtype"] = dtype
     return x_shape, w_shape, o
 
 
@@ -105,17 +108,17 @@ def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=Non
     alpha2 != 0 needs z; as in cuDNN, z is not read when alpha2 == 0. The result is a new array, or
     `out` (which may be z itself: in place). padding_mode: "zeros" only (NotImplementedError
     otherwise, naming the composition that takes it)."""
-    x, w, bias = conv_inputs(x, w, bias)
+    x, w, bias = conv_inputs(x, w, bias, device_arrays=False)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device,
                   kernel=w.shape[2:], padding_mode=padding_mode)
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
-    z = _z_input(z, y_shape, o["alpha2"])
+    z = _z_input(z, y_shape, o["alpha2"], x)
     out, read_z = _forward_output(out, y_shape, x, w, bias, z, o["alpha2"])
     _last_stats.record(_native.conv_bias_activation_forward(
-        x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
-        None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, o["stride"], o["padding"],
-        o["dilation"], o["groups"], o["alpha1"], o["alpha2"] if read_z else 0.0, o["options"]))
+        raw_bytes(x), x.shape, raw_bytes(w), w.shape, raw_bytes(z) if read_z else None, raw_bytes(bias),
+        raw_bytes(out), activation, coef, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
+        o["alpha2"] if read_z else 0.0, o["options"], str(x.dtype)))
     return out
 
 
@@ -132,7 +135,7 @@ def plan_conv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False, a
                                              padding_mode=padding_mode)
     return _native.plan_conv_bias_activation_forward(
         x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
-        o["alpha2"] if z else 0.0, bool(bias), o["options"])
+        o["alpha2"] if z else 0.0, bool(bias), o["options"], o["dtype"])
 
 
 def _pool_geometry(spatial, kernel, stride, padding, mode):
@@ -160,7 +163,7 @@ def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_s
     link, only x, w, z and the pooled result do. The chunks tile the pooled output; each computes
     the y rows its pooling windows need (so no window straddles two chunks: rows two tiles' windows
     share are computed twice, never moved). The result is a new array, or `out`."""
-    x, w, bias = conv_inputs(x, w, bias)
+    x, w, bias = conv_inputs(x, w, bias, device_arrays=False)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device,
                   kernel=w.shape[2:])
@@ -169,16 +172,16 @@ def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_s
     pool = _pool_geometry(spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
     out_shape = _native.pooled_shape(x.shape, w.shape, *geometry, *pool)
     y_shape = _native.conv_output_shape(x.shape, w.shape, *geometry)
-    z = _z_input(z, y_shape, o["alpha2"])
+    z = _z_input(z, y_shape, o["alpha2"], x)
     if out is None:
-        out = new_result(out_shape)
+        out = new_result(out_shape, x.dtype)
     else:
-        as_output(out, out_shape, {"x": x, "w": w, "bias": bias, "z": z})
+        as_output(out, out_shape, {"x": x, "w": w, "bias": bias, "z": z}, x.dtype)
     read_z = z is not None and o["alpha2"] != 0.0
     _last_stats.record(_native.conv_bias_activation_pooling_forward(
-        x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
-        None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, *geometry, o["alpha1"],
-        o["alpha2"] if read_z else 0.0, *pool, pool_mode, o["options"]))
+        raw_bytes(x), x.shape, raw_bytes(w), w.shape, raw_bytes(z) if read_z else None, raw_bytes(bias),
+        raw_bytes(out), activation, coef, *geometry, o["alpha1"], o["alpha2"] if read_z else 0.0, *pool, pool_mode,
+        o["options"], str(x.dtype)))
     return out
 
 
@@ -195,7 +198,7 @@ def plan_conv_bias_activation_pooling_forward(x_shape, w_shape, *, pool_kernel, 
     pool = _pool_geometry(spatial_dims(w_shape), pool_kernel, pool_stride, pool_padding, "max")
     return _native.plan_conv_bias_activation_pooling_forward(
         x_shape, w_shape, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
-        o["alpha2"] if z else 0.0, bool(bias), *pool, o["options"])
+        o["alpha2"] if z else 0.0, bool(bias), *pool, o["options"], o["dtype"])
 
 
 @accepts_math
@@ -218,19 +221,21 @@ def deconv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=N
     takes them): y crosses the link once. The result is a new array, or `out` (which may be z).
     Its plan is the backward-data plan of that composition's first step (its chunks: dx is y's
     rows, dy is x's)."""
-    x, w, bias = as_input(x, "x"), as_input(w, "w"), None if bias is None else as_input(bias, "bias")
+    x = as_input(x, "x", CONV_DTYPES)
+    w = same_dtype(as_input(w, "w", CONV_DTYPES), "w", x, "x")
+    bias = None if bias is None else same_dtype(as_input(bias, "bias", CONV_DTYPES), "bias", x, "x")
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
     output_padding = spatial_tuple(output_padding, spatial_dims(w.shape), "output_padding")
     geometry = (o["stride"], o["padding"], output_padding, o["dilation"], o["groups"])
     y_shape = _native.deconv_output_shape(x.shape, w.shape, *geometry)
-    bias = bias_input(bias, y_shape[1], "output channel")
-    z = _z_input(z, y_shape, o["alpha2"])
+    bias = bias_input(bias, y_shape[1], "output channel", CONV_DTYPES)
+    z = _z_input(z, y_shape, o["alpha2"], x)
     out, read_z = _forward_output(out, y_shape, x, w, bias, z, o["alpha2"])
     _last_stats.record(_native.deconv_bias_activation_forward(
-        x.reshape(-1), x.shape, w.reshape(-1), w.shape, z.reshape(-1) if read_z else None,
-        None if bias is None else bias.reshape(-1), out.reshape(-1), activation, coef, *geometry, o["alpha1"],
-        o["alpha2"] if read_z else 0.0, o["options"]))
+        raw_bytes(x), x.shape, raw_bytes(w), w.shape, raw_bytes(z) if read_z else None, raw_bytes(bias),
+        raw_bytes(out), activation, coef, *geometry, o["alpha1"], o["alpha2"] if read_z else 0.0, o["options"],
+        str(x.dtype)))
     return out
 
 
@@ -246,7 +251,20 @@ def plan_deconv_bias_activation_forward(x_shape, w_shape, *, bias=True, z=False,
     output_padding = spatial_tuple(output_padding, spatial_dims(w_shape), "output_padding")
     return _native.plan_deconv_bias_activation_forward(
         x_shape, w_shape, o["stride"], o["padding"], output_padding, o["dilation"], o["groups"], o["alpha1"],
-        o["alpha2"] if z else 0.0, bool(bias), o["options"])
+        o["alpha2"] if z else 0.0, bool(bias), o["options"], o["dtype"])
+
+
+def _backward_inputs(**arrays):
+    """The fused backwards' arrays as zero-copy views of one dtype (float32, float16 or bfloat16:
+    the first's), a tuple in the keywords' order; pre, the one optional array, may be None."""
+    views, first = [], None
+    for name, array in arrays.items():
+        view = None if array is None and name == "pre" else as_input(array, name, CONV_DTYPES)
+        if view is not None and first is not None:
+            same_dtype(view, name, *first)
+        first = first or (view, name)
+        views.append(view)
+    return tuple(views)
 
 
 def _backward_outputs(out, x, dy, w, more_inputs=None):
@@ -254,13 +272,13 @@ def _backward_outputs(out, x, dy, w, more_inputs=None):
     or each other)."""
     shapes = (x.shape, w.shape, (w.shape[0],))
     if out is None:
-        return tuple(new_result(s) for s in shapes)
+        return tuple(new_result(s, x.dtype) for s in shapes)
     if not isinstance(out, (tuple, list)) or len(out) != 3:
         raise TypeError(f"out must be a tuple (dx, dw, db), got {type(out).__name__}")
     inputs = {"x": x, "dy": dy, "w": w, **(more_inputs or {})}
     checked = []
     for name, array, shape in zip(("dx", "dw", "db"), out, shapes):
-        checked.append(as_output(array, shape, inputs))
+        checked.append(as_output(array, shape, inputs, x.dtype))
         inputs[name] = array
     return tuple(checked)
 
@@ -281,15 +299,15 @@ def conv_backward_data_filter_bias(x, dy, w, *, stride=1, padding=0, dilation=1,
     dw and db stay on the device until the last tile; along a split spatial dimension the dx rows
     two tiles share are carried on the device (see native/src/plan/fused_planner.hpp). The results
     are new arrays, or out=(dx, dw, db)."""
-    x, dy, w = as_input(x, "x"), as_input(dy, "dy"), as_input(w, "w")
+    x, dy, w = _backward_inputs(x=x, dy=dy, w=w)
     o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
                   kernel=w.shape[2:])
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
     _native.check_conv_backward_data_filter_bias(x.shape, dy.shape, w.shape, *geometry)
     dx, dw, db = _backward_outputs(out, x, dy, w)
     _last_stats.record(_native.conv_backward_data_filter_bias(
-        x.reshape(-1), x.shape, dy.reshape(-1), dy.shape, w.reshape(-1), w.shape, dx.reshape(-1), dw.reshape(-1),
-        db.reshape(-1), *geometry, o["options"]))
+        raw_bytes(x), x.shape, raw_bytes(dy), dy.shape, raw_bytes(w), w.shape, raw_bytes(dx), raw_bytes(dw),
+        raw_bytes(db), *geometry, o["options"], str(x.dtype)))
     return dx, dw, db
 
 
@@ -301,11 +319,11 @@ def plan_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *, stride=1,
     once, bytes_d2h dx, dw and db once; kept_bytes and scratch_bytes the device memory dw, db and the
     carried dx rows take. pinned: plan for pinned arrays (as plan_conv_forward)."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
-    check_dtype(dtype)
+    dtype = check_dtype(dtype, CONV_DTYPES)
     o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
                   pinned, shapes[2][2:])
     return _native.plan_conv_backward_data_filter_bias(*shapes, o["stride"], o["padding"], o["dilation"],
-                                                       o["groups"], o["options"])
+                                                       o["groups"], o["options"], dtype)
 
 
 @accepts_math
@@ -325,13 +343,13 @@ def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu",
     input, is needed unless the gradient follows from y alone, as for "relu", "sigmoid" and "tanh"
     (pre=None then moves one tensor less). "identity": dz = dy (y unused). The
     results are new arrays, or out=(dx, dw, db)."""
-    x, dy, w = as_input(x, "x"), as_input(dy, "dy"), as_input(w, "w")
+    x, dy, w, y, pre = _backward_inputs(x=x, dy=dy, w=w, y=y, pre=pre)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
                   kernel=w.shape[2:])
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
     _native.check_conv_backward_data_filter_bias(x.shape, dy.shape, w.shape, *geometry)
-    inputs = {"y": as_input(y, "y"), "pre": None if pre is None else as_input(pre, "pre")}
+    inputs = {"y": y, "pre": pre}
     for name, a in inputs.items():
         if a is not None and a.shape != dy.shape:
             raise ValueError(f"{name} has shape {list(a.shape)}, expected {list(dy.shape)} (the shape of dy)")
@@ -341,9 +359,8 @@ def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu",
     dx, dw, db = _backward_outputs(out, x, dy, w, inputs)
     y, pre = inputs["y"], inputs["pre"]
     _last_stats.record(_native.activation_conv_backward_data_filter_bias(
-        x.reshape(-1), x.shape, dy.reshape(-1), dy.shape, w.reshape(-1), w.shape, y.reshape(-1),
-        None if pre is None else pre.reshape(-1), dx.reshape(-1), dw.reshape(-1), db.reshape(-1), activation, coef,
-        *geometry, o["options"]))
+        raw_bytes(x), x.shape, raw_bytes(dy), dy.shape, raw_bytes(w), w.shape, raw_bytes(y), raw_bytes(pre),
+        raw_bytes(dx), raw_bytes(dw), raw_bytes(db), activation, coef, *geometry, o["options"], str(x.dtype)))
     return dx, dw, db
 
 
@@ -356,12 +373,13 @@ def plan_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_shape, *
     """The Plan activation_conv_backward_data_filter_bias would run (pre: whether the call gets the
     activation's input), without running it: bytes_h2d counts dy, y (and pre) once each."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
-    check_dtype(dtype)
+    dtype = check_dtype(dtype, CONV_DTYPES)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
                   pinned, shapes[2][2:])
     return _native.plan_activation_conv_backward_data_filter_bias(
-        *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], o["options"])
+        *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], o["options"],
+        dtype)
 
 
 @accepts_math
@@ -383,7 +401,7 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
     the link. Each tile loads dq and q over the pooled rows whose windows reach it and y (and pre)
     over those windows; dims the pooling pads are never split. The results are new arrays, or
     out=(dx, dw, db)."""
-    x, dq, w = as_input(x, "x"), as_input(dq, "dq"), as_input(w, "w")
+    x, dq, w, q, y, pre = _backward_inputs(x=x, dq=dq, w=w, q=q, y=y, pre=pre)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
                   kernel=w.shape[2:])
@@ -392,7 +410,7 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
     pool = _pool_geometry(spatial_dims(w.shape), pool_kernel, pool_stride, pool_padding, pool_mode)
     y_shape = tuple(_native.conv_output_shape(x.shape, w.shape, *geometry))
     pooled = tuple(_native.pooled_shape(x.shape, w.shape, *geometry, *pool))
-    inputs = {"q": as_input(q, "q"), "y": as_input(y, "y"), "pre": None if pre is None else as_input(pre, "pre")}
+    inputs = {"q": q, "y": y, "pre": pre}
     for name, a, shape in (("dq", dq, pooled), ("q", inputs["q"], pooled), ("y", inputs["y"], y_shape),
                            ("pre", inputs["pre"], y_shape)):
         if a is not None and a.shape != shape:
@@ -403,9 +421,9 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
     dx, dw, db = _backward_outputs(out, x, dq, w, inputs)
     pre = inputs["pre"]
     _last_stats.record(_native.pooling_activation_conv_backward_data_filter_bias(
-        x.reshape(-1), x.shape, dq.reshape(-1), w.reshape(-1), w.shape, inputs["q"].reshape(-1),
-        inputs["y"].reshape(-1), y_shape, None if pre is None else pre.reshape(-1), dx.reshape(-1), dw.reshape(-1),
-        db.reshape(-1), activation, coef, *geometry, *pool, pool_mode, o["options"]))
+        raw_bytes(x), x.shape, raw_bytes(dq), raw_bytes(w), w.shape, raw_bytes(inputs["q"]), raw_bytes(inputs["y"]),
+        y_shape, raw_bytes(pre), raw_bytes(dx), raw_bytes(dw), raw_bytes(db), activation, coef, *geometry, *pool,
+        pool_mode, o["options"], str(x.dtype)))
     return dx, dw, db
 
 
@@ -420,11 +438,11 @@ def plan_pooling_activation_conv_backward_data_filter_bias(x_shape, dy_shape, w_
     pooling's input), without running it: bytes_h2d counts dq and q over each tile's pooled rows and
     y (and pre) over their windows."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
-    check_dtype(dtype)
+    dtype = check_dtype(dtype, CONV_DTYPES)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(shapes[2], stride, padding, dilation, groups, 1.0, 0.0, memory_limit, backend, device,
                   pinned, shapes[2][2:])
     pool = _pool_geometry(spatial_dims(shapes[2]), pool_kernel, pool_stride, pool_padding, "max")
     return _native.plan_pooling_activation_conv_backward_data_filter_bias(
         *shapes, activation, coef, bool(pre), o["stride"], o["padding"], o["dilation"], o["groups"], *pool,
-        o["options"])
+        o["options"], dtype)

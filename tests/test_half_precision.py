@@ -120,8 +120,10 @@ def test_plans_count_two_bytes_per_element(name):
      TypeError, r"dy must have the dtype of x \(float16\), got bfloat16"),
     (lambda x, w: pyooc.plan_conv_forward(X, W, dtype="int8", backend="host"), TypeError,
      r"dtype must be float32, float16 or bfloat16, got int8"),
-    (lambda x, w: pyooc.matmul(x[0, 0], x[0, 0].T.copy(), backend="host"),
-     TypeError, r"mat1 must have dtype float32, got float16 \(pyooc does not convert"),
+    (lambda x, w: pyooc.matmul(x[0, 0], np.ascontiguousarray(x[0, 0].T, np.float32), backend="host"),
+     TypeError, r"mat2 must have the dtype of mat1 \(float16\), got float32: mixed dtypes"),
+    (lambda x, w: pyooc.matmul(x[0, 0].astype(np.float64), x[0, 0].T.copy(), backend="host"),
+     TypeError, r"mat1 must have dtype float32, float16 or bfloat16, got float64 \(pyooc does not convert"),
 ])
 def test_mixed_and_unsupported_dtypes_are_refused(rng, call, exc, pattern):
     x, w = half_inputs(rng, np.float16, X, W)

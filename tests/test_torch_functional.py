@@ -257,8 +257,11 @@ def test_unsupported_dtype_names_the_argument():
         P.conv2d(x, w, backend="host")
     with pytest.raises(TypeError, match=r"weight \(torch.float16\) must have the dtype of input \(torch.float32\)"):
         P.conv2d(x.float(), w.half(), backend="host")
-    with pytest.raises(NotImplementedError, match=r"input: pyooc supports dtype torch.float32 only here, got torch.float16"):
-        P.linear(torch.randn(2, 5).half(), torch.randn(3, 5).half(), backend="host")
+    with pytest.raises(NotImplementedError, match=r"input: pyooc supports dtype torch.float32, torch.float16, "
+                                                  r"torch.bfloat16 only here, got torch.float64"):
+        P.linear(torch.randn(2, 5).double(), torch.randn(3, 5).double(), backend="host")
+    with pytest.raises(TypeError, match=r"weight \(torch.float32\) must have the dtype of input \(torch.float16\)"):
+        P.linear(torch.randn(2, 5).half(), torch.randn(3, 5), backend="host")
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float16, 1e-3), (torch.bfloat16, 1e-2)])

@@ -94,6 +94,20 @@ inline auto gpu_cases() {
                            GpuCase{Memory::mixed, true});
 }
 
+// A GPU test with a cuBLAS handle of its own (skips without a GPU); clears the memory limit after.
+class CublasGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    ASSERT_EQ(cublasCreate(&cublas_), CUBLAS_STATUS_SUCCESS);
+  }
+  void TearDown() override {
+    oocSetMemoryLimit(0);
+    if (cublas_) EXPECT_EQ(cublasDestroy(cublas_), CUBLAS_STATUS_SUCCESS);
+  }
+  cublasHandle_t cublas_ = nullptr;
+};
+
 class CapiGpuTest : public ::testing::TestWithParam<GpuCase> {
  protected:
   void SetUp() override {

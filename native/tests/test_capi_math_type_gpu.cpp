@@ -11,23 +11,22 @@
 
 #include "backend_fixtures.hpp"
 #include "capi_fixtures.hpp"
+#include "capi_gpu_fixtures.hpp"
 #include "ooc/ooc_cublas.h"
 
 namespace {
 
 using namespace ooc_test;
 
-class CapiMathTypeGpu : public GpuTest<> {
+class CapiMathTypeGpu : public CublasGpuTest {
  protected:
   void SetUp() override {
-    GpuTest<>::SetUp();
+    CublasGpuTest::SetUp();
     if (IsSkipped()) return;
     ASSERT_EQ(cudnnCreate(&cudnn_), CUDNN_STATUS_SUCCESS);
-    ASSERT_EQ(cublasCreate(&cublas_), CUBLAS_STATUS_SUCCESS);
   }
   void TearDown() override {
-    oocSetMemoryLimit(0);
-    if (cublas_) EXPECT_EQ(cublasDestroy(cublas_), CUBLAS_STATUS_SUCCESS);
+    CublasGpuTest::TearDown();
     if (cudnn_) EXPECT_EQ(cudnnDestroy(cudnn_), CUDNN_STATUS_SUCCESS);
   }
 
@@ -45,7 +44,6 @@ class CapiMathTypeGpu : public GpuTest<> {
   }
 
   cudnnHandle_t cudnn_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
   std::mt19937 rng{41};
   float one = 1.0f, zero = 0.0f;
 };

@@ -12,6 +12,7 @@
 #include "backend/backend.hpp"
 #include "backend_fixtures.hpp"
 #include "ooc/errors.hpp"
+#include "ooc/fused.hpp"
 #include "ooc/ooc.hpp"
 
 namespace {
@@ -59,19 +60,46 @@ TEST(ElementType, HalfPrecisionConvolutionsRunOnTheHostBackend) {
   }
 }
 
-// A backend without a kernel for a dtype refuses the chunk instead of misreading memory.
-TEST(ElementType, TheHostBackendRefusesAChunkItHasNoKernelFor) {
-  const std::unique_ptr<ooc::Backend> host = ooc::make_host_backend();
-  ooc::ChunkGemm shape;
-  shape.dtype = ooc::DType::float16;
-  std::vector<uint16_t> a(1, 0x3c00), b(1, 0x3c00), c(1, 0);
+// The fused backward of a half call streams half tensors but keeps dw and db in float32 on the
+// device (the same kept bytes as a float32 call), brings them back as float32, and reserves the
+// workspace where the cuda backend computes each chunk's half partial dw.
+TEST(ElementType, TheFusedBackwardKeepsDwAndDbInFloat32) {
+  const ooc::Options o = ooc_test::host_options(0);
+  auto problem = [](ooc::DType dtype) {
+    return ooc::ConvProblem::backward_data({4, 8, 20, 20}, {8, 6, 3, 3}, {4, 6, 20, 20}, {1}, {1}, {1}, 1, 1.0, 0.0,
+                                           dtype);
+  };
+  const ooc::Plan f32 = ooc::plan_conv_backward_data_filter_bias(problem(ooc::DType::float32), o);
+  for (ooc::DType half : {ooc::DType::float16, ooc::DType::bfloat16}) {
+    const ooc::ConvProblem p = problem(half);
+    const ooc::Plan h = ooc::plan_conv_backward_data_filter_bias(p, o);
+    EXPECT_EQ(h.kept_bytes, f32.kept_bytes) << ooc::dtype_name(half);
+    EXPECT_EQ(2 * h.bytes_h2d, f32.bytes_h2d) << ooc::dtype_name(half);
+    EXPECT_EQ(h.bytes_d2h, static_cast<size_t>(p.x_elements() * 2 + (p.w_elements() + p.k) * 4))
+        << ooc::dtype_name(half);
+    // dw of one c-tile in half: k x c-tile x the 3x3 kernel, 2 bytes each.
+    EXPECT_GE(h.workspace_bytes, f32.workspace_bytes + static_cast<size_t>(p.k * h.tiling.c * 9 * 2))
+        << ooc::dtype_name(half);
+  }
+}
+
+// A backend without a kernel for a dtype refuses the chunk instead of misreading memory: the cuda
+// backend's own activation kernels (the modes cuDNN lacks) are float32 only. (The host backend has
+// a kernel for every dtype of every operation now; the GEMM was its last float32-only one.)
+TEST(ElementType, TheCudaBackendRefusesAChunkItHasNoKernelFor) {
+  if (!ooc_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::unique_ptr<ooc::Backend> cuda = ooc::make_cuda_backend(0);
+  ooc::ChunkConv shape;
+  shape.dtype = shape.out_dtype = ooc::DType::float16;
+  std::vector<uint16_t> x(1, 0x3c00), y(1, 0);
   try {
-    host->gemm(shape, a.data(), b.data(), nullptr, c.data(), 1.0, 0.0, nullptr, 0);
-    FAIL() << "a float16 GEMM chunk ran on float32 kernels";
+    // Refused before any memory is touched, so host vectors serve as the chunk's buffers.
+    cuda->activation_forward(shape, ooc::ActivationMode::gelu, 0.0, x.data(), y.data(), 1.0, 0.0);
+    FAIL() << "a float16 gelu chunk ran on float32 kernels";
   } catch (const ooc::not_supported& e) {
     EXPECT_NE(std::string(e.what()).find("float16"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(c[0], 0) << "nothing written";
+  EXPECT_EQ(y[0], 0) << "nothing written";
 }
 
 }  // namespace

@@ -142,8 +142,8 @@ def _(dy, memory_limit, backend):
 def conv_backward_data_filter_bias(x: Tensor, dy: Tensor, w: Tensor, stride: list[int], padding: list[int],
                                    dilation: list[int], groups: int, memory_limit: int,
                                    backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.conv_backward_data_filter_bias, as_array(x, "input"), as_array(dy, "grad_output"),
-                      as_array(w, "weight"), stride=stride, padding=padding, dilation=dilation, groups=groups,
+    dx, dw, db = _run(pyooc.conv_backward_data_filter_bias, as_array(x, "input", CONV_DTYPES),
+                      as_array(dy, "grad_output", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES), stride=stride, padding=padding, dilation=dilation, groups=groups,
                       memory_limit=memory_limit, backend=backend)
     return as_tensor(dx), as_tensor(dw), as_tensor(db)
 
@@ -166,11 +166,9 @@ def _conv_backward(ctx, dy):
     dy = contiguous_grad(dy)
     stride, padding, dilation, groups, memory_limit, backend, padding_mode = ctx.geometry
     want_dx, want_dw, want_db = _needs(ctx, 0), _needs(ctx, 1), ctx.has_bias and _needs(ctx, 2)
-    # One pass over dy serves all three (the fused backward: float32, ungrouped, cuDNN's symmetric
-    # zero padding).
+    # One pass over dy serves all three (the fused backward: ungrouped, cuDNN's symmetric zero padding).
     on_cpu = all(t.device.type == "cpu" for t in (x, dy, w))  # the fused backward takes host arrays
-    if (want_dx and want_dw and groups == 1 and _symmetric(padding, w) and x.dtype == torch.float32 and on_cpu
-            and padding_mode == "zeros"):
+    if want_dx and want_dw and groups == 1 and _symmetric(padding, w) and on_cpu and padding_mode == "zeros":
         dx, dw, db = conv_backward_data_filter_bias(x, dy, w, stride, padding, dilation, groups, memory_limit,
                                                     backend)
         return dx, dw, db if want_db else None, None, None, None, None, None, None, None
@@ -216,8 +214,9 @@ conv_backward_data.register_autograd(_conv_data_backward, setup_context=_conv_da
 def conv_transpose_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],
                            output_padding: list[int], dilation: list[int], groups: int, memory_limit: int,
                            backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.deconv_bias_activation_forward, as_array(x, "input"), as_array(w, "weight"),
-                          as_array_or_none(bias, "bias"), activation="identity", stride=stride, padding=padding,
+    return as_tensor(_run(pyooc.deconv_bias_activation_forward, as_array(x, "input", CONV_DTYPES),
+                          as_array(w, "weight", CONV_DTYPES), as_array_or_none(bias, "bias", CONV_DTYPES),
+                          activation="identity", stride=stride, padding=padding,
                           output_padding=output_padding, dilation=dilation, groups=groups,
                           memory_limit=memory_limit, backend=backend))
 
@@ -260,8 +259,9 @@ conv_transpose_forward.register_autograd(_conv_transpose_backward, setup_context
 def conv_bias_activation_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], activation: str, coef: float,
                                  stride: list[int], padding: list[int], dilation: list[int], groups: int,
                                  memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_bias_activation_forward, as_array(x, "input"), as_array(w, "weight"),
-                          as_array_or_none(bias, "bias"), activation=activation,
+    return as_tensor(_run(pyooc.conv_bias_activation_forward, as_array(x, "input", CONV_DTYPES),
+                          as_array(w, "weight", CONV_DTYPES), as_array_or_none(bias, "bias", CONV_DTYPES),
+                          activation=activation,
                           coef=None if activation == "identity" else coef, stride=stride, padding=padding,
                           dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend))
 
@@ -279,6 +279,18 @@ def _cba_setup(ctx, inputs, output):
     ctx.geometry = (stride, padding, dilation, groups, memory_limit, backend)
 
 
+def _unfused_activation_conv_grads(ctx, x, w, y, pre, dy, activation, coef, geometry):
+    """(dx, dw, db) of y = act(conv(x, w) + bias) for dy through the unfused ops (the activation's
+    gradient, then the convolution's three), those ctx needs; the fused gradient's fallback for
+    what it does not take (groups)."""
+    memory_limit, backend = geometry[-2:]
+    dz = dy if activation == "identity" else activation_backward(y, dy, y if pre is None else pre, activation, coef,
+                                                                 memory_limit, backend)
+    return (conv_backward_data(dz, w, list(x.shape), *geometry) if _needs(ctx, 0) else None,
+            conv_backward_filter(x, dz, list(w.shape), *geometry) if _needs(ctx, 1) else None,
+            conv_backward_bias(dz, memory_limit, backend) if ctx.has_bias and _needs(ctx, 2) else None)
+
+
 def _cba_backward(ctx, dy):
     x, w, bias, y = ctx.saved_tensors
     dy = contiguous_grad(dy)
@@ -288,14 +300,10 @@ def _cba_backward(ctx, dy):
     if activation != "identity" and not pyooc._native.activation_traits(activation)[2]:
         # The gradient needs the activation's input, which the fused forward never wrote: recompute it.
         pre = conv_forward(x, w, bias, stride, padding, dilation, groups, memory_limit, backend)
-    if groups != 1:  # the fused gradient has no group dimension: the activation's, then the convolution's
-        dz = dy if activation == "identity" else activation_backward(y, dy, y if pre is None else pre, activation,
-                                                                     coef, memory_limit, backend)
-        geometry = (stride, padding, dilation, groups, memory_limit, backend)
-        return (conv_backward_data(dz, w, list(x.shape), *geometry) if _needs(ctx, 0) else None,
-                conv_backward_filter(x, dz, list(w.shape), *geometry) if _needs(ctx, 1) else None,
-                conv_backward_bias(dz, memory_limit, backend) if ctx.has_bias and _needs(ctx, 2) else None) + \
-            (None,) * 8
+    # The fused gradient has no group dimension: the activation's gradient, then the convolution's.
+    if groups != 1:
+        return _unfused_activation_conv_grads(ctx, x, w, y, pre, dy, activation, coef,
+                                              (stride, padding, dilation, groups, memory_limit, backend)) + (None,) * 8
     dx, dw, db = activation_conv_backward_data_filter_bias(x, dy, w, y, pre, activation, coef, stride, padding,
                                                            dilation, groups, memory_limit, backend)
     return (dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None,
@@ -310,10 +318,10 @@ def activation_conv_backward_data_filter_bias(x: Tensor, dy: Tensor, w: Tensor, 
                                               activation: str, coef: float, stride: list[int], padding: list[int],
                                               dilation: list[int], groups: int, memory_limit: int,
                                               backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.activation_conv_backward_data_filter_bias, as_array(x, "input"),
-                      as_array(dy, "grad_output"), as_array(w, "weight"), as_array(y, "y"),
-                      activation=activation, coef=None if activation == "identity" else coef,
-                      pre=as_array_or_none(pre, "pre"), stride=stride, padding=padding, dilation=dilation,
+    dx, dw, db = _run(pyooc.activation_conv_backward_data_filter_bias, as_array(x, "input", CONV_DTYPES),
+                      as_array(dy, "grad_output", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
+                      as_array(y, "y", CONV_DTYPES), activation=activation,
+                      coef=None if activation == "identity" else coef, pre=as_array_or_none(pre, "pre", CONV_DTYPES), stride=stride, padding=padding, dilation=dilation,
                       groups=groups, memory_limit=memory_limit, backend=backend)
     return as_tensor(dx), as_tensor(dw), as_tensor(db)
 
@@ -328,8 +336,9 @@ def conv_bias_activation_pooling_forward(x: Tensor, w: Tensor, bias: Optional[Te
                                          stride: list[int], padding: list[int], dilation: list[int], groups: int,
                                          pool_kernel: list[int], pool_stride: list[int], pool_padding: list[int],
                                          pool_mode: str, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_bias_activation_pooling_forward, as_array(x, "input"), as_array(w, "weight"),
-                          as_array_or_none(bias, "bias"), pool_kernel=pool_kernel, pool_stride=pool_stride,
+    return as_tensor(_run(pyooc.conv_bias_activation_pooling_forward, as_array(x, "input", CONV_DTYPES),
+                          as_array(w, "weight", CONV_DTYPES), as_array_or_none(bias, "bias", CONV_DTYPES),
+                          pool_kernel=pool_kernel, pool_stride=pool_stride,
                           pool_padding=pool_padding, pool_mode=pool_mode, activation=activation,
                           coef=None if activation == "identity" else coef, stride=stride, padding=padding,
                           dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend))
@@ -374,12 +383,13 @@ def pooling_activation_conv_backward_data_filter_bias(
         pool_stride: list[int], pool_padding: list[int], pool_mode: str, activation: str, coef: float,
         stride: list[int], padding: list[int], dilation: list[int], groups: int, memory_limit: int,
         backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.pooling_activation_conv_backward_data_filter_bias, as_array(x, "input"),
-                      as_array(dq, "grad_output"), as_array(w, "weight"), as_array(q, "output"), as_array(y, "y"),
+    dx, dw, db = _run(pyooc.pooling_activation_conv_backward_data_filter_bias, as_array(x, "input", CONV_DTYPES),
+                      as_array(dq, "grad_output", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
+                      as_array(q, "output", CONV_DTYPES), as_array(y, "y", CONV_DTYPES),
                       pool_kernel=pool_kernel, pool_stride=pool_stride, pool_padding=pool_padding,
                       pool_mode=pool_mode, activation=activation, coef=None if activation == "identity" else coef,
-                      pre=as_array_or_none(pre, "pre"), stride=stride, padding=padding, dilation=dilation,
-                      groups=groups, memory_limit=memory_limit, backend=backend)
+                      pre=as_array_or_none(pre, "pre", CONV_DTYPES), stride=stride, padding=padding,
+                      dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend)
     return as_tensor(dx), as_tensor(dw), as_tensor(db)
 
 
@@ -624,8 +634,8 @@ batchnorm_forward_inference.register_autograd(_bn_inference_backward, setup_cont
 
 @torch.library.custom_op("pyooc::linear_forward", mutates_args=())
 def linear_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.linear_forward, as_array(x, "input"), as_array(w, "weight"),
-                          as_array_or_none(bias, "bias"), memory_limit=memory_limit, backend=backend))
+    return as_tensor(_run(pyooc.linear_forward, as_array(x, "input", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
+                          as_array_or_none(bias, "bias", CONV_DTYPES), memory_limit=memory_limit, backend=backend))
 
 
 @linear_forward.register_fake
@@ -636,8 +646,8 @@ def _(x, w, bias, memory_limit, backend):
 @torch.library.custom_op("pyooc::linear_backward", mutates_args=())
 def linear_backward(x: Tensor, w: Tensor, dy: Tensor, bias: bool, memory_limit: int,
                     backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.linear_backward, as_array(x, "input"), as_array(w, "weight"),
-                      as_array(dy, "grad_output"), bias=bias, memory_limit=memory_limit, backend=backend)
+    dx, dw, db = _run(pyooc.linear_backward, as_array(x, "input", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
+                      as_array(dy, "grad_output", CONV_DTYPES), bias=bias, memory_limit=memory_limit, backend=backend)
     return as_tensor(dx), as_tensor(dw), x.new_empty([0]) if db is None else as_tensor(db)
 
 
@@ -665,8 +675,8 @@ linear_forward.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 @torch.library.custom_op("pyooc::matmul", mutates_args=())
 def matmul(a: Tensor, b: Tensor, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.matmul, as_array(a, "input"), as_array(b, "mat2"), memory_limit=memory_limit,
-                          backend=backend))
+    return as_tensor(_run(pyooc.matmul, as_array(a, "input", CONV_DTYPES), as_array(b, "mat2", CONV_DTYPES),
+                          memory_limit=memory_limit, backend=backend))
 
 
 @matmul.register_fake

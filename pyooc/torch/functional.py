@@ -108,7 +108,9 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
 
 def _conv_transpose(spatial, input, weight, bias, stride, padding, output_padding, groups, dilation, memory_limit,
                     backend):
-    _rank(input, spatial, f"conv_transpose{spatial}d")
+    _rank(input, spatial, f"conv_transpose{spatial}d", CONV_DTYPES)  # half: pyooc's deconv takes it too
+    same_dtype(check_tensor(weight, "weight", CONV_DTYPES), "weight", input, "input")
+    same_dtype(bias, "bias", input, "input")
     args = [_tuple(v, spatial, name) for v, name in ((stride, "stride"), (padding, "padding"),
                                                     (output_padding, "output_padding"), (dilation, "dilation"))]
     return _ops.conv_transpose_forward(input, weight, bias, *args, _int(groups, "groups"),
@@ -269,8 +271,11 @@ def silu(input, inplace=False, *, memory_limit=None, backend="auto"):
 
 
 def linear(input, weight, bias=None, *, memory_limit=None, backend="auto"):
-    """torch.nn.functional.linear: input [*, in_features] is viewed as a matrix (no copy)."""
-    check_tensor(input, "input")
+    """torch.nn.functional.linear: input [*, in_features] is viewed as a matrix (no copy). float32,
+    float16 or bfloat16, weight and bias in input's dtype (as torch's); half products summed in float32."""
+    check_tensor(input, "input", CONV_DTYPES)
+    same_dtype(check_tensor(weight, "weight", CONV_DTYPES), "weight", input, "input")
+    same_dtype(bias, "bias", input, "input")
     if input.dim() == 0:
         raise ValueError("input must have at least 1 dimension, got a 0-d tensor")
     rows = input.reshape(-1, input.shape[-1])

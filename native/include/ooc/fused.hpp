@@ -3,6 +3,10 @@
 // never moved: each function moves what its unfused composition reads and writes once, not once per
 // operation. Same contract as ooc.hpp: host pointers, Options::memory_limit, the Plan that ran (its
 // `fused` names the function; bytes_h2d / bytes_d2h the traffic) and RunStats of what moved.
+// Every tensor has the problem's dtype (float32, float16, bfloat16), z, bias and the results
+// included. The backward fusions keep dw and db on the device in float32 whatever the dtype (the
+// caller's half dw and db are converted once, at the end); the dx rows two spatial tiles share are
+// carried in the tensors' dtype.
 #pragma once
 
 #include <string>
@@ -24,8 +28,8 @@ FusedActivation fused_activation_from_name(const std::string& name, double coef)
 // bias and applies the activation on the device, and only the finished y crosses back. z may be y
 // (in place); bias may be null when !problem.has_bias.
 Plan plan_conv_bias_activation_forward(const ConvProblem& problem, const Options& options);
-void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
-                                  const float* w, const float* z, const float* bias, float* y, const Options& options,
+void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const void* x,
+                                  const void* w, const void* z, const void* bias, void* y, const Options& options,
                                   Plan* used = nullptr, RunStats* stats = nullptr);
 
 // out = pool(act(alpha1 * conv(x, w) + alpha2 * z + bias)): conv_bias_activation_forward followed by
@@ -37,8 +41,8 @@ void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivat
 Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const ConvProblem& pool,
                                                const Options& options);
 void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedActivation& activation,
-                                          const ConvProblem& pool, PoolMode mode, const float* x, const float* w,
-                                          const float* z, const float* bias, float* out, const Options& options,
+                                          const ConvProblem& pool, PoolMode mode, const void* x, const void* w,
+                                          const void* z, const void* bias, void* out, const Options& options,
                                           Plan* used = nullptr, RunStats* stats = nullptr);
 
 // y = act(alpha1 * conv_transpose(x, w) + alpha2 * z + bias): a transposed convolution (torch's
@@ -51,10 +55,11 @@ void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedAc
 ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
                            const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                            const std::vector<int64_t>& output_padding, const std::vector<int64_t>& dilation,
-                           int64_t groups, double alpha1, double alpha2, bool has_bias);
+                           int64_t groups, double alpha1, double alpha2, bool has_bias,
+                           DType dtype = DType::float32);
 Plan plan_deconv_bias_activation_forward(const ConvProblem& deconv, const Options& options);
-void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const float* x,
-                                    const float* w, const float* z, const float* bias, float* y,
+void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const void* x,
+                                    const void* w, const void* z, const void* bias, void* y,
                                     const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
 
 // (dx, dw, db) = (conv_backward_data(dy, w), conv_backward_filter(x, dy), conv_backward_bias(dy)),
@@ -63,8 +68,8 @@ void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActiva
 // ConvProblem::backward_data (dy_shape, w_shape, x_shape, geometry) with beta == 0: the gradients
 // are fresh (invalid_argument otherwise). dx like x, dw like w, db [k]; none may alias an input.
 Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem, const Options& options);
-void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
-                                    float* dx, float* dw, float* db, const Options& options, Plan* used = nullptr,
+void conv_backward_data_filter_bias(const ConvProblem& problem, const void* x, const void* dy, const void* w,
+                                    void* dx, void* dw, void* db, const Options& options, Plan* used = nullptr,
                                     RunStats* stats = nullptr);
 
 // The same with the activation's backward folded in: for y = act(pre) (pre = conv(x, w) + bias,
@@ -77,8 +82,8 @@ void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, 
 Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
                                                     bool with_pre, const Options& options);
 void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
-                                               const float* x, const float* dy, const float* w, const float* y,
-                                               const float* pre, float* dx, float* dw, float* db,
+                                               const void* x, const void* dy, const void* w, const void* y,
+                                               const void* pre, void* dx, void* dw, void* db,
                                                const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
 
 // And with a pooling's backward folded in too: for q = pool(y), y = act(pre) (conv_bias_activation_
@@ -94,10 +99,10 @@ Plan plan_pooling_activation_conv_backward_data_filter_bias(const ConvProblem& p
                                                             const ConvProblem& pool, bool with_pre,
                                                             const Options& options);
 void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
-                                                       const ConvProblem& pool, PoolMode mode, const float* x,
-                                                       const float* dq, const float* w, const float* q,
-                                                       const float* y, const float* pre, float* dx, float* dw,
-                                                       float* db, const Options& options, Plan* used = nullptr,
+                                                       const ConvProblem& pool, PoolMode mode, const void* x,
+                                                       const void* dq, const void* w, const void* q,
+                                                       const void* y, const void* pre, void* dx, void* dw,
+                                                       void* db, const Options& options, Plan* used = nullptr,
                                                        RunStats* stats = nullptr);
 
 }  // namespace ooc

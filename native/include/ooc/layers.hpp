@@ -16,13 +16,14 @@ namespace ooc {
 // GEMM (matmul_problem: problem.hpp).
 Plan plan_matmul(const ConvProblem& problem, const Options& options);
 // trans_a: a is stored [K, M] (op(a) = a^T); trans_b: b is stored [N, K]. bias: [N] or null
-// (problem.has_bias). c is never read when beta == 0.
-void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, const float* b, const float* bias,
-            float* c, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
+// (problem.has_bias). c is never read when beta == 0. a, b, bias and c have problem.dtype (float32,
+// float16, bfloat16: torch's F.linear takes its bias in the input's dtype too).
+void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const void* a, const void* b, const void* bias,
+            void* c, const Options& options, Plan* used = nullptr, RunStats* stats = nullptr);
 // The same over sub-matrices of larger row-major arrays: lda, ldb, ldc are the row strides of a, b
 // and c as stored (elements, at least the stored row length; invalid_argument naming them otherwise).
-void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, int64_t lda, const float* b,
-            int64_t ldb, const float* bias, float* c, int64_t ldc, const Options& options, Plan* used = nullptr,
+void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const void* a, int64_t lda, const void* b,
+            int64_t ldb, const void* bias, void* c, int64_t ldc, const Options& options, Plan* used = nullptr,
             RunStats* stats = nullptr);
 
 // Batch normalization (batchnorm_problem: problem.hpp).

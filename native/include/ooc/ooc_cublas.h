@@ -48,6 +48,33 @@ cublasStatus_t ooc_cublasSgemm(cublasHandle_t handle,
                                float *C,
                                int ldc);
 
+/* cublasGemmEx's signature, as ooc_cublasSgemm for A, B and C of one data type: CUDA_R_32F,
+ * CUDA_R_16F or CUDA_R_16BF, with computeType CUBLAS_COMPUTE_32F (alpha and beta float; the
+ * handle's math mode honoured for CUDA_R_32F as ooc_cublasSgemm honours it). Half products are
+ * summed in float32 however K is split; C is rounded to its type once. Direct calls go to
+ * cublasGemmEx with the caller's arguments (algo included; out of core it is ignored). Other types,
+ * mixed types and other compute types: CUBLAS_STATUS_NOT_SUPPORTED naming the argument; the rest
+ * of the statuses as ooc_cublasSgemm's. */
+cublasStatus_t ooc_cublasGemmEx(cublasHandle_t handle,
+                                cublasOperation_t transa,
+                                cublasOperation_t transb,
+                                int m,
+                                int n,
+                                int k,
+                                const void *alpha,
+                                const void *A,
+                                cudaDataType_t Atype,
+                                int lda,
+                                const void *B,
+                                cudaDataType_t Btype,
+                                int ldb,
+                                const void *beta,
+                                void *C,
+                                cudaDataType_t Ctype,
+                                int ldc,
+                                cublasComputeType_t computeType,
+                                cublasGemmAlgo_t algo);
+
 /* Level 1 and 2, single precision, with cuBLAS' signatures and results. Vectors all on the device
  * (x and y; A too for gemv): cuBLAS itself with the caller's handle. Otherwise the vectors stream
  * through the device in chunks within oocSetMemoryLimit's budget (64 MiB of device buffers when none

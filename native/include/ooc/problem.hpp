@@ -129,9 +129,10 @@ struct ConvProblem {
 
 // GEMM (layers.hpp's matmul): n = M, c = K, k = N. a_shape is op(a)'s [M, K], b_shape op(b)'s
 // [K, N]; a mismatch throws invalid_argument in torch's words ("mat1 and mat2 shapes cannot be
-// multiplied (2x3 and 4x5)").
+// multiplied (2x3 and 4x5)"). a, b, bias and c have `dtype`; a half call multiplies in float32 and
+// carries a K reduction split over chunks in a float32 device accumulator (Plan::scratch_bytes).
 ConvProblem matmul_problem(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& b_shape, double alpha,
-                           double beta, bool has_bias);
+                           double beta, bool has_bias, DType dtype = DType::float32);
 // Batch normalization (layers.hpp); op is one of the batchnorm_* operations; x is [n, c, spatial...]
 // (rank 2 to 5) of `dtype` (x, dy, y and dx; the per-channel tensors are float32 whatever it is).
 // Throws invalid_argument naming x.

@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <limits>
 
+#include "api/float32_output.hpp"
 #include "api/run_operation.hpp"
 #include "exec/fused_pipeline.hpp"
 #include "util/thread_pool.hpp"
@@ -63,6 +64,16 @@ int activation_y_inputs(const FusedActivation& a, bool with_pre) {
   return with_pre ? 3 : 2;
 }
 
+// Runs `run(float* dw, float* db)` on float32 views of the caller's dw and db: the fused backwards
+// keep both on the device in float32 (kKeptDtype) across every dy tile; a half call's are
+// converted to its dtype at the end.
+template <typename Run>
+void with_float32_gradients(const ConvProblem& p, void* dw, void* db, Run run) {
+  with_float32_output(p, dw, p.w_elements(), [&](float* dw32) {
+    with_float32_output(p, db, p.k, [&](float* db32) { run(dw32, db32); });
+  });
+}
+
 Plan plan_activation_backward(const ConvProblem& p, const FusedActivation& a, bool with_pre,
                               const PlannerConfig& config) {
   return plan_conv_backward_data_filter_bias_for(p, config, activation_y_inputs(a, with_pre),
@@ -104,13 +115,13 @@ Plan plan_conv_bias_activation_forward(const ConvProblem& problem, const Options
   return plan_operation(bias_activation_call(problem), options);
 }
 
-void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const float* x,
-                                  const float* w, const float* z, const float* bias, float* y, const Options& options,
+void conv_bias_activation_forward(const ConvProblem& problem, const FusedActivation& activation, const void* x,
+                                  const void* w, const void* z, const void* bias, void* y, const Options& options,
                                   Plan* used, RunStats* stats) {
   require_forward(problem, "conv_bias_activation_forward");
   if (!x || !w || !y || (problem.has_bias && !bias) || (problem.beta != 0.0 && !z))
     throw invalid_argument("conv_bias_activation_forward: null data pointer");
-  const float* z_read = problem.beta != 0.0 ? z : nullptr;
+  const void* z_read = problem.beta != 0.0 ? z : nullptr;
   run_operation(bias_activation_call(problem, {x, w, z_read, bias, y},
                                      [&](const Plan& plan, Backend& backend) {
                                        return run_conv_bias_activation_forward(plan, backend, activation, x, w, z,
@@ -148,13 +159,13 @@ Plan plan_conv_bias_activation_pooling_forward(const ConvProblem& conv, const Co
 }
 
 void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedActivation& activation,
-                                          const ConvProblem& pool, PoolMode mode, const float* x, const float* w,
-                                          const float* z, const float* bias, float* out, const Options& options,
+                                          const ConvProblem& pool, PoolMode mode, const void* x, const void* w,
+                                          const void* z, const void* bias, void* out, const Options& options,
                                           Plan* used, RunStats* stats) {
   require_pooling_of(conv, pool, "conv_bias_activation_pooling_forward");
   if (!x || !w || !out || (conv.has_bias && !bias) || (conv.beta != 0.0 && !z))
     throw invalid_argument("conv_bias_activation_pooling_forward: null data pointer");
-  const float* z_read = conv.beta != 0.0 ? z : nullptr;
+  const void* z_read = conv.beta != 0.0 ? z : nullptr;
   run_operation(pooling_forward_call(conv, pool, {x, w, z_read, bias, out},
                                      [&](const Plan& plan, Backend& backend) {
                                        return run_conv_bias_activation_pooling_forward(
@@ -167,7 +178,7 @@ void conv_bias_activation_pooling_forward(const ConvProblem& conv, const FusedAc
 ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
                            const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                            const std::vector<int64_t>& output_padding, const std::vector<int64_t>& dilation,
-                           int64_t groups, double alpha1, double alpha2, bool has_bias) {
+                           int64_t groups, double alpha1, double alpha2, bool has_bias, DType dtype) {
   if (w_shape.size() < 3 || w_shape.size() > 5 || x_shape.size() != w_shape.size())
     throw invalid_argument("x and w must both be 3D, 4D or 5D ([batch, in_channels, *spatial] and [in_channels, "
                            "out_channels/groups, *kernel]), got x" + format_shape(x_shape) + " and w" +
@@ -175,8 +186,8 @@ ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vecto
   if (x_shape[1] != w_shape[0])
     throw invalid_argument("x has " + std::to_string(x_shape[1]) + " channels, w" + format_shape(w_shape) +
                            " expects " + std::to_string(w_shape[0]) + " (w is [in_channels, out_channels, ...])");
-  checked::tensor_elements(x_shape, dtype_size(DType::float32), "x");
-  checked::tensor_elements(w_shape, dtype_size(DType::float32), "w");
+  checked::tensor_elements(x_shape, dtype_size(dtype), "x");
+  checked::tensor_elements(w_shape, dtype_size(dtype), "w");
   const size_t sd = w_shape.size() - 2;
   auto option = [&](const std::vector<int64_t>& v, const char* name, size_t d) {
     if (v.size() != 1 && v.size() != sd)
@@ -204,7 +215,7 @@ ConvProblem deconv_problem(const std::vector<int64_t>& x_shape, const std::vecto
     y_shape.push_back(out);
   }
   ConvProblem p = ConvProblem::backward_data(x_shape, w_shape, y_shape, stride, padding, dilation, groups, alpha1,
-                                             alpha2);
+                                             alpha2, dtype);
   p.has_bias = has_bias;
   return p;
 }
@@ -259,13 +270,13 @@ Plan plan_deconv_bias_activation_forward(const ConvProblem& deconv, const Option
   return plan_operation(deconv_call(deconv), options);
 }
 
-void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const float* x,
-                                    const float* w, const float* z, const float* bias, float* y,
+void deconv_bias_activation_forward(const ConvProblem& deconv, const FusedActivation& activation, const void* x,
+                                    const void* w, const void* z, const void* bias, void* y,
                                     const Options& options, Plan* used, RunStats* stats) {
   require_deconv(deconv, "deconv_bias_activation_forward");
   if (!x || !w || !y || (deconv.has_bias && !bias) || (deconv.beta != 0.0 && !z))
     throw invalid_argument("deconv_bias_activation_forward: null data pointer");
-  const float* z_read = deconv.beta != 0.0 ? z : nullptr;
+  const void* z_read = deconv.beta != 0.0 ? z : nullptr;
   run_operation(deconv_call(deconv, {x, w, z_read, bias, y},
                             [&](const Plan& plan, Backend& backend) {
                               return run_deconv_bias_activation_forward(plan, backend, activation, x, w, z, bias, y,
@@ -279,17 +290,19 @@ Plan plan_conv_backward_data_filter_bias(const ConvProblem& problem, const Optio
   return plan_operation(backward_call(problem), options);
 }
 
-void conv_backward_data_filter_bias(const ConvProblem& problem, const float* x, const float* dy, const float* w,
-                                    float* dx, float* dw, float* db, const Options& options, Plan* used,
+void conv_backward_data_filter_bias(const ConvProblem& problem, const void* x, const void* dy, const void* w,
+                                    void* dx, void* dw, void* db, const Options& options, Plan* used,
                                     RunStats* stats) {
   require_backward(problem, "conv_backward_data_filter_bias");
   if (!x || !dy || !w || !dx || !dw || !db) throw invalid_argument("conv_backward_data_filter_bias: null data pointer");
-  run_operation(backward_call(problem, {x, dy, w, dx, dw, db},
-                              [&](const Plan& plan, Backend& backend) {
-                                return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db,
-                                                                          ThreadPool::shared());
-                              }),
-                options, used, stats);
+  with_float32_gradients(problem, dw, db, [&](float* dw32, float* db32) {
+    run_operation(backward_call(problem, {x, dy, w, dx, dw32, db32},
+                                [&](const Plan& plan, Backend& backend) {
+                                  return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw32, db32,
+                                                                            ThreadPool::shared());
+                                }),
+                  options, used, stats);
+  });
 }
 
 Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
@@ -299,24 +312,26 @@ Plan plan_activation_conv_backward_data_filter_bias(const ConvProblem& problem, 
 }
 
 void activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
-                                               const float* x, const float* dy, const float* w, const float* y,
-                                               const float* pre, float* dx, float* dw, float* db,
+                                               const void* x, const void* dy, const void* w, const void* y,
+                                               const void* pre, void* dx, void* dw, void* db,
                                                const Options& options, Plan* used, RunStats* stats) {
   require_backward(problem, "activation_conv_backward_data_filter_bias");
   if (!x || !dy || !w || !dx || !dw || !db || (!activation.identity && !y))
     throw invalid_argument("activation_conv_backward_data_filter_bias: null data pointer");
   const bool with_pre = pre && !activation.identity;
-  run_operation(activation_backward_call(
-      problem, activation, with_pre,
-      {x, dy, w, activation.identity ? nullptr : y, with_pre ? pre : nullptr, dx, dw, db},
-      [&](const Plan& plan, Backend& backend) {
-        if (activation.identity)
-          return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw, db, ThreadPool::shared());
-        return run_activation_conv_backward_data_filter_bias(plan, backend, activation, x, dy, w, y,
-                                                             with_pre ? pre : nullptr, dx, dw, db,
-                                                             ThreadPool::shared());
-      }),
-      options, used, stats);
+  with_float32_gradients(problem, dw, db, [&](float* dw32, float* db32) {
+    run_operation(activation_backward_call(
+        problem, activation, with_pre,
+        {x, dy, w, activation.identity ? nullptr : y, with_pre ? pre : nullptr, dx, dw32, db32},
+        [&](const Plan& plan, Backend& backend) {
+          if (activation.identity)
+            return run_conv_backward_data_filter_bias(plan, backend, x, dy, w, dx, dw32, db32, ThreadPool::shared());
+          return run_activation_conv_backward_data_filter_bias(plan, backend, activation, x, dy, w, y,
+                                                               with_pre ? pre : nullptr, dx, dw32, db32,
+                                                               ThreadPool::shared());
+        }),
+        options, used, stats);
+  });
 }
 
 namespace {
@@ -358,23 +373,24 @@ Plan plan_pooling_activation_conv_backward_data_filter_bias(const ConvProblem& p
 }
 
 void pooling_activation_conv_backward_data_filter_bias(const ConvProblem& problem, const FusedActivation& activation,
-                                                       const ConvProblem& pool, PoolMode mode, const float* x,
-                                                       const float* dq, const float* w, const float* q,
-                                                       const float* y, const float* pre, float* dx, float* dw,
-                                                       float* db, const Options& options, Plan* used,
-                                                       RunStats* stats) {
+                                                       const ConvProblem& pool, PoolMode mode, const void* x,
+                                                       const void* dq, const void* w, const void* q, const void* y,
+                                                       const void* pre, void* dx, void* dw, void* db,
+                                                       const Options& options, Plan* used, RunStats* stats) {
   require_pooled_backward(problem, pool, "pooling_activation_conv_backward_data_filter_bias");
   if (!x || !dq || !w || !q || !y || !dx || !dw || !db)
     throw invalid_argument("pooling_activation_conv_backward_data_filter_bias: null data pointer");
   const bool with_pre = pre && !activation.identity;
-  run_operation(pooled_backward_call(problem, activation, pool, with_pre,
-                                     {x, dq, w, q, y, with_pre ? pre : nullptr, dx, dw, db},
-                                     [&](const Plan& plan, Backend& backend) {
-                                       return run_pooling_activation_conv_backward_data_filter_bias(
-                                           plan, backend, activation, pool, mode, x, dq, w, q, y,
-                                           with_pre ? pre : nullptr, dx, dw, db, ThreadPool::shared());
-                                     }),
-                options, used, stats);
+  with_float32_gradients(problem, dw, db, [&](float* dw32, float* db32) {
+    run_operation(pooled_backward_call(problem, activation, pool, with_pre,
+                                       {x, dq, w, q, y, with_pre ? pre : nullptr, dx, dw32, db32},
+                                       [&](const Plan& plan, Backend& backend) {
+                                         return run_pooling_activation_conv_backward_data_filter_bias(
+                                             plan, backend, activation, pool, mode, x, dq, w, q, y,
+                                             with_pre ? pre : nullptr, dx, dw32, db32, ThreadPool::shared());
+                                       }),
+                  options, used, stats);
+  });
 }
 
 }  // namespace ooc

@@ -47,14 +47,14 @@ Plan plan_matmul(const ConvProblem& problem, const Options& options) {
   return plan_operation(matmul_call(problem, {}, {}), options);
 }
 
-void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, const float* b, const float* bias,
-            float* c, const Options& options, Plan* used, RunStats* stats) {
+void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const void* a, const void* b, const void* bias,
+            void* c, const Options& options, Plan* used, RunStats* stats) {
   const int64_t M = problem.n, K = problem.c, N = problem.k;
   matmul(problem, trans_a, trans_b, a, trans_a ? M : K, b, trans_b ? K : N, bias, c, N, options, used, stats);
 }
 
-void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const float* a, int64_t lda, const float* b,
-            int64_t ldb, const float* bias, float* c, int64_t ldc, const Options& options, Plan* used,
+void matmul(const ConvProblem& problem, bool trans_a, bool trans_b, const void* a, int64_t lda, const void* b,
+            int64_t ldb, const void* bias, void* c, int64_t ldc, const Options& options, Plan* used,
             RunStats* stats) {
   check_op(problem, problem.op == Operation::matmul, "matmul");
   require_data({a, b, c, problem.has_bias ? bias : a}, "matmul");

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "api/memory_kind.hpp"
+#include "api/float32_output.hpp"
 #include "api/run_operation.hpp"
-#include "backend/host/host_elements.hpp"
 #include "exec/conv_pipeline.hpp"
 #include "util/thread_pool.hpp"
 #include "plan/planner.hpp"
@@ -70,18 +70,6 @@ void require_host_x_for_padding_mode(const ConvProblem& p, const void* x, const 
   if (p.padding_mode != PaddingMode::zeros && api::is_device_memory(x))
     throw invalid_argument(std::string(function) + ": padding_mode='" + padding_mode_name(p.padding_mode) +
                            "' needs x in host memory (its halo is gathered on the host), not device memory");
-}
-
-// Runs `run` on a float32 view of a gradient reduced over every chunk (ConvProblem::output_dtype):
-// the caller's own array in float32; for a half-precision call a float32 copy (beta's prior values
-// converted in, the result converted back), so that the sum accumulates in float32 across chunks.
-template <typename Run>
-void with_float32_output(const ConvProblem& p, void* output, int64_t elements, Run run) {
-  if (p.dtype == DType::float32) return run(static_cast<float*>(output));
-  std::vector<float> accumulator(static_cast<size_t>(elements));
-  if (p.beta != 0.0) host_elements::convert(p.dtype, output, DType::float32, accumulator.data(), elements);
-  run(accumulator.data());
-  host_elements::convert(DType::float32, accumulator.data(), p.dtype, output, elements);
 }
 
 // A gradient reduced over every chunk (dw, db) may also split its one reduction over devices, each

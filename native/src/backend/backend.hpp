@@ -45,12 +45,16 @@ struct ChunkConv {
 };
 
 // One GEMM chunk, row-major dense tiles: c[m, n] = alpha * op(a) @ op(b) + beta * c (+ bias[n]);
-// a is [m, k] ([k, m] when trans_a), b is [k, n] ([n, k] when trans_b).
+// a is [m, k] ([k, m] when trans_a), b is [k, n] ([n, k] when trans_b). a, b and bias have dtype,
+// c has out_dtype: dtype, or float32 where a half call's K reduction spans chunks (the pipeline's
+// float32 accumulator, so that splitting K rounds no partial sum to half). Products accumulate in
+// float32 (cuBLAS' CUBLAS_COMPUTE_32F) or wider.
 struct ChunkGemm {
   int64_t m = 1, n = 1, k = 1;
   bool trans_a = false, trans_b = false;
   DType dtype = DType::float32;
   MathMode math = MathMode::fp32;  // a float32 GEMM's: the plan's (Plan::math)
+  DType out_dtype = DType::float32;
 };
 
 // One batch-norm chunk: a dense [n, c, space] tile (space: the spatial elements of one channel row).
@@ -209,6 +213,14 @@ class Backend {
     if (bytes == 0) return;
     issue({"zero_on_device", FaultSite::device_copy, Queue::compute}, [&] { do_zero_on_device(device_dst, bytes); });
   }
+  // On Queue::compute: dst[i] = src[i] for `count` dense elements, converted from `from` to `to`
+  // (rounding to nearest even; element_access.hpp), src and dst not overlapping. A half GEMM
+  // carries its split K reduction in a float32 buffer and converts it at the ends of the reduction.
+  void convert_on_device(const void* src, DType from, void* dst, DType to, int64_t count) {
+    if (count == 0) return;
+    issue({"convert_on_device", FaultSite::device_copy, Queue::compute},
+          [&] { do_convert_on_device(src, from, dst, to, count); });
+  }
 
   // Direct DMA between caller memory and device slots, without staging. Only used when
   // host_is_device_accessible(ptr) (pinned or registered memory).
@@ -279,6 +291,7 @@ class Backend {
                              double beta, const void* b, void* out) = 0;
   virtual void do_copy_on_device(const StridedCopy& copy) = 0;
   virtual void do_zero_on_device(void* device_dst, size_t bytes) = 0;
+  virtual void do_convert_on_device(const void* src, DType from, void* dst, DType to, int64_t count) = 0;
   virtual void do_copy_h2d_strided(const StridedCopy& copy) = 0;
   virtual void do_copy_d2h_strided(const StridedCopy& copy) = 0;
   virtual void do_zero_device(void* device_dst, size_t bytes) = 0;

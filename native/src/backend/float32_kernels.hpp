@@ -1,7 +1,7 @@
 // Tensor data crosses the Backend interface untyped (void*), each chunk descriptor carrying its
-// dtype. Both backends' kernels are float32 today: a backend checks the chunk's dtype here before
-// it reads elements, so a chunk of another dtype is refused rather than misread, and the precision
-// work adds kernels behind this check, not plumbing.
+// dtype. A kernel that reads float32 only (the cuda backend's own activations, the modes cuDNN
+// lacks; the host backend has a kernel for every dtype) checks the chunk's dtype here before it
+// reads elements, so a chunk of another dtype is refused, naming it, rather than misread.
 #pragma once
 
 #include <string>

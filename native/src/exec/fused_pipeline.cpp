@@ -15,7 +15,7 @@ namespace {
 // A dense [n, c, rows...] tile as the element-wise layers see it (activation, add_tensor).
 ChunkConv tile_of(const ConvProblem& p, Range n, Range c, const std::array<Range, kMaxSpatial>& rows) {
   ChunkConv tile;
-  tile.dtype = p.dtype;
+  tile.dtype = tile.out_dtype = p.dtype;
   tile.spatial_dims = p.spatial_dims;
   tile.n = n.size();
   tile.c = tile.k = c.size();
@@ -84,6 +84,7 @@ RunStats run_conv_bias_activation_pooling_forward(const Plan& plan, Backend& bac
     conv(ch, b);
     if (!ch.last_c) return;
     ChunkConv window;
+    window.dtype = window.out_dtype = p.dtype;  // the y tile's, which it pools
     window.spatial_dims = p.spatial_dims;
     window.n = ch.n.size();
     window.c = window.k = ch.k.size();
@@ -177,9 +178,10 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const void* x, c
   const std::array<Range, kMaxSpatial> taps{Range{0, p.kernel[0]}, Range{0, p.kernel[1]}, Range{0, p.kernel[2]}};
   for (size_t j = 0; j < layout.dw_offset.size(); ++j) {
     const Range c{static_cast<int64_t>(j) * plan.tiling.c, std::min((static_cast<int64_t>(j) + 1) * plan.tiling.c, p.c)};
-    spec.kept.push_back({Region{view_of(p, Family::w, dw), box_of(Range{0, p.k}, c, taps)}, layout.dw_offset[j]});
+    spec.kept.push_back({Region{view_of(p, Family::w, dw, kKeptDtype), box_of(Range{0, p.k}, c, taps)},
+                         layout.dw_offset[j]});
   }
-  spec.kept.push_back({Region{view_of(p, Family::bias, db), box_of(Range{0, p.k}, Range{0, 1}, {Range{0, 1},
+  spec.kept.push_back({Region{view_of(p, Family::bias, db, kKeptDtype), box_of(Range{0, p.k}, Range{0, 1}, {Range{0, 1},
                                                                                                 Range{0, 1},
                                                                                                 Range{0, 1}})},
                        layout.db_offset});
@@ -221,14 +223,17 @@ OperationSpec backward_spec(const Plan& plan, Backend& backend, const void* x, c
         for (const StridedCopy& c : strided_box_copies(slot, rows_box(outgoing), carry, true).copies)
           backend.copy_on_device(c);
     }
-    // dw and db: this dy tile's part, the first dy tile overwriting what the device holds.
+    // dw and db: this dy tile's part, the first dy tile overwriting what the device holds, summed
+    // in kKeptDtype (float32) whatever the tensors' dtype.
     bool first_tile = ch.n.begin == 0;
     for (int e = 0; e < kMaxSpatial; ++e) first_tile = first_tile && ch.out[e].begin == 0;
     const double kept_beta = first_tile ? 0.0 : 1.0;
-    backend.conv_backward_filter(shape, b.in[kX], b.in[kDy], b.kept + layout.dw_offset[j],
+    ChunkConv kept_shape = shape;
+    kept_shape.out_dtype = kKeptDtype;
+    backend.conv_backward_filter(kept_shape, b.in[kX], b.in[kDy], b.kept + layout.dw_offset[j],
                                  p.alpha, kept_beta, b.workspace, plan.workspace_bytes);
     if (ch.c.begin == 0)
-      backend.conv_backward_bias(shape, b.in[kDy], b.kept + layout.db_offset, p.alpha,
+      backend.conv_backward_bias(kept_shape, b.in[kDy], b.kept + layout.db_offset, p.alpha,
                                  kept_beta);
   };
   return spec;

@@ -55,10 +55,26 @@ RunStats run_matmul(const Plan& plan, Backend& backend, bool trans_a, bool trans
     spec.resident = Region{view(bias, {N, 1, 1, 1, 1}, es), box_of({0, N}, {0, 1})};
     spec.resident_bytes = plan.bias_bytes;
   }
+  // A half product with K split over chunks sums in the float32 scratch tile (the planner's
+  // accumulator): its first chunk starts it (from the output tile when beta != 0), its last adds
+  // the bias and rounds it once into the output tile.
+  spec.scratch_bytes = plan.scratch_bytes;
+  const bool accumulates = plan.scratch_bytes > 0;
   spec.compute = [&](const Chunk& ch, const ChunkBuffers& buf) {
-    const ChunkGemm shape{ch.n.size(), ch.k.size(), ch.c.size(), trans_a, trans_b, p.dtype, plan.math};
-    backend.gemm(shape, buf.in[0], buf.in[1], ch.last_c && p.has_bias ? advanced(buf.resident, ch.k.begin, p.dtype) : nullptr, buf.out,
-                 p.alpha, buf.beta, buf.workspace, plan.workspace_bytes);
+    ChunkGemm shape{ch.n.size(), ch.k.size(), ch.c.size(), trans_a, trans_b, p.dtype, plan.math, p.dtype};
+    const void* bias_tile = ch.last_c && p.has_bias ? advanced(buf.resident, ch.k.begin, p.dtype) : nullptr;
+    if (!accumulates) {
+      backend.gemm(shape, buf.in[0], buf.in[1], bias_tile, buf.out, p.alpha, buf.beta, buf.workspace,
+                   plan.workspace_bytes);
+      return;
+    }
+    shape.out_dtype = DType::float32;
+    const int64_t tile = shape.m * shape.n;
+    // buf.beta: the caller's on the first chunk (the output tile then holds c), 1 after it.
+    if (ch.first_c && buf.beta != 0.0) backend.convert_on_device(buf.out, p.dtype, buf.scratch, DType::float32, tile);
+    backend.gemm(shape, buf.in[0], buf.in[1], bias_tile, buf.scratch, p.alpha, buf.beta, buf.workspace,
+                 plan.workspace_bytes);
+    if (ch.last_c) backend.convert_on_device(buf.scratch, DType::float32, buf.out, p.dtype, tile);
   };
   return run_chunks(plan, backend, pool, spec);
 }

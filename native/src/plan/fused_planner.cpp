@@ -88,6 +88,7 @@ DimTiles split_dim(const ConvProblem& p, int d, int64_t tile) {
 FusedBackwardLayout layout_of(const ConvProblem& p, int64_t tn, int64_t tc, int split_dim, int64_t carry_rows,
                               int64_t dy_rows = 0, int64_t y_rows = 0) {
   const double es = static_cast<double>(dtype_size(p.dtype));
+  const double kept_es = static_cast<double>(dtype_size(kKeptDtype));
   const int64_t kernel = p.kernel[0] * p.kernel[1] * p.kernel[2];
   int64_t other = 1;  // the carry's extent along the spatial dims that are whole
   for (int d = 0; d < kMaxSpatial; ++d)
@@ -97,12 +98,12 @@ FusedBackwardLayout layout_of(const ConvProblem& p, int64_t tn, int64_t tc, int 
   for (int64_t c = 0; c < p.c; c += tc) {
     const int64_t c_tile = std::min(tc, p.c - c);
     l.dw_offset.push_back(l.kept_bytes);
-    l.kept_bytes += slot_bytes(p.k * c_tile * kernel, es);
+    l.kept_bytes += slot_bytes(p.k * c_tile * kernel, kept_es);
     l.carry_offset.push_back(l.scratch_bytes);
     if (carry_rows > 0) l.scratch_bytes += slot_bytes(tn * c_tile * carry_rows * other, es);
   }
   l.db_offset = l.kept_bytes;
-  l.kept_bytes += slot_bytes(p.k, es);
+  l.kept_bytes += slot_bytes(p.k, kept_es);
   l.dy_offset = l.scratch_bytes;
   l.scratch_bytes += slot_bytes(tn * p.k * dy_rows, es);
   l.pooled_dy_offset = l.scratch_bytes;
@@ -117,7 +118,7 @@ struct Candidate {
   int64_t tn = 1, tc = 1, tiles_n = 1, tiles_c = 1;
   int buffers = 3, dy_slots = 1, x_slots = 1, w_slots = 1, dx_slots = 1;
   int64_t w_loads = 1;
-  size_t dy_slot = 0, pooled_slot = 0, x_slot = 0, w_slot = 0, peak = 0;
+  size_t dy_slot = 0, pooled_slot = 0, x_slot = 0, w_slot = 0, workspace = 0, peak = 0;
   FusedBackwardLayout layout;
   double bytes_h2d = 0, bytes_d2h = 0;
 };
@@ -211,6 +212,9 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, int y_i
         c.w_slot = slot_bytes(w_elems, es);
         c.layout = layout_of(p, tn, tc, c.split_dim, c.split ? c.split->carry_max : 0, pool ? dy_rows : 0,
                              pool ? y_rows : 0);
+        // A half call's dw is summed in float32 (kKeptDtype): the cuda backend computes each chunk's
+        // partial dw in half into the workspace's tail first (as backward_planner.cpp reserves it).
+        c.workspace = config.workspace_bytes + (p.dtype != kKeptDtype ? c.w_slot : 0);
         const int64_t dy_loads = c.tiles_n * tiles_s, total = static_cast<int64_t>(chunks);
         c.w_loads = c.tiles_c == 1 ? 1 : total;
         // dy (and y, ...) once; x once per chunk (halo rows included); w once, or once per chunk when C
@@ -218,7 +222,8 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, int y_i
         c.bytes_h2d = static_cast<double>(p.n * p.k) * (y_inputs * y_moved + pooled_inputs * pooled_moved) * es +
                       static_cast<double>(p.n * p.c * x_moved) * es +
                       static_cast<double>(p.w_elements()) * es * static_cast<double>(c.w_loads == 1 ? 1 : dy_loads);
-        c.bytes_d2h = static_cast<double>(p.x_elements() + p.w_elements() + p.k) * es;
+        c.bytes_d2h = static_cast<double>(p.x_elements()) * es +
+                      static_cast<double>(p.w_elements() + p.k) * static_cast<double>(dtype_size(kKeptDtype));
         const double flops = 4.0 * static_cast<double>(p.y_elements()) * static_cast<double>(p.c * kernel) +
                              static_cast<double>(p.y_elements());
         TrafficEstimate t = traffic_estimate(c.bytes_h2d, c.bytes_d2h, flops, chunks);
@@ -238,7 +243,7 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, int y_i
           c.w_slots = static_cast<int>(std::min<int64_t>(buffers, c.w_loads));
           c.peak = c.dy_slots * (y_inputs * c.dy_slot + pooled_inputs * c.pooled_slot) + c.x_slots * c.x_slot +
                    c.dx_slots * c.x_slot +
-                   c.w_slots * c.w_slot + c.layout.kept_bytes + c.layout.scratch_bytes + config.workspace_bytes;
+                   c.w_slots * c.w_slot + c.layout.kept_bytes + c.layout.scratch_bytes + c.workspace;
           search.offer(c, {c.peak, largest, chunks}, [&] {
             TrafficEstimate at_depth = t;
             at_depth.buffers = buffers;
@@ -282,7 +287,7 @@ void record_layout(Plan& plan, const FusedBackwardLayout& l) {
 
 Plan plan_of(const ConvProblem& p, const PlannerConfig& config, int y_inputs, const std::string& fused,
              const ConvProblem* pool, const Candidate& best, double seconds) {
-  Plan plan = plan_with_totals(p, config, config.workspace_bytes, best.peak, best.bytes_h2d, best.bytes_d2h, seconds);
+  Plan plan = plan_with_totals(p, config, best.workspace, best.peak, best.bytes_h2d, best.bytes_d2h, seconds);
   plan.fused = fused;
   plan.y_inputs = y_inputs;
   plan.pooled_inputs = pool ? 2 : 0;

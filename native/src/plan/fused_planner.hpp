@@ -56,8 +56,12 @@ PooledRows pooled_rows(const ConvProblem& pool, int d, Range dy, bool whole);
 Plan plan_conv_bias_activation_pooling_forward_for(const ConvProblem& conv, const ConvProblem& pool,
                                                    const PlannerConfig& config);
 
+// The element type of the kept dw and db: float32 whatever the tensors' dtype, so that a half
+// call's sums over every dy tile round only once, when the API converts them to the caller's dtype.
+constexpr DType kKeptDtype = DType::float32;
+
 // Where the kept outputs and the carries live: dw's block of c-tile j (dense [K, c-tile j,
-// kernel...]) at dw_offset[j] and db at db_offset, bytes into the kept memory; c-tile j's carry
+// kernel...], kKeptDtype) at dw_offset[j] and db at db_offset, bytes into the kept memory; c-tile j's carry
 // (dense [n-tile, c-tile j, carried rows, other spatial dims]) at carry_offset[j] into the scratch.
 // With a pooling folded in, the scratch also holds the tile's dy (dense [n-tile, K, dy rows...], at
 // dy_offset) and pool_backward's output over the windows' y rows (at pooled_dy_offset).

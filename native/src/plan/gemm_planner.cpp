@@ -4,6 +4,7 @@
 #include "plan/cost_model.hpp"
 #include "plan/layer_planners.hpp"
 #include "plan/planner_parts.hpp"
+#include "plan/slot_table.hpp"
 
 namespace ooc {
 
@@ -15,7 +16,7 @@ struct GemmCandidate {
   int64_t tm = 0, tn = 0, tk = 0;
   LoopOrder order = LoopOrder::ns_outer;  // ns_outer: M tiles outer; k_outer: N tiles outer
   int a_bufs = 3, b_bufs = 3, c_bufs = 2;
-  size_t a_slot = 0, b_slot = 0, c_slot = 0, bias_bytes = 0, peak = 0;
+  size_t a_slot = 0, b_slot = 0, c_slot = 0, bias_bytes = 0, accumulator = 0, peak = 0;
   double h2d = 0, d2h = 0;
 };
 
@@ -24,6 +25,13 @@ constexpr size_t kMaxGemmWorkspaceBytes = size_t{32} << 20;
 
 size_t gemm_workspace(const PlannerConfig& cfg) {
   return std::min(cfg.workspace_bytes, kMaxGemmWorkspaceBytes) / 256 * 256;
+}
+
+// A half product whose K reduction spans chunks sums it in a float32 tile on the device (the
+// chunks of one c tile run back to back, so one tile serves them all) and rounds it to half once,
+// at the reduction's end: splitting K rounds no more than an unsplit call. float32 needs none.
+size_t accumulator_bytes(const ConvProblem& p, int64_t tile_elements, int64_t k_tiles) {
+  return p.dtype != DType::float32 && k_tiles > 1 ? slot_bytes(tile_elements, sizeof(float)) : 0;
 }
 
 // Every blocking of M, N and K, both loop orders; of equally fast ones the search keeps the first.
@@ -47,7 +55,9 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& cfg, CandidateS
           c.b_slot = slot_bytes(tk * tn, es);
           c.c_slot = slot_bytes(tm * tn, es);
           c.bias_bytes = bias_slot(p);
-          c.peak = c.a_bufs * c.a_slot + c.b_bufs * c.b_slot + c.c_bufs * c.c_slot + c.bias_bytes + workspace;
+          c.accumulator = accumulator_bytes(p, tm * tn, nk);
+          c.peak = c.a_bufs * c.a_slot + c.b_bufs * c.b_slot + c.c_bufs * c.c_slot + c.bias_bytes + c.accumulator +
+                   workspace;
           // A tile stays on the device across consecutive chunks only when K is not split.
           const bool m_outer = order == LoopOrder::ns_outer;
           const double a_reads = m_outer ? (nk == 1 ? 1 : nn) : (nm * nk == 1 ? 1 : nn);
@@ -86,6 +96,8 @@ Plan plan_of(const ConvProblem& p, const PlannerConfig& cfg, const GemmCandidate
   plan.bias_buffers = p.has_bias ? 1 : 0;
   plan.y_slot_bytes = best.c_slot;
   plan.bias_bytes = best.bias_bytes;
+  plan.scratch_bytes = best.accumulator;
+  if (best.accumulator) add_block_slot(plan, SlotKind::scratch, "float32 c", 0, best.accumulator);
   const bool m_outer = best.order == LoopOrder::ns_outer;
   const int64_t outer = m_outer ? plan.splits_n : plan.splits_k, inner = m_outer ? plan.splits_k : plan.splits_n;
   Range prev_a{-1, -1}, prev_a_c{-1, -1}, prev_b{-1, -1}, prev_b_c{-1, -1};

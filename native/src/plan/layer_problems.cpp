@@ -18,15 +18,16 @@ std::string by(const std::vector<int64_t>& shape) {
 }  // namespace
 
 ConvProblem matmul_problem(const std::vector<int64_t>& a_shape, const std::vector<int64_t>& b_shape, double alpha,
-                           double beta, bool has_bias) {
+                           double beta, bool has_bias, DType dtype) {
   if (a_shape.size() != 2) throw invalid_argument("mat1 must be a matrix, got " + std::to_string(a_shape.size()) + "-D");
   if (b_shape.size() != 2) throw invalid_argument("mat2 must be a matrix, got " + std::to_string(b_shape.size()) + "-D");
   if (a_shape[1] != b_shape[0])
     throw invalid_argument("mat1 and mat2 shapes cannot be multiplied (" + by(a_shape) + " and " + by(b_shape) + ")");
   for (int64_t v : {a_shape[0], a_shape[1], b_shape[1]})
     if (v <= 0) throw invalid_argument("matmul: every dimension must be positive, got mat1 " + by(a_shape) + " and mat2 " + by(b_shape));
-  checked::tensor_elements(a_shape, dtype_size(DType::float32), "mat1");
-  checked::tensor_elements(b_shape, dtype_size(DType::float32), "mat2");
+  checked::tensor_elements(a_shape, dtype_size(dtype), "mat1");
+  checked::tensor_elements(b_shape, dtype_size(dtype), "mat2");
+  // Its float32 size too: a half product's split K reduction runs through a float32 accumulator.
   checked::tensor_elements({a_shape[0], b_shape[1]}, dtype_size(DType::float32), "the product of mat1 and mat2");
   ConvProblem p;
   p.op = Operation::matmul;
@@ -37,6 +38,7 @@ ConvProblem matmul_problem(const std::vector<int64_t>& a_shape, const std::vecto
   p.alpha = alpha;
   p.beta = beta;
   p.has_bias = has_bias;
+  p.dtype = dtype;
   return p;
 }
 
@@ -62,7 +64,7 @@ ConvProblem batchnorm_problem(Operation op, const std::vector<int64_t>& x_shape,
 std::string describe_layer(const ConvProblem& p) {
   std::ostringstream s;
   if (p.op == Operation::matmul) {
-    s << "matmul float32: [" << p.n << "x" << p.c << "] @ [" << p.c << "x" << p.k << "] -> [" << p.n << "x" << p.k
+    s << "matmul " << dtype_name(p.dtype) << ": [" << p.n << "x" << p.c << "] @ [" << p.c << "x" << p.k << "] -> [" << p.n << "x" << p.k
       << "]";
     if (p.alpha != 1.0 || p.beta != 0.0) s << " alpha=" << p.alpha << " beta=" << p.beta;
     if (p.has_bias) s << " +bias";

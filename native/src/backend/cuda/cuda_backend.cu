@@ -267,7 +267,17 @@ class CudaBackend final : public Backend {
 
   void do_conv_backward_bias(const ChunkConv& shape, const void* dy_data, void* db_data, double alpha,
                              double beta) override {
-    float32_kernel(shape, "conv_backward_bias");
+    if (shape.dtype != DType::float32) {
+      // A half dy into a float32 db (ChunkConv::out_dtype): our own reduction, summing in float64.
+      // cuDNN's BackwardBias documents dy and db of one data type, so it would round db to half.
+      const ChunkChannels sums{shape.n, shape.k, shape.out[0] * shape.out[1] * shape.out[2], shape.dtype};
+      if (shape.out_dtype != DType::float32)
+        throw std::logic_error("conv_backward_bias: a half dy's db accumulates in float32 (ChunkConv::out_dtype)");
+      double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(sums));
+      cuda_kernels::channel_sum(sums, dy_data, static_cast<float>(alpha), static_cast<float>(beta),
+                                static_cast<float*>(db_data), scratch, resources_->compute.get());
+      return;
+    }
     const float* dy = f(dy_data);
     float* db = f(db_data);
     ConvSetup& setup = setup_for(shape, Operation::backward_bias, nullptr, 0);
@@ -277,13 +287,18 @@ class CudaBackend final : public Backend {
 
   void do_gemm(const ChunkGemm& shape, const void* a_data, const void* b_data, const void* bias_data, void* c_data,
                double alpha, double beta, void* workspace, size_t workspace_bytes) override {
-    float32_kernel(shape, "gemm");
-    const float* a = f(a_data);
-    const float* b = f(b_data);
-    const float* bias = f(bias_data);
-    float* c = f(c_data);
-    resources_->blas.run(shape, a, b, c, alpha, beta, workspace, workspace_bytes, resources_->compute.get());
-    if (bias) cuda_kernels::add_row_bias(shape.m, shape.n, bias, c, resources_->compute.get());
+    cudaStream_t stream = resources_->compute.get();
+    if (bias_data && beta == 0.0 && shape.out_dtype != DType::float32) {
+      // A half c with a bias (F.linear's): c starts as the bias rows (exact in half) and cuBLAS adds
+      // the product in float32, so c is rounded once, not once for the product and again for the bias.
+      OOC_CUDA_CHECK(cudaMemsetAsync(c_data, 0, static_cast<size_t>(shape.m * shape.n) * dtype_size(shape.out_dtype),
+                                     stream));
+      cuda_kernels::add_row_bias(shape.m, shape.n, shape.dtype, bias_data, shape.out_dtype, c_data, stream);
+      resources_->blas.run(shape, a_data, b_data, c_data, alpha, 1.0, workspace, workspace_bytes, stream);
+      return;
+    }
+    resources_->blas.run(shape, a_data, b_data, c_data, alpha, beta, workspace, workspace_bytes, stream);
+    if (bias_data) cuda_kernels::add_row_bias(shape.m, shape.n, shape.dtype, bias_data, shape.out_dtype, c_data, stream);
   }
 
   // Batch norm: our own kernels (layer_kernels.cu).
@@ -362,6 +377,9 @@ class CudaBackend final : public Backend {
   }
   void do_zero_on_device(void* device_dst, size_t bytes) override {
     OOC_CUDA_CHECK(cudaMemsetAsync(device_dst, 0, bytes, resources_->compute.get()));
+  }
+  void do_convert_on_device(const void* src, DType from, void* dst, DType to, int64_t count) override {
+    cuda_kernels::convert(from, src, to, dst, count, resources_->compute.get());
   }
   void do_copy_h2d_strided(const StridedCopy& copy) override {
     issue_strided_copy(copy, max_pitch_, resources_->h2d.get());

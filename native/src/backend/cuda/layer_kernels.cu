@@ -42,12 +42,15 @@ __device__ void block_sum2(double& a, double& b) {
 // (c, parts) blocks so that few channels still spread over the whole GPU; part sums land in
 // scratch[(ch * parts + part) * 2 + {0, 1}] and a second kernel merges them per channel.
 // moments: d = x - shift (the channel's first element, against cancellation), sums d and d^2;
-// grad sums: dy and dy * (x - mean) * invstd.
-template <bool Grad, typename T>
+// grad sums: dy and dy * (x - mean) * invstd; plain: x (the second sum unused: a bias gradient).
+enum class Sums { moments, grad, plain };
+
+template <Sums Kind, typename T>
 __global__ void partial_sums_kernel(int64_t n, int64_t c, int64_t space, const T* x, const T* dy,
                                     const float* mean_invstd, double* scratch) {
+  constexpr bool Grad = Kind == Sums::grad;
   const int64_t ch = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
-  const double shift = Grad ? mean_invstd[2 * ch] : load(x[ch * space]);
+  const double shift = Grad ? mean_invstd[2 * ch] : Kind == Sums::moments ? load(x[ch * space]) : 0.0;
   const double invstd = Grad ? mean_invstd[2 * ch + 1] : 1.0;
   double a = 0, b = 0;
   const int64_t count = n * space, step = parts * blockDim.x;
@@ -72,7 +75,7 @@ __global__ void partial_sums_kernel(int64_t n, int64_t c, int64_t space, const T
 }
 
 // One thread per channel: adds the parts; moments become (mean, M2), grad sums stay sums.
-template <bool Grad, typename T>
+template <Sums Kind, typename T>
 __global__ void merge_parts_kernel(int64_t n, int64_t c, int64_t space, int64_t parts, const T* x,
                                    const double* scratch, float* out) {
   const int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -82,7 +85,7 @@ __global__ void merge_parts_kernel(int64_t n, int64_t c, int64_t space, int64_t 
     a += scratch[(ch * parts + p) * 2];
     b += scratch[(ch * parts + p) * 2 + 1];
   }
-  if (Grad) {
+  if (Kind == Sums::grad) {
     out[2 * ch] = static_cast<float>(a);
     out[2 * ch + 1] = static_cast<float>(b);
   } else {
@@ -122,10 +125,29 @@ __global__ void activation_backward_kernel(int64_t total, ActivationMode mode, f
     dx[i] = blended(activation_gradient(mode, coef, y[i], dy[i], x[i]), alpha, beta, dx[i]);
 }
 
-__global__ void row_bias_kernel(int64_t total, int64_t cols, const float* bias, float* c) {
+// The bias gradient's merge: db = alpha * (the parts' sum) + beta * db; beta == 0 never reads db.
+__global__ void merge_sum_kernel(int64_t c, int64_t parts, const double* scratch, float alpha, float beta,
+                                 float* db) {
+  const int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (ch >= c) return;
+  double a = 0;
+  for (int64_t p = 0; p < parts; ++p) a += scratch[(ch * parts + p) * 2];
+  const double r = alpha * a;
+  db[ch] = static_cast<float>(beta == 0.0f ? r : r + static_cast<double>(beta) * db[ch]);
+}
+
+template <typename B, typename C>
+__global__ void row_bias_kernel(int64_t total, int64_t cols, const B* bias, C* c) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    c[i] += bias[i % cols];
+    c[i] = store<C>(load(c[i]) + load(bias[i % cols]));
+}
+
+template <typename In, typename Out>
+__global__ void convert_kernel(int64_t total, const In* src, Out* dst) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = store<Out>(load(src[i]));
 }
 
 // out's five extents and a's element strides along them (0 where a broadcasts).
@@ -166,29 +188,47 @@ size_t reduction_scratch_bytes(const ChunkChannels& s) {
 }
 
 namespace {
-template <bool Grad>
+// The part sums of a reduction (partial_sums_kernel's grid), left in scratch for a merge kernel.
+template <Sums Kind, typename T>
+void launch_partial_sums(const ChunkChannels& s, const T* x, const T* dy, const float* mean_invstd, double* scratch,
+                         cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(s.c), static_cast<unsigned>(reduction_parts(s)));  // y: at most 65535
+  partial_sums_kernel<Kind, T><<<grid, kReduceThreads, 0, stream>>>(s.n, s.c, s.space, x, dy, mean_invstd, scratch);
+  OOC_CUDA_CHECK(cudaGetLastError());
+}
+
+template <Sums Kind>
 void channel_sums(const ChunkChannels& s, const void* x_data, const void* dy_data, const float* mean_invstd,
                   float* out, double* scratch, cudaStream_t stream) {
-  const int64_t parts = reduction_parts(s);
-  const dim3 grid(static_cast<unsigned>(s.c), static_cast<unsigned>(parts));  // y: at most 65535
   with_type(s.dtype, [&](auto element) {
     using T = decltype(element);
     const T *x = static_cast<const T*>(x_data), *dy = static_cast<const T*>(dy_data);
-    partial_sums_kernel<Grad, T><<<grid, kReduceThreads, 0, stream>>>(s.n, s.c, s.space, x, dy, mean_invstd, scratch);
-    OOC_CUDA_CHECK(cudaGetLastError());
-    merge_parts_kernel<Grad, T><<<grid_for(s.c, 128), 128, 0, stream>>>(s.n, s.c, s.space, parts, x, scratch, out);
+    launch_partial_sums<Kind>(s, x, dy, mean_invstd, scratch, stream);
+    merge_parts_kernel<Kind, T><<<grid_for(s.c, 128), 128, 0, stream>>>(s.n, s.c, s.space, reduction_parts(s), x,
+                                                                       scratch, out);
     OOC_CUDA_CHECK(cudaGetLastError());
   });
 }
 }  // namespace
 
 void channel_moments(const ChunkChannels& s, const void* x, float* stats, double* scratch, cudaStream_t stream) {
-  channel_sums<false>(s, x, nullptr, nullptr, stats, scratch, stream);
+  channel_sums<Sums::moments>(s, x, nullptr, nullptr, stats, scratch, stream);
 }
 
 void channel_grad_sums(const ChunkChannels& s, const void* x, const void* dy, const float* mean_invstd, float* sums,
                        double* scratch, cudaStream_t stream) {
-  channel_sums<true>(s, x, dy, mean_invstd, sums, scratch, stream);
+  channel_sums<Sums::grad>(s, x, dy, mean_invstd, sums, scratch, stream);
+}
+
+void channel_sum(const ChunkChannels& s, const void* dy, float alpha, float beta, float* db, double* scratch,
+                 cudaStream_t stream) {
+  with_type(s.dtype, [&](auto element) {
+    using T = decltype(element);
+    launch_partial_sums<Sums::plain>(s, static_cast<const T*>(dy), static_cast<const T*>(nullptr), nullptr, scratch,
+                                     stream);
+  });
+  merge_sum_kernel<<<grid_for(s.c, 128), 128, 0, stream>>>(s.c, reduction_parts(s), scratch, alpha, beta, db);
+  OOC_CUDA_CHECK(cudaGetLastError());
 }
 
 void channel_affine(const ChunkChannels& s, const void* x, const void* dy, const float* coef, float beta, void* y,
@@ -215,10 +255,30 @@ void activation_backward(int64_t count, ActivationMode mode, float coef, const f
   OOC_CUDA_CHECK(cudaGetLastError());
 }
 
-void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* c, cudaStream_t stream) {
+void add_row_bias(int64_t rows, int64_t cols, DType bias_dtype, const void* bias, DType c_dtype, void* c,
+                  cudaStream_t stream) {
   const int64_t total = rows * cols;
-  row_bias_kernel<<<grid_for(total, 256), 256, 0, stream>>>(total, cols, bias, c);
-  OOC_CUDA_CHECK(cudaGetLastError());
+  with_type(bias_dtype, [&](auto bias_element) {
+    with_type(c_dtype, [&](auto c_element) {
+      using B = decltype(bias_element);
+      using C = decltype(c_element);
+      row_bias_kernel<B, C><<<grid_for(total, 256), 256, 0, stream>>>(total, cols, static_cast<const B*>(bias),
+                                                                      static_cast<C*>(c));
+      OOC_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+}
+
+void convert(DType from, const void* src, DType to, void* dst, int64_t count, cudaStream_t stream) {
+  with_type(from, [&](auto in_element) {
+    with_type(to, [&](auto out_element) {
+      using In = decltype(in_element);
+      using Out = decltype(out_element);
+      convert_kernel<In, Out><<<grid_for(count, 256), 256, 0, stream>>>(count, static_cast<const In*>(src),
+                                                                        static_cast<Out*>(dst));
+      OOC_CUDA_CHECK(cudaGetLastError());
+    });
+  });
 }
 
 void add_tensor_bf16(const ChunkConv& a_shape, const ChunkConv& out_shape, float alpha, const void* a, float beta,

@@ -1,5 +1,5 @@
-// CUDA kernels of the batch-norm chunk operations, the GEMM bias (backend.hpp's channel_*) and the
-// activations cuDNN lacks,
+// CUDA kernels of the batch-norm chunk operations (backend.hpp's channel_*), the GEMM bias, dtype
+// conversion, a half dy's bias gradient and the activations cuDNN lacks,
 // launched on the given stream; every launch is checked (cuda_error).
 #pragma once
 
@@ -44,7 +44,16 @@ void activation_backward(int64_t count, ActivationMode mode, float coef, const f
 // (add_tensor's contract, backend.hpp), computed in float32: cudnnAddTensor documents no bfloat16.
 void add_tensor_bf16(const ChunkConv& a_shape, const ChunkConv& out_shape, float alpha, const void* a, float beta,
                      const void* b, void* out, cudaStream_t stream);
-// c[i, j] += bias[j] over a row-major [rows, cols] matrix.
-void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* c, cudaStream_t stream);
+// c[i, j] += bias[j] over a row-major [rows, cols] matrix, bias of bias_dtype, c of c_dtype (a half
+// GEMM's bias has its operands' dtype; c may be the float32 accumulator of a split K).
+void add_row_bias(int64_t rows, int64_t cols, DType bias_dtype, const void* bias, DType c_dtype, void* c,
+                  cudaStream_t stream);
+// dst[i] = src[i] converted between dtypes, `count` dense elements (Backend::convert_on_device).
+void convert(DType from, const void* src, DType to, void* dst, int64_t count, cudaStream_t stream);
+// The gradient of a bias over a half-precision chunk (cuDNN's BackwardBias takes float32 here):
+// db[k] = alpha * sum over n and space of dy[n, k, space] + beta * db[k], dy of s.dtype, db float32,
+// the sum in float64 (reduction_scratch_bytes(s) of scratch; s.c counts dy's channels).
+void channel_sum(const ChunkChannels& s, const void* dy, float alpha, float beta, float* db, double* scratch,
+                 cudaStream_t stream);
 
 }  // namespace ooc::cuda_kernels

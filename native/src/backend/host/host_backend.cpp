@@ -9,8 +9,8 @@
 
 #include "backend/backend.hpp"
 #include "backend/fault_injection.hpp"
-#include "backend/float32_kernels.hpp"
 #include "backend/host/host_conv.hpp"
+#include "backend/host/host_elements.hpp"
 #include "backend/host/host_layers.hpp"
 #include "backend/host/host_pool_activation_softmax.hpp"
 #include "util/thread_pool.hpp"
@@ -24,12 +24,6 @@ std::atomic<bool>& direct_access_flag() {
   return flag;
 }
 bool direct_access() { return direct_access_flag().load(); }
-
-using float32_kernels::f;
-template <typename ChunkShape>
-void float32_kernel(const ChunkShape& shape, const char* op) {
-  float32_kernels::require(shape, "host", op);
-}
 
 std::atomic<bool>& fault_injection_flag() {
   static std::atomic<bool> flag{false};
@@ -111,8 +105,7 @@ class HostBackend final : public Backend {
 
   void do_gemm(const ChunkGemm& shape, const void* a, const void* b, const void* bias, void* c, double alpha,
                double beta, void*, size_t) override {
-    float32_kernel(shape, "gemm");
-    host_gemm(shape, f(a), f(b), f(bias), f(c), alpha, beta, ThreadPool::shared());
+    host_gemm(shape, a, b, bias, c, alpha, beta, ThreadPool::shared());
   }
   void do_channel_moments(const ChunkChannels& shape, const void* x, float* stats) override {
     host_channel_moments(shape, x, stats, ThreadPool::shared());
@@ -157,6 +150,9 @@ class HostBackend final : public Backend {
 
   void do_copy_on_device(const StridedCopy& c) override { strided_memcpy(c); }
   void do_zero_on_device(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  void do_convert_on_device(const void* src, DType from, void* dst, DType to, int64_t count) override {
+    host_elements::convert(from, src, to, dst, count);
+  }
   void do_copy_h2d_strided(const StridedCopy& c) override { strided_memcpy(c); }
   void do_copy_d2h_strided(const StridedCopy& c) override { strided_memcpy(c); }
   void do_zero_device(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }

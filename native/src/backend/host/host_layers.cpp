@@ -15,25 +15,34 @@ float blended(float r, double beta, float old) { return beta == 0.0 ? r : static
 
 }  // namespace
 
-void host_gemm(const ChunkGemm& s, const float* a, const float* b, const float* bias, float* c, double alpha,
-               double beta, ThreadPool& pool) {
-  // Element (i, j) of op(a) and op(b) in their stored layouts.
-  auto at = [&](int64_t i, int64_t kk) { return s.trans_a ? a[kk * s.m + i] : a[i * s.k + kk]; };
-  auto bt = [&](int64_t kk, int64_t j) { return s.trans_b ? b[j * s.k + kk] : b[kk * s.n + j]; };
-  pool.parallel_for(s.m, [&](int64_t begin, int64_t end) {
-    std::vector<double> acc(static_cast<size_t>(s.n));
-    for (int64_t i = begin; i < end; ++i) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t kk = 0; kk < s.k; ++kk) {
-        const double av = at(i, kk);
-        for (int64_t j = 0; j < s.n; ++j) acc[j] += av * bt(kk, j);
-      }
-      for (int64_t j = 0; j < s.n; ++j) {
-        double v = alpha * acc[j] + (beta != 0.0 ? beta * static_cast<double>(c[i * s.n + j]) : 0.0);
-        if (bias) v += bias[j];
-        c[i * s.n + j] = static_cast<float>(v);
-      }
-    }
+void host_gemm(const ChunkGemm& s, const void* a_data, const void* b_data, const void* bias_data, void* c_data,
+               double alpha, double beta, ThreadPool& pool) {
+  host_elements::with_type(s.dtype, [&](auto in_element) {
+    host_elements::with_type(s.out_dtype, [&](auto out_element) {
+      using T = decltype(in_element);
+      using C = decltype(out_element);
+      const T *a = static_cast<const T*>(a_data), *b = static_cast<const T*>(b_data);
+      const T* bias = static_cast<const T*>(bias_data);
+      C* c = static_cast<C*>(c_data);
+      // Element (i, j) of op(a) and op(b) in their stored layouts.
+      auto at = [&](int64_t i, int64_t kk) { return load(s.trans_a ? a[kk * s.m + i] : a[i * s.k + kk]); };
+      auto bt = [&](int64_t kk, int64_t j) { return load(s.trans_b ? b[j * s.k + kk] : b[kk * s.n + j]); };
+      pool.parallel_for(s.m, [&](int64_t begin, int64_t end) {
+        std::vector<double> acc(static_cast<size_t>(s.n));
+        for (int64_t i = begin; i < end; ++i) {
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (int64_t kk = 0; kk < s.k; ++kk) {
+            const double av = at(i, kk);
+            for (int64_t j = 0; j < s.n; ++j) acc[j] += av * bt(kk, j);
+          }
+          for (int64_t j = 0; j < s.n; ++j) {
+            double v = alpha * acc[j] + (beta != 0.0 ? beta * static_cast<double>(load(c[i * s.n + j])) : 0.0);
+            if (bias) v += load(bias[j]);
+            c[i * s.n + j] = store<C>(static_cast<float>(v));
+          }
+        }
+      });
+    });
   });
 }
 

@@ -6,7 +6,9 @@
 
 namespace ooc {
 
-void host_gemm(const ChunkGemm& s, const float* a, const float* b, const float* bias, float* c, double alpha,
+// GEMM: a, b and bias of s.dtype, c of s.out_dtype (float32, float16, bfloat16), products summed in
+// double and rounded once into c.
+void host_gemm(const ChunkGemm& s, const void* a, const void* b, const void* bias, void* c, double alpha,
                double beta, ThreadPool& pool);
 // Batch norm: x, dy and y in the chunk's dtype (float32, float16, bfloat16); statistics, sums and
 // coefficients float32, the sums accumulated in double.
