@@ -340,6 +340,33 @@ def test_the_gpu_listed_twice_gives_the_one_device_results(rng):
     assert rel_err(dw_two, dw_one) < 1e-5
 
 
+def test_batch_norm_on_the_gpu_listed_twice_gives_the_one_device_results(rng):
+    """set_devices([0, 0]): batch norm's statistics pass on both pipelines, one float64 merge, the
+    apply pass on both; training (y, statistics, running averages) and backward bit for bit."""
+    x = rng.standard_normal((8, 12, 40, 36), dtype=np.float32) * 2
+    dy = rng.standard_normal(x.shape, dtype=np.float32)
+    scale, shift = rng.standard_normal(12, dtype=np.float32), rng.standard_normal(12, dtype=np.float32)
+
+    def run():
+        mean, var = np.zeros(12, np.float32), np.ones(12, np.float32)
+        y, saved_mean, saved_invstd = pyooc.batchnorm_forward_training(
+            x, scale, shift, running_mean=mean, running_var=var, memory_limit="256KiB", backend="cuda")
+        chunks = pyooc.last_stats()["chunks"]
+        grads = pyooc.batchnorm_backward(x, dy, scale, saved_mean, saved_invstd, memory_limit="256KiB",
+                                         backend="cuda")
+        return [y, saved_mean, saved_invstd, mean, var, *grads], chunks
+
+    one, chunks = run()
+    assert chunks > 4
+    try:
+        pyooc.set_devices([0, 0])
+        spread, _ = run()
+    finally:
+        pyooc.set_devices(None)
+    for ours, theirs in zip(spread, one):
+        np.testing.assert_array_equal(ours, theirs)
+
+
 def test_results_are_pinned_and_their_blocks_reused(rng):
     """A result without out= is cut from the pinned cache (pyooc/pinned_cache.py) and its block
     serves the next result once the array is gone; a chain of calls reads the pinned result."""

@@ -77,6 +77,32 @@ TEST_F(FixtureSysfs, UnknownWhereTheMachineDoesNotTell) {
   EXPECT_TRUE(near("../../devices/system/node/node0").empty()) << "a bus id is no path";
 }
 
+// This machine's own sysfs, read the way a GPU's is: every PCI device's CPUs are its numa_node's
+// cpulist, or unknown where numa_node says -1 (virtual machines often do).
+TEST(NumaPlacement, ThisMachinesPciDevices) {
+  const std::filesystem::path devices("/sys/bus/pci/devices");
+  if (!std::filesystem::exists(devices)) GTEST_SKIP() << "no sysfs PCI devices here";
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(devices)) {
+    std::ifstream node_file(entry.path() / "numa_node");
+    std::string node;
+    if (!std::getline(node_file, node)) continue;
+    const std::vector<int> near = ooc::cpus_near_pci_device(entry.path().filename().string());
+    SCOPED_TRACE(entry.path().string() + ": numa_node " + node);
+    if (node == "-1") {
+      EXPECT_TRUE(near.empty());
+    } else {
+      std::ifstream cpus_file("/sys/devices/system/node/node" + node + "/cpulist");
+      std::string cpus;
+      std::getline(cpus_file, cpus);
+      EXPECT_EQ(near, parse_cpu_list(cpus));
+      EXPECT_FALSE(near.empty());
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
 // The first CPU this process may use: pinning to it is always allowed.
 int an_allowed_cpu() {
   const std::vector<int> cpus = ooc::this_thread_cpus();
