@@ -131,11 +131,14 @@ TEST(DeviceShares, WholeGroupsAreBalancedByChunkCount) {
 // A device the cost model finds slower gets fewer chunks: about its speed's part of them, within
 // one reduction group (whole groups) or one chunk (the one group split); equal models, equal speeds.
 TEST(DeviceShares, ASlowerDeviceGetsFewerChunks) {
+  // Links slow enough for these small plans' bytes to outweigh their per-chunk overhead, as a
+  // large problem's do on a real link.
   ooc::MachineModel fast;
-  fast.h2d_bytes_per_s = fast.d2h_bytes_per_s = fast.bidir_bytes_per_s = 24e9;
+  fast.h2d_bytes_per_s = fast.d2h_bytes_per_s = fast.bidir_bytes_per_s = 3e7;
   fast.flops_per_s = 5e13;
+  fast.chunk_overhead_s = 1e-6;
   ooc::MachineModel slow = fast;
-  slow.h2d_bytes_per_s = slow.d2h_bytes_per_s = slow.bidir_bytes_per_s = 8e9;  // a third of the link
+  slow.h2d_bytes_per_s = slow.d2h_bytes_per_s = slow.bidir_bytes_per_s = 1e7;  // a third of the link
   bool saw_split = false, saw_whole_groups = false;
   for (Operation op : {Operation::forward, Operation::backward_data, Operation::backward_filter}) {
     SCOPED_TRACE(ooc::operation_name(op));
