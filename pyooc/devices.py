@@ -1,9 +1,11 @@
 """Which devices a call spreads its chunks over (libooc's Options::devices): per call
 (`devices=` of the convolutions), a thread's choice for the calls it makes
-(devices_for_this_thread: pyooc.torch's devices=) and the process default (set_devices). Each device runs its own
-pipeline under the call's memory_limit; the plan's reduction groups are shared out by chunk count,
-and a reduction over every chunk (dw, db) is split into partial sums added once at the end
-(native/src/plan/device_shares.hpp). Operations that do not spread run on the first device."""
+(devices_for_this_thread: pyooc.torch's devices=) and the process default (set_devices). Each
+device runs its own pipeline under the call's memory_limit; the plan's reduction groups are shared
+out by chunk count weighted by each device's modelled speed, a reduction over every chunk (dw, db)
+is split into partial sums added once at the end, and batch norm's per-chunk statistics are merged
+once between its two passes (native/src/plan/device_shares.hpp). Operations that do not spread run
+on the first device."""
 
 import contextlib
 import threading

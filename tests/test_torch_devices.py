@@ -147,3 +147,10 @@ def test_devices_appear_in_the_signatures():
     for name in F.__all__:
         parameter = inspect.signature(getattr(F, name)).parameters["devices"]
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is None, name
+
+
+@pytest.mark.parametrize("backend", [None, "gpu", "host@x", "@0,1"])
+def test_a_backend_that_carries_no_known_name_is_refused(rng, backend):
+    """The devices ride in the backend string: a malformed one is still refused naming backend."""
+    with pytest.raises(ValueError, match=r"backend must be one of"):
+        F.relu(_leaf(rng, (2, 3, 4, 4)), backend=backend)

@@ -60,9 +60,15 @@ def with_devices(backend, devices):
 
 
 def split_backend(backend):
-    """(backend name, devices or None) of a backend string with_devices may have made."""
+    """(backend name, devices or None) of a backend string with_devices may have made; anything
+    else is (backend, None), for the caller's check of the name."""
+    if not isinstance(backend, str) or "@" not in backend:
+        return backend, None
     name, _, listed = backend.partition("@")
-    return name, tuple(int(d) for d in listed.split(",")) if listed else None
+    try:
+        return name, tuple(int(d) for d in listed.split(","))
+    except ValueError:
+        raise ValueError(f"backend must be one of ('auto', 'cuda', 'host'), got {backend!r}") from None
 
 
 def _run(fn, *args, memory_limit, backend, **kwargs):

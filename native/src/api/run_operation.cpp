@@ -144,7 +144,7 @@ RunStats combined(const std::vector<RunStats>& runs) {
 // Runs run_share(i) for every share, the first on this thread, each other on a thread of its own
 // pinned near its device (and using that device's pools, as this thread does while running the
 // first), stopped when the user cancels or another share fails. Returns when every share has
-// finished or drained; the first share's error, if any, is then rethrown.
+// finished or drained, then rethrows the first error in share order, if any.
 class ShareThreads {
  public:
   ShareThreads(const std::vector<BackendSlot*>& slots, const Options& options) : slots_(slots), options_(options) {}
