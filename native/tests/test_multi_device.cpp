@@ -284,4 +284,10 @@ TEST_F(MultiDeviceCuda, TheSameGpuListedTwice) {
   expect_spread_equals_one_device(ooc::BackendKind::cuda, {{0, 0}});
 }
 
+// The multi-GPU kind: two GPUs in either order (and one of them twice beside the other).
+TEST_F(MultiDeviceCuda, TwoGpus) {
+  if (ooc::device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  expect_spread_equals_one_device(ooc::BackendKind::cuda, {{0, 1}, {1, 0}, {0, 1, 1}});
+}
+
 }  // namespace

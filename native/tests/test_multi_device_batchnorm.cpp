@@ -125,4 +125,9 @@ TEST_F(MultiDeviceBatchnormCuda, TheSameGpuListedTwice) {
   expect_spread_equals_one_device(ooc::BackendKind::cuda, {{0, 0}, {0, 0, 0}});
 }
 
+TEST_F(MultiDeviceBatchnormCuda, TwoGpus) {
+  if (ooc::device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  expect_spread_equals_one_device(ooc::BackendKind::cuda, {{0, 1}, {1, 0}});
+}
+
 }  // namespace
