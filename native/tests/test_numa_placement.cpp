@@ -96,7 +96,6 @@ TEST(NumaPlacement, ThisMachinesPciDevices) {
       std::string cpus;
       std::getline(cpus_file, cpus);
       EXPECT_EQ(near, parse_cpu_list(cpus));
-      EXPECT_FALSE(near.empty());
     }
     ++checked;
   }
@@ -119,6 +118,16 @@ TEST(NumaPlacement, PinsAThreadAndRefusesWhatItCannot) {
     EXPECT_FALSE(ooc::pin_this_thread({-1}));
     EXPECT_EQ(ooc::this_thread_cpus(), std::vector<int>{cpu});
   }).join();
+}
+
+// A node's CPUs that this process's cpuset leaves out are not used (nor sized for).
+TEST(NumaPlacement, OnlyTheCpusThisProcessMayUseAreUsable) {
+  const std::vector<int> allowed = ooc::this_thread_cpus();
+  ASSERT_FALSE(allowed.empty());
+  const int outside = allowed.back() + 1;  // not in this thread's set, whether or not it exists
+  EXPECT_EQ(ooc::usable_cpus({allowed.front(), outside}), std::vector<int>{allowed.front()});
+  EXPECT_TRUE(ooc::usable_cpus({outside}).empty());
+  EXPECT_EQ(ooc::usable_cpus(allowed), allowed);
 }
 
 // Every worker of a pool made with CPUs runs its blocks there; the calling thread, which takes

@@ -59,7 +59,8 @@ BackendSlot& backend_slot(const Options& options, int instance = 0) {
   BackendSlot& slot = slots[{cuda, options.device, instance}];
   if (!slot.backend) {
     slot.backend = cuda ? make_cuda_backend(options.device) : make_host_backend();
-    const std::vector<int> cpus = slot.backend->near_cpus();
+    // Its node's CPUs this process may use: pools sized for what can run them.
+    const std::vector<int> cpus = usable_cpus(slot.backend->near_cpus());
     if (!cpus.empty()) slot.pools = std::make_unique<DevicePools>(cpus);
   }
   return slot;
@@ -164,7 +165,7 @@ class ShareThreads {
     std::vector<std::thread> workers;
     for (size_t i = 1; i < shares; ++i)
       workers.emplace_back([&, i] {
-        if (slots_[i]->pools) pin_this_thread(slots_[i]->backend->near_cpus());
+        if (slots_[i]->pools) pin_this_thread(usable_cpus(slots_[i]->backend->near_cpus()));
         CallObserver watch;
         watch.cancel = &failed_;
         watch.on_chunk = user_did_not_cancel;

@@ -88,4 +88,13 @@ std::vector<int> this_thread_cpus() {
   return cpus;
 }
 
+std::vector<int> usable_cpus(const std::vector<int>& cpus) {
+  const std::vector<int> allowed = this_thread_cpus();
+  if (allowed.empty()) return cpus;
+  std::vector<int> usable;
+  for (int c : cpus)
+    if (std::binary_search(allowed.begin(), allowed.end(), c)) usable.push_back(c);
+  return usable;
+}
+
 }  // namespace ooc

@@ -26,5 +26,8 @@ std::vector<int> cpus_near_pci_device(const std::string& bus_id, const std::stri
 bool pin_this_thread(const std::vector<int>& cpus) noexcept;
 // The CPUs the calling thread may run on (sched_getaffinity); empty when the OS does not say.
 std::vector<int> this_thread_cpus();
+// Those of `cpus` the calling thread may run on (a container's cpuset may hold part of a node, or
+// none of it); `cpus` itself where the OS does not say.
+std::vector<int> usable_cpus(const std::vector<int>& cpus);
 
 }  // namespace ooc
