@@ -16,6 +16,18 @@ from _run_info import REPO_ROOT, device_info, git_commit, utc_now
 from _torch_env import release_host_cache, torch_fp32
 
 
+def _device_list(text):
+    """--devices: at least two comma-separated ordinals (argparse reports the error)."""
+    import argparse
+    try:
+        devices = [int(d) for d in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of device ordinals: {text!r}") from None
+    if len(devices) < 2 or min(devices) < 0:
+        raise argparse.ArgumentTypeError(f"give two or more device ordinals, got {text!r}")
+    return devices
+
+
 def parse_args(argv, *, name, doc, cases, peers):
     """The options every benchmark takes; returns (args, mode, case names, wanted peers), with
     args.out defaulted by mode (a --quick or --dry-run never overwrites bench/results)."""
@@ -39,6 +51,10 @@ def parse_args(argv, *, name, doc, cases, peers):
                         help="seconds; peers not started by then are skipped (and reported so)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strict", action="store_true", help="exit 1 when a speed target is missed")
+    parser.add_argument("--devices", type=_device_list, default=None,
+                        help="comma-separated device ordinals (e.g. 0,1) for the multi-device variant of the "
+                             "benchmarks that have one (conv_forward): the first device alone and all of them, in "
+                             "one run; with --dry-run, virtual host devices")
     args = parser.parse_args(argv)
 
     mode = "dry-run" if args.dry_run else "quick" if args.quick else "full"

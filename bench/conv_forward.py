@@ -11,6 +11,10 @@ For each case (working set >= 8 GB, device budget <= 1/8 of it) this measures, o
 Every peer's output is checked against torch in-core (relative error < 1e-4) before it is timed.
 Timings: a warm-up, then the median of --repeats runs. FP32 everywhere (TF32 off in torch).
 
+With --devices 0,1 (a multi-GPU machine) the `devices` variant runs the pinned call on the first
+device alone and spread over all the listed ones (pyooc's devices=), in the same run, and records
+both times and their ratio (devices_speedup; the issue's 2-GPU figure).
+
 Writes OUT/conv_forward.json and OUT/conv_forward.md (default OUT: bench/results) and prints the
 markdown table last. `--quick` runs ~1 GB working sets; `--dry-run` runs tiny cases on pyooc's host
 backend without a GPU or torch (it checks this script's geometry, pyooc's numerics and the report).
@@ -26,7 +30,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _arrays import host_randn, pinned_copy  # noqa: E402
+from _arrays import host_randn, pinned_copy, pinned_empty  # noqa: E402
 from _check import Reference, checked  # noqa: E402
 from _cli import attempt_peer, bench_main  # noqa: E402
 from _console import log, progress  # noqa: E402
@@ -59,7 +63,9 @@ TARGETS = [
 #   fresh       pageable x and w, y = conv_forward(x, w): a new result   pyooc_fresh_s
 #   chained     the input is a previous pyooc result (y1 = conv(y0, w))  pyooc_chained_s
 #   bf16        x, w and y in bfloat16, pinned (half the link bytes)     pyooc_bf16_s, against its own roofline
-PEERS = ("incore", "pageable", "naive", "pinned", "expert", "all_pinned", "fresh", "chained", "bf16")
+#   devices     x and y pinned, devices=[first] then devices=--devices   pyooc_one_device_s, pyooc_devices_s
+#               (pageable on the host backend's virtual devices in a dry run)
+PEERS = ("incore", "pageable", "naive", "pinned", "expert", "all_pinned", "fresh", "chained", "bf16", "devices")
 # Every benchmark's variant targets (_report.VARIANT_TARGETS: all pinned, chained, fresh), then the conv's own.
 VARIANT_TARGETS = _report.VARIANT_TARGETS + [
     ("pageable_own_efficiency", 0.90, "pageable, out= >= 0.90 of its own bound (link or host copy)"),
@@ -297,9 +303,9 @@ def incore_torch(torch, geom, x_np, w_np, repeats):
             "estimate_from": dict(info, scale=scale)}, None
 
 
-def run_pyooc(pyooc, result, variant, x, w, y, geom, limit, backend, reference, args):
+def run_pyooc(pyooc, result, variant, x, w, y, geom, limit, backend, reference, args, devices=None):
     def call():
-        pyooc.conv_forward(x, w, **geom.call_args, out=y, memory_limit=limit, backend=backend)
+        pyooc.conv_forward(x, w, **geom.call_args, out=y, memory_limit=limit, backend=backend, devices=devices)
 
     return run_pyooc_variant(pyooc, result, variant, call, lambda: y.fill(np.nan),
                              lambda: check_output(result, variant, reference, y), args, backend)
@@ -313,6 +319,18 @@ def run_pyooc_fresh(pyooc, torch, result, variant, x, w, geom, limit, backend, r
 
     return run_fresh_variant(pyooc, result, variant, call, [geom.y_shape],
                              lambda y: check_output(result, variant, reference, y), args, backend, torch)
+
+
+def run_devices(pyooc, torch, result, x, w, geom, limit, backend, reference, args):
+    """The devices variant: the same pinned arrays (pageable on the host backend) on the first of
+    --devices alone, then spread over all of them, each checked and timed as run_pyooc does.
+    Returns the spread run's median seconds; the one-device run's is pyooc_one_device_s."""
+    devices = args.devices
+    xp, yp = pinned_copy(pyooc, torch, x), pinned_empty(pyooc, torch, geom.y_shape, np.float32)
+    result["devices"] = {"listed": devices, "pinned": backend == "cuda"}
+    result["pyooc_one_device_s"] = run_pyooc(pyooc, result, "one_device", xp, w, yp, geom, limit, backend, reference,
+                                             args, devices=devices[:1])
+    return run_pyooc(pyooc, result, "devices", xp, w, yp, geom, limit, backend, reference, args, devices=devices)
 
 
 def run_bf16(pyooc, torch, result, x, w, geom, limit, ctx, args):
@@ -447,6 +465,12 @@ def run_case(name, spec, ctx):
     else:
         result["skipped"]["bf16"] = "no GPU: the bf16 variant runs pinned (dry run)"
 
+    if args.devices is None:
+        result["skipped"]["devices"] = "no --devices given"
+    else:
+        result["pyooc_devices_s"] = attempt(
+            "devices", lambda: run_devices(pyooc, torch, result, x, w, geom, limit, backend, reference, args))
+
     if torch is not None:
         def expert():
             torch.backends.cudnn.benchmark = True
@@ -490,6 +514,8 @@ def summarize_variants(r):
         "bf16_efficiency": ratio(r.get("bf16_roofline_s"), r.get("pyooc_bf16_s")),
         "bf16_speedup": ratio(r.get("pyooc_all_pinned_s"), r.get("pyooc_bf16_s")),
         "ratio_vs_expert_all_pinned": ratio(r.get("expert_torch_s"), r.get("pyooc_all_pinned_s")),
+        # --devices: the first device's time over all of them together (2 GPUs: ideally 2).
+        "devices_speedup": ratio(r.get("pyooc_one_device_s"), r.get("pyooc_devices_s")),
     })
     _report.summarize_variants(r, VARIANT_TARGETS)
 
@@ -502,7 +528,9 @@ VARIANT_COLUMNS = [("all pinned", "pyooc_all_pinned_s", "roofline_s"), ("pinned 
                    ("pageable, out=", "pyooc_pageable_s", "roofline_s"),
                    ("pageable, out= (own bound)", "pyooc_pageable_s", "pageable_bound_s"),
                    ("fresh result", "pyooc_fresh_s", "roofline_s"),
-                   ("chained", "pyooc_chained_s", "roofline_s"), ("bf16 all pinned", "pyooc_bf16_s", "bf16_roofline_s")]
+                   ("chained", "pyooc_chained_s", "roofline_s"), ("bf16 all pinned", "pyooc_bf16_s", "bf16_roofline_s"),
+                   ("first of --devices", "pyooc_one_device_s", "roofline_s"),
+                   ("all of --devices (speedup)", "pyooc_devices_s", "pyooc_one_device_s")]
 
 
 def markdown(report, name=NAME, roofline_note="", sections=()):

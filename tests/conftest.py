@@ -331,3 +331,14 @@ def check_tiling(plan):
             final[region] += 1
     assert (final == 1).all(), "some outputs are written back never or more than once"
     assert (partial == plan.x_shape[1]).all(), "some outputs do not accumulate every input channel exactly once"
+
+
+# devices= arguments every front end refuses, with the exception and the message naming them
+# (pyooc/devices.py's checks; the native range check comes on top where a call runs).
+BAD_DEVICE_LISTS = [
+    ("some", ValueError, r"devices must be None, 'all' or a list of device ordinals"),
+    ([], ValueError, r"devices must list at least one device"),
+    ([0, -1], ValueError, r"devices"),
+    ([0, 1.5], TypeError, r"devices must be an int"),
+    (3, TypeError, r"devices must be None, 'all' or a list"),
+]

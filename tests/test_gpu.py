@@ -340,6 +340,61 @@ def test_the_gpu_listed_twice_gives_the_one_device_results(rng):
     assert rel_err(dw_two, dw_one) < 1e-5
 
 
+def test_batch_norm_on_the_gpu_listed_twice_gives_the_one_device_results(rng):
+    """set_devices([0, 0]): batch norm's statistics pass on both pipelines, one float64 merge, the
+    apply pass on both; training (y, statistics, running averages) and backward bit for bit."""
+    x = rng.standard_normal((8, 12, 40, 36), dtype=np.float32) * 2
+    dy = rng.standard_normal(x.shape, dtype=np.float32)
+    scale, shift = rng.standard_normal(12, dtype=np.float32), rng.standard_normal(12, dtype=np.float32)
+
+    def run():
+        mean, var = np.zeros(12, np.float32), np.ones(12, np.float32)
+        y, saved_mean, saved_invstd = pyooc.batchnorm_forward_training(
+            x, scale, shift, running_mean=mean, running_var=var, memory_limit="256KiB", backend="cuda")
+        chunks = pyooc.last_stats()["chunks"]
+        grads = pyooc.batchnorm_backward(x, dy, scale, saved_mean, saved_invstd, memory_limit="256KiB",
+                                         backend="cuda")
+        return [y, saved_mean, saved_invstd, mean, var, *grads], chunks
+
+    one, chunks = run()
+    assert chunks > 4
+    try:
+        pyooc.set_devices([0, 0])
+        spread, _ = run()
+    finally:
+        pyooc.set_devices(None)
+    for ours, theirs in zip(spread, one):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.skipif(pyooc.device_count() < 2, reason="needs two GPUs (the multi-GPU kind)")
+def test_two_gpus_give_the_one_device_results(rng):
+    """devices=[0, 1] (and [1, 0]): a convolution's output bit for bit, dw within float32 rounding of
+    its two partial sums, batch norm bit for bit; pinned arrays, read by both GPUs' DMA."""
+    x, w, b = random_problem(rng, (8, 32, 64, 56), (32, 32, 3, 3), bias=True)
+    xp = pyooc.pinned_empty(x.shape)
+    xp[...] = x
+    limit = 2 * smallest_budget(x.shape, w.shape, backend="cuda", padding=1)
+    one = pyooc.conv_forward(xp, w, b, padding=1, memory_limit=limit, backend="cuda")
+    dy = rng.standard_normal(one.shape, dtype=np.float32)
+    dw_one = pyooc.conv_backward_filter(xp, dy, w.shape, padding=1, memory_limit=limit, backend="cuda")
+    for devices in ([0, 1], [1, 0]):
+        spread = pyooc.conv_forward(xp, w, b, padding=1, memory_limit=limit, backend="cuda", devices=devices)
+        np.testing.assert_array_equal(spread, one)
+        dw = pyooc.conv_backward_filter(xp, dy, w.shape, padding=1, memory_limit=limit, backend="cuda",
+                                        devices=devices)
+        assert rel_err(dw, dw_one) < 1e-5
+    y_one, mean_one, invstd_one = pyooc.batchnorm_forward_training(x, b[:32], b[:32], memory_limit="1MiB",
+                                                                   backend="cuda")
+    try:
+        pyooc.set_devices([0, 1])
+        y, mean, invstd = pyooc.batchnorm_forward_training(x, b[:32], b[:32], memory_limit="1MiB", backend="cuda")
+    finally:
+        pyooc.set_devices(None)
+    for ours, theirs in ((y, y_one), (mean, mean_one), (invstd, invstd_one)):
+        np.testing.assert_array_equal(ours, theirs)
+
+
 def test_results_are_pinned_and_their_blocks_reused(rng):
     """A result without out= is cut from the pinned cache (pyooc/pinned_cache.py) and its block
     serves the next result once the array is gone; a chain of calls reads the pinned result."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pyooc
-from conftest import needed_budget, random_problem, rel_err
+from conftest import BAD_DEVICE_LISTS, needed_budget, random_problem, rel_err
 
 X, W = (4, 3, 18, 16), (5, 3, 3, 3)
 DEVICE_LISTS = [[0, 1], [0, 1, 2], [1, 1], [5, 3, 0, 2]]
@@ -74,12 +74,7 @@ def test_the_process_default(rng):
     assert pyooc.get_devices() is None
 
 
-@pytest.mark.parametrize("devices,exc,pattern", [
-    ("some", ValueError, r"devices must be None, 'all' or a list of device ordinals"),
-    ([], ValueError, r"devices must list at least one device"),
-    ([0, -1], ValueError, r"devices"),
-    ([0, 1.5], TypeError, r"devices must be an int"),
-    (3, TypeError, r"devices must be None, 'all' or a list"),
+@pytest.mark.parametrize("devices,exc,pattern", BAD_DEVICE_LISTS + [
     ([0, 64], ValueError, r"device 64 is out of range for the host backend"),
 ])
 def test_bad_devices_are_refused_naming_them(rng, devices, exc, pattern):
@@ -99,7 +94,15 @@ def _layer_calls(rng):
     w, bias = rng.standard_normal((5, 6, 3, 3), dtype=np.float32) / 8, rng.standard_normal(5, dtype=np.float32)
     wt = rng.standard_normal((6, 4, 3, 3), dtype=np.float32) / 8
     scale, shift = rng.standard_normal(6, dtype=np.float32), rng.standard_normal(6, dtype=np.float32)
+    running = (rng.standard_normal(6, dtype=np.float32), 0.5 + rng.random(6, dtype=np.float32))
     h = dict(backend="host")
+
+    def bn_training(m):
+        """y, the saved statistics and the running averages it updated, as one array."""
+        mean, var = running[0].copy(), running[1].copy()
+        outs = pyooc.batchnorm_forward_training(x, scale, shift, running_mean=mean, running_var=var, memory_limit=m, **h)
+        return np.concatenate([r.ravel() for r in (*outs, mean, var)])
+
     return [
         ("pool_forward", lambda m: pyooc.pool_forward(x, 3, stride=2, padding=1, memory_limit=m, **h)),
         ("pool_backward", lambda m: pyooc.pool_backward(y, dy_pool, x, 2, memory_limit=m, **h)),
@@ -112,15 +115,20 @@ def _layer_calls(rng):
                                                                                       memory_limit=m, **h)),
         ("deconv_bias_activation_forward", lambda m: pyooc.deconv_bias_activation_forward(
             x, wt, None, activation="identity", stride=2, memory_limit=m, **h)),
-        ("batchnorm_forward_training (runs on the first device)", lambda m: pyooc.batchnorm_forward_training(
-            x, scale, shift, memory_limit=m, **h)[0]),
+        # Batch norm: every device's statistics pass, one float64 merge, every device's apply pass.
+        ("batchnorm_forward_training", bn_training),
+        ("batchnorm_forward_inference", lambda m: pyooc.batchnorm_forward_inference(
+            x, scale, shift, running[0], running[1], memory_limit=m, **h)),
+        ("batchnorm_backward", lambda m: np.concatenate([r.ravel() for r in pyooc.batchnorm_backward(
+            x, x[:, ::-1].copy(), scale, running[0], 1 / np.sqrt(running[1]), memory_limit=m, **h)])),
     ]
 
 
-@pytest.mark.parametrize("index", range(10))
+@pytest.mark.parametrize("index", range(12))
 def test_every_other_operation_under_set_devices(rng, index):
-    """Layers, matmul and the fused forward forms spread too (their chunks write disjoint tiles):
-    bit for bit the one-device result; batch norm runs on the first device."""
+    """Layers, matmul, batch norm and the fused forward forms spread too (their chunks write
+    disjoint tiles; batch norm merges every device's statistics once): bit for bit the one-device
+    result."""
     name, call = _layer_calls(rng)[index]
     limit = 64 << 10
     one = call(limit)

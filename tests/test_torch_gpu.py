@@ -5,6 +5,7 @@ pyooc.torch.policy against in-core torch on the same GPU. Needs a CUDA build of 
 
 import copy
 
+import numpy as np
 import pytest
 
 from test_torch_modules import _small_net_for_training, train_losses
@@ -64,6 +65,26 @@ def test_cuda_tensors_go_through_the_convolutions_in_place(rng):
 def test_cuda_tensors_are_refused_by_name_where_an_op_reads_on_the_host():
     with pytest.raises(ValueError, match="input is on cuda"):
         pt.functional.relu(torch.randn(2, 3, device="cuda"))
+
+
+def test_devices_on_the_gpu_listed_twice(rng):
+    """pyooc.torch's devices=[0, 0] with host tensors on the cuda backend: a small model's forward
+    and backward (convolution, batch norm, ReLU) give the one-pipeline results."""
+    def run(devices):
+        torch.manual_seed(3)
+        model = pt.convert(torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32),
+                                               torch.nn.ReLU()), memory_limit="2MiB", backend="cuda",
+                           devices=devices)
+        x = torch.from_numpy(rng_x).requires_grad_()
+        y = model(x)
+        y.backward(torch.from_numpy(rng_dy))
+        return [y.detach(), x.grad, model[0].weight.grad, model[1].weight.grad, model[1].running_var]
+
+    rng_x = rng.standard_normal((8, 16, 64, 56), dtype=np.float32)
+    rng_dy = rng.standard_normal((8, 32, 64, 56), dtype=np.float32)
+    one, twice = run(None), run([0, 0])
+    for name, ours, theirs in zip(("y", "dx", "dw", "dgamma", "running_var"), twice, one):
+        assert rel_err(ours.numpy(), theirs.numpy()) < 1e-6, name
 
 
 def test_pinned_tensors_through_the_cuda_backend(rng):

@@ -272,4 +272,55 @@ INSTANTIATE_TEST_SUITE_P(Cases, CapiBatchNormHost,
                                            BnCase{"per_activation_5d", CUDNN_BATCHNORM_PER_ACTIVATION, {7, 2, 3, 4, 5}}),
                          [](const ::testing::TestParamInfo<BnCase>& info) { return std::string(info.param.name); });
 
+// oocSetDevices spreads batch norm too (every device's statistics pass, one merge, every device's
+// apply pass): training and backward give the one-device results bit for bit under a budget that
+// splits both passes.
+TEST_F(CapiBatchNormArgs, DevicesSpreadTrainingAndBackwardBitForBit) {
+  std::mt19937 rng(31);
+  x = random_vector(x.size(), rng, 1.5);
+  dy = random_vector(dy.size(), rng);
+  scale = random_vector(scale.size(), rng, 1.0);
+  bias = random_vector(bias.size(), rng);
+  const size_t limit = oocGetMemoryLimit();
+  oocSetMemoryLimit(needed_bytes_of(ooc::plan_batchnorm, ooc::batchnorm_problem(ooc::Operation::batchnorm_backward, shape),
+                                    ooc::BackendKind::host) * 3 / 2);
+  struct Outputs {
+    std::vector<float> y, mean, var, saved_mean, saved_invstd, dx, dscale, dbias;
+  };
+  auto run = [&]() {
+    Outputs o;
+    o.y.assign(y.size(), std::nanf("")), o.saved_mean.assign(3, std::nanf("")), o.saved_invstd.assign(3, std::nanf(""));
+    o.mean.assign(3, 0.25f), o.var.assign(3, 2.0f);
+    EXPECT_EQ(ooc_cudnnBatchNormalizationForwardTraining(kHandle, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd.get(),
+                                                        x.data(), xd.get(), o.y.data(), pd.get(), scale.data(),
+                                                        bias.data(), 0.1, o.mean.data(), o.var.data(), 1e-5,
+                                                        o.saved_mean.data(), o.saved_invstd.data()),
+              CUDNN_STATUS_SUCCESS)
+        << last_error();
+    o.dx.assign(dx.size(), std::nanf("")), o.dscale.assign(3, std::nanf("")), o.dbias.assign(3, std::nanf(""));
+    EXPECT_EQ(ooc_cudnnBatchNormalizationBackward(kHandle, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, xd.get(),
+                                                  x.data(), xd.get(), dy.data(), xd.get(), o.dx.data(), pd.get(),
+                                                  scale.data(), o.dscale.data(), o.dbias.data(), 1e-5,
+                                                  o.saved_mean.data(), o.saved_invstd.data()),
+              CUDNN_STATUS_SUCCESS)
+        << last_error();
+    return o;
+  };
+  const Outputs one_device = run();
+  const int devices[] = {0, 2, 1};
+  ASSERT_EQ(oocSetDevices(devices, 3), CUDNN_STATUS_SUCCESS);
+  const Outputs spread = run();
+  EXPECT_EQ(oocSetDevices(nullptr, 0), CUDNN_STATUS_SUCCESS);
+  oocSetMemoryLimit(limit);
+  for (float v : one_device.dx) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(spread.y, one_device.y);
+  EXPECT_EQ(spread.mean, one_device.mean);
+  EXPECT_EQ(spread.var, one_device.var);
+  EXPECT_EQ(spread.saved_mean, one_device.saved_mean);
+  EXPECT_EQ(spread.saved_invstd, one_device.saved_invstd);
+  EXPECT_EQ(spread.dx, one_device.dx);
+  EXPECT_EQ(spread.dscale, one_device.dscale);
+  EXPECT_EQ(spread.dbias, one_device.dbias);
+}
+
 }  // namespace

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
+#include <stdexcept>
 #include <random>
 #include <set>
 #include <string>
@@ -126,6 +128,61 @@ TEST(DeviceShares, WholeGroupsAreBalancedByChunkCount) {
   }
 }
 
+// A device the cost model finds slower gets fewer chunks: about its speed's part of them, within
+// one reduction group (whole groups) or one chunk (the one group split); equal models, equal speeds.
+TEST(DeviceShares, ASlowerDeviceGetsFewerChunks) {
+  // Links slow enough for these small plans' bytes to outweigh their per-chunk overhead, as a
+  // large problem's do on a real link.
+  ooc::MachineModel fast;
+  fast.h2d_bytes_per_s = fast.d2h_bytes_per_s = fast.bidir_bytes_per_s = 3e7;
+  fast.flops_per_s = 5e13;
+  fast.chunk_overhead_s = 1e-6;
+  ooc::MachineModel slow = fast;
+  slow.h2d_bytes_per_s = slow.d2h_bytes_per_s = slow.bidir_bytes_per_s = 1e7;  // a third of the link
+  bool saw_split = false, saw_whole_groups = false;
+  for (Operation op : {Operation::forward, Operation::backward_data, Operation::backward_filter}) {
+    SCOPED_TRACE(ooc::operation_name(op));
+    const ConvProblem p = problem(op);
+    const ooc::Plan plan = plan_of(p, host_options(tight_budget(p, ooc::BackendKind::host)));
+    const std::vector<double> equal = ooc::device_speeds(plan, {fast, fast, fast});
+    EXPECT_EQ(equal[0], equal[1]);
+    EXPECT_EQ(equal[1], equal[2]);
+    const std::vector<double> speeds = ooc::device_speeds(plan, {slow, fast, slow});
+    ASSERT_GT(speeds[1], 2.0 * speeds[0]) << "the link decides an out-of-core plan's time";
+    EXPECT_EQ(speeds[0], speeds[2]);
+    size_t largest_group = 0, run = 0, groups = 0;
+    for (const ooc::Chunk& ch : plan.chunks) {
+      ++run;
+      if (ch.last_c) largest_group = std::max(largest_group, run), run = 0, ++groups;
+    }
+    const auto shares = ooc::device_shares(plan, speeds, true);
+    ASSERT_EQ(shares.size(), 3u);
+    const bool split = groups == 1;
+    (split ? saw_split : saw_whole_groups) = true;
+    const double total = speeds[0] + speeds[1] + speeds[2];
+    const double slack = split ? 1.0 : static_cast<double>(largest_group);
+    size_t covered = 0;
+    for (size_t s = 0; s < shares.size(); ++s) {
+      const double ideal = static_cast<double>(plan.num_chunks()) * speeds[s] / total;
+      EXPECT_NEAR(static_cast<double>(shares[s].plan.num_chunks()), ideal, slack + 1.0) << "share " << s;
+      covered += shares[s].plan.num_chunks();
+    }
+    EXPECT_EQ(covered, plan.num_chunks());
+    EXPECT_GT(shares[1].plan.num_chunks(), shares[0].plan.num_chunks());
+    EXPECT_GT(shares[1].plan.num_chunks(), shares[2].plan.num_chunks());
+  }
+  EXPECT_TRUE(saw_split && saw_whole_groups);
+}
+
+// Weights that are not speeds are a bug in the caller, not a share of nothing.
+TEST(DeviceShares, RefuseWeightsThatAreNotPositive) {
+  const ConvProblem p = problem(Operation::forward);
+  const ooc::Plan plan = plan_of(p, host_options(tight_budget(p, ooc::BackendKind::host)));
+  EXPECT_THROW(ooc::device_shares(plan, std::vector<double>{1.0, 0.0}, false), std::logic_error);
+  EXPECT_THROW(ooc::device_shares(plan, std::vector<double>{1.0, std::nan("")}, false), std::logic_error);
+  EXPECT_THROW(ooc::device_shares(plan, std::vector<double>{}, false), std::logic_error);
+}
+
 struct Outputs {
   std::vector<float> out;
   ooc::Plan plan;
@@ -225,6 +282,12 @@ class MultiDeviceCuda : public GpuTest<> {};
 // The one GPU listed twice: two pipelines on it, the same results as one.
 TEST_F(MultiDeviceCuda, TheSameGpuListedTwice) {
   expect_spread_equals_one_device(ooc::BackendKind::cuda, {{0, 0}});
+}
+
+// The multi-GPU kind: two GPUs in either order (and one of them twice beside the other).
+TEST_F(MultiDeviceCuda, TwoGpus) {
+  if (ooc::device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  expect_spread_equals_one_device(ooc::BackendKind::cuda, {{0, 1}, {1, 0}, {0, 1, 1}});
 }
 
 }  // namespace

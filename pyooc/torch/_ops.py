@@ -5,7 +5,9 @@ formula built from pyooc's own backward ops, so a backward pass streams out of c
 Every op takes CPU contiguous tensors (pyooc/torch/_tensors.py) zero-copy and returns new CPU tensors
 sharing the result arrays; the convolutions and their gradients also take CUDA tensors, read in
 place, and return CUDA tensors on the input's device. `memory_limit` (bytes; 0: pyooc's process default) and
-`backend` ("auto", "cuda", "host") are the numpy API's. The ops are opaque to torch.compile: it
+`backend` ("auto", "cuda", "host") are the numpy API's; `backend` may also carry the devices the call
+spreads over ("host@0,1,2": with_devices), so that the one string every op's autograd formula saves
+gives its backward the forward's devices too. The ops are opaque to torch.compile: it
 calls them as they are, and never traces into pyooc.
 
 Argument checking beyond the tensors (geometry, modes) is pyooc's (ValueError naming the argument);
@@ -17,6 +19,7 @@ from typing import Optional
 import torch
 
 import pyooc
+from pyooc.devices import call_devices, devices_for_this_thread
 from pyooc.torch._shapes import conv_output_shape, conv_transpose_output_shape, padding_ends, pool_output_shape
 from pyooc.torch._tensors import (CONV_DTYPES, as_array, as_array_or_none, as_tensor, contiguous_grad, device_result,
                                   result_tensor)
@@ -50,8 +53,28 @@ def _torch_math(fn):
     return {"math": "tf32"} if allowed else {}
 
 
+def with_devices(backend, devices):
+    """backend carrying `devices` (pyooc's devices=: "all" or ordinals, checked and resolved now)."""
+    name = split_backend(backend)[0]
+    return f"{name}@{','.join(str(d) for d in call_devices(devices))}"
+
+
+def split_backend(backend):
+    """(backend name, devices or None) of a backend string with_devices may have made; anything
+    else is (backend, None), for the caller's check of the name."""
+    if not isinstance(backend, str) or "@" not in backend:
+        return backend, None
+    name, _, listed = backend.partition("@")
+    try:
+        return name, tuple(int(d) for d in listed.split(","))
+    except ValueError:
+        raise ValueError(f"backend must be one of ('auto', 'cuda', 'host'), got {backend!r}") from None
+
+
 def _run(fn, *args, memory_limit, backend, **kwargs):
-    return fn(*args, memory_limit=_limit(memory_limit), backend=backend, **_torch_math(fn), **kwargs)
+    name, devices = split_backend(backend)
+    with devices_for_this_thread(devices):
+        return fn(*args, memory_limit=_limit(memory_limit), backend=name, **_torch_math(fn), **kwargs)
 
 
 def _needs(ctx, i):

@@ -1,6 +1,9 @@
 """torch.nn.functional's signatures over pyooc's custom ops (pyooc/torch/_ops.py): the same
 positional and keyword arguments, plus `memory_limit=` (bytes or "512MiB"; default: pyooc's
-process default, pyooc.set_memory_limit) and `backend=` ("auto", "cuda", "host").
+process default, pyooc.set_memory_limit), `backend=` ("auto", "cuda", "host") and `devices=` (the
+devices the call's chunks spread over, as pyooc's numpy functions take it: "all" or a list of
+ordinals; default None: pyooc's process default, pyooc.set_devices). The gradients an op's
+autograd formula computes spread over the same devices as its forward.
 
 What pyooc does not compute raises NotImplementedError naming the argument (dtypes other than
 float32, except float16 and bfloat16 for the convolutions, activations, pooling, softmax and batch
@@ -11,6 +14,8 @@ torch's signatures but computes out of place: the result is a new tensor, the in
 (pyooc's custom ops are functional, so torch.compile and autograd see no mutation).
 """
 
+import functools
+import inspect
 import math
 
 import torch
@@ -24,10 +29,27 @@ _BACKENDS = ("auto", "cuda", "host")
 
 
 def _options(memory_limit, backend):
-    """(memory_limit in bytes, 0 for the process default; backend) as the ops take them."""
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+    """(memory_limit in bytes, 0 for the process default; backend) as the ops take them (backend
+    with its devices, as _with_devices folded them in)."""
+    name = _ops.split_backend(backend)[0]
+    if name not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, got {name!r}")
     return parse_memory_limit(memory_limit) or 0, backend
+
+
+def _with_devices(fn):
+    """fn with a keyword-only `devices=` (None: pyooc's process default at the time the op runs),
+    checked at once and folded into the backend string every op carries (_ops.with_devices)."""
+    @functools.wraps(fn)
+    def call(*args, devices=None, **kwargs):
+        if devices is not None:
+            kwargs["backend"] = _ops.with_devices(kwargs.get("backend", "auto"), devices)
+        return fn(*args, **kwargs)
+
+    signature = inspect.signature(fn)
+    call.__signature__ = signature.replace(parameters=[
+        *signature.parameters.values(), inspect.Parameter("devices", inspect.Parameter.KEYWORD_ONLY, default=None)])
+    return call
 
 
 def _tuple(value, n, name):
@@ -314,3 +336,7 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None, *, memory_limit=None
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "batch_norm",
            "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "relu", "relu6",
            "sigmoid", "tanh", "elu", "gelu", "leaky_relu", "silu", "linear", "softmax", "log_softmax"]
+
+for _name in __all__:
+    globals()[_name] = _with_devices(globals()[_name])
+del _name

@@ -1,7 +1,8 @@
 """Drop-ins for torch.nn's layers: each subclasses torch's module (same constructor arguments,
 Parameters, buffers and state_dict keys) and overrides only forward, which calls pyooc's functional
-form (functional.py) with the module's `memory_limit` and `backend` (two extra keyword arguments,
-also plain attributes: set them after construction or through convert()).
+form (functional.py) with the module's `memory_limit`, `backend` and `devices` (three extra keyword
+arguments, also plain attributes: set them after construction or through convert() and
+set_options(); devices None: pyooc's process default when the layer runs).
 
 What a module is configured for and pyooc does not compute (momentum=None, ceil_mode=True, ...)
 raises NotImplementedError at construction, naming the argument. Conv1d/2d/3d take every
@@ -10,40 +11,49 @@ padding_mode torch does, computed in the chunks' halo (no padded copy of the inp
 
 from torch import nn
 
+from pyooc.devices import call_devices
 from pyooc.torch import functional as F
 
-_DEFAULTS = {"memory_limit": None, "backend": "auto"}
+
+def _checked_devices(devices):
+    """devices as a module keeps it: None (the process default when the layer runs), else the
+    ordinals (pyooc's devices=, checked and "all" resolved now, naming the argument)."""
+    return None if devices is None else list(call_devices(devices))
+
+_DEFAULTS = {"memory_limit": None, "backend": "auto", "devices": None}
 
 
 class _PyoocModule:
-    """What every drop-in adds to its torch class: the two options, the check of the
+    """What every drop-in adds to its torch class: the three options, the check of the
     configuration (run at construction and by convert(), before a module is swapped), and the
     placement policy that may run the layer instead (pyooc/torch/policy.py; None: always pyooc)."""
 
     pyooc_policy = None
 
-    def _init_options(self, memory_limit, backend):
+    def _init_options(self, memory_limit, backend, devices):
         self.memory_limit = memory_limit
         self.backend = backend
+        self.devices = _checked_devices(devices)
         self._pyooc_check()
 
     def _pyooc_check(self):
         pass
 
     def _kw(self):
-        return {"memory_limit": self.memory_limit, "backend": self.backend}
+        return {"memory_limit": self.memory_limit, "backend": self.backend, "devices": self.devices}
 
     def extra_repr(self):
         text = super().extra_repr()
-        return text + (", " if text else "") + f"memory_limit={self.memory_limit!r}, backend={self.backend!r}"
+        return text + (", " if text else "") + f"memory_limit={self.memory_limit!r}, backend={self.backend!r}" + \
+            (f", devices={self.devices!r}" if self.devices is not None else "")
 
 
 def _drop_in(torch_cls, forward, check=None):
     """A subclass of torch_cls whose forward is pyooc's: forward(module, input) -> output."""
 
-    def __init__(self, *args, memory_limit=None, backend="auto", **kwargs):
+    def __init__(self, *args, memory_limit=None, backend="auto", devices=None, **kwargs):
         torch_cls.__init__(self, *args, **kwargs)
-        self._init_options(memory_limit, backend)
+        self._init_options(memory_limit, backend, devices)
 
     def dispatch(self, *args, **kwargs):
         if self.pyooc_policy is not None:
@@ -51,7 +61,7 @@ def _drop_in(torch_cls, forward, check=None):
         return forward(self, *args, **kwargs)
 
     body = {"__init__": __init__, "forward": dispatch, "pyooc_forward": forward, "__doc__": f"pyooc's drop-in for torch.nn.{torch_cls.__name__}"
-            " (same arguments, Parameters and state_dict; plus memory_limit= and backend=)."}
+            " (same arguments, Parameters and state_dict; plus memory_limit=, backend= and devices=)."}
     if check is not None:
         body["_pyooc_check"] = check
     cls = type(torch_cls.__name__, (_PyoocModule, torch_cls), body)
@@ -179,14 +189,15 @@ DROP_INS = {cls.torch_class: cls for cls in (
     LeakyReLU, SiLU, GELU, Linear, Softmax, LogSoftmax)}
 
 
-def convert(model, memory_limit=None, backend="auto"):
+def convert(model, memory_limit=None, backend="auto", devices=None):
     """Swaps the supported modules of `model` (itself included) for pyooc's drop-ins in place and
     returns model. Nothing is copied: each module keeps its identity, Parameters, buffers, hooks
     and state_dict; only its class changes (to the drop-in subclass of its own class) and it gains
-    memory_limit and backend. Modules of exactly a supported torch class are swapped (a subclass
+    memory_limit, backend and devices. Modules of exactly a supported torch class are swapped (a subclass
     of one may have its own forward, so it is left alone), as are configurations pyooc computes;
     the others (grouped convolutions, ceil_mode pooling, ...) stay torch's. Returns the model; the
     names left as they were are in model.pyooc_skipped (name -> reason)."""
+    devices = _checked_devices(devices)
     skipped = {}
     for name, module in model.named_modules():
         cls = DROP_INS.get(type(module))
@@ -198,16 +209,18 @@ def convert(model, memory_limit=None, backend="auto"):
             skipped[name] = str(exc)
             continue
         module.__class__ = cls
-        module.memory_limit, module.backend = memory_limit, backend
+        module.memory_limit, module.backend, module.devices = memory_limit, backend, devices
     model.pyooc_skipped = skipped
     return model
 
 
 def set_options(model, **options):
-    """Sets memory_limit and/or backend on every pyooc module of model."""
+    """Sets memory_limit, backend and/or devices on every pyooc module of model."""
     unknown = set(options) - set(_DEFAULTS)
     if unknown:
         raise TypeError(f"unknown options {sorted(unknown)} (known: {sorted(_DEFAULTS)})")
+    if "devices" in options:
+        options["devices"] = _checked_devices(options["devices"])
     for module in model.modules():
         if isinstance(module, _PyoocModule):
             for key, value in options.items():

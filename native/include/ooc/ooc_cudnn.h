@@ -452,9 +452,12 @@ void oocSetMemoryLimit(size_t bytes);
 size_t oocGetMemoryLimit(void);
 
 /* The devices every out-of-core call spreads its chunks over, each running its own pipeline under
- * oocSetMemoryLimit's budget (count 0: the calling thread's current device alone, the default).
- * Convolutions spread (their output tiles shared out, dw and db summed from partial sums); the
- * other calls run on the first device listed. A device listed twice gets two pipelines.
+ * oocSetMemoryLimit's budget (count 0, the default: the handle's device alone, that is its
+ * stream's, or the current device for the legacy stream). Convolutions, the layers and batch norm
+ * spread (output tiles shared out, dw and db summed from partial sums, batch norm's statistics
+ * merged once); the fused backward calls and ConvolutionBiasActivationPoolingForward run on the
+ * first device listed. A device
+ * listed twice gets two pipelines.
  * CUDNN_STATUS_BAD_PARAM for a negative count or ordinal, or null devices with count > 0; ordinals
  * past the devices present fail the next call. oocGetDevices copies up to `capacity` of them and
  * returns how many are set. Process-wide, like oocSetMemoryLimit. */

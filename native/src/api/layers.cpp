@@ -2,6 +2,7 @@
 #include "ooc/layers.hpp"
 
 #include <cmath>
+#include <memory>
 
 #include "api/run_operation.hpp"
 #include "exec/layer_pipeline.hpp"
@@ -34,10 +35,27 @@ OperationCall matmul_call(const ConvProblem& p, std::vector<const void*> tensors
 }
 
 OperationCall batchnorm_call(const ConvProblem& p, const BatchnormTensors& t) {
-  return {PlanKey("batchnorm").add(p), [&p](const PlannerConfig& c) { return plan_batchnorm_for(p, c); },
-          // The streamed tensors; the per-channel ones are read and written by the host.
-          {t.x, t.dy, t.out},
-          [&p, &t](const Plan& plan, Backend& backend) { return run_batchnorm(plan, backend, t, ThreadPool::shared()); }};
+  OperationCall call{PlanKey("batchnorm").add(p), [&p](const PlannerConfig& c) { return plan_batchnorm_for(p, c); },
+                     // The streamed tensors; the per-channel ones are read and written by the host.
+                     {t.x, t.dy, t.out},
+                     [&t](const Plan& plan, Backend& backend) {
+                       return run_batchnorm(plan, backend, t, ThreadPool::shared());
+                     }};
+  // Over several devices: every device's statistics pass, one float64 merge, every device's apply
+  // pass (each chunk is a reduction group of its own, so shares are runs of whole chunks).
+  call.spreads = true;
+  call.passes = [&t](const Plan& whole) {
+    auto bn = std::make_shared<BatchnormPasses>(whole, t);
+    OperationCall::Passes passes;
+    if (bn->has_statistics()) {
+      passes.first = [bn](const Plan& share, Backend& b) { return bn->statistics(share, b, ThreadPool::shared()); };
+      passes.between = [bn] { bn->merge(); };
+    }
+    if (bn->applies())
+      passes.second = [bn](const Plan& share, Backend& b) { return bn->apply(share, b, ThreadPool::shared()); };
+    return passes;
+  };
+  return call;
 }
 
 }  // namespace

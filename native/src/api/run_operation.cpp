@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -15,6 +16,8 @@
 #include "backend/cuda/cuda_machine_model.hpp"
 #include "plan/device_shares.hpp"
 #include "plan/staging_cost.hpp"
+#include "util/numa_placement.hpp"
+#include "util/thread_pool.hpp"
 
 namespace ooc {
 namespace {
@@ -24,6 +27,9 @@ namespace {
 struct BackendSlot {
   std::mutex mutex;
   std::unique_ptr<Backend> backend;
+  // The device's own host workers, pinned to its NUMA node's CPUs; null where the machine does
+  // not tell (the process's pools serve it).
+  std::unique_ptr<DevicePools> pools;
 };
 
 // Virtual host devices a call may list (Options::devices with the host backend).
@@ -51,7 +57,12 @@ BackendSlot& backend_slot(const Options& options, int instance = 0) {
                            "virtual devices are 0 to " + std::to_string(kMaxHostDevices - 1));
   std::lock_guard<std::mutex> lock(registry_mutex);
   BackendSlot& slot = slots[{cuda, options.device, instance}];
-  if (!slot.backend) slot.backend = cuda ? make_cuda_backend(options.device) : make_host_backend();
+  if (!slot.backend) {
+    slot.backend = cuda ? make_cuda_backend(options.device) : make_host_backend();
+    // Its node's CPUs this process may use: pools sized for what can run them.
+    const std::vector<int> cpus = usable_cpus(slot.backend->near_cpus());
+    if (!cpus.empty()) slot.pools = std::make_unique<DevicePools>(cpus);
+  }
   return slot;
 }
 
@@ -131,10 +142,60 @@ RunStats combined(const std::vector<RunStats>& runs) {
   return total;
 }
 
-// Options::devices: the plan (made for the first device's backend) cut into shares
-// (plan/device_shares.hpp), each run by its own device's pipeline on its own thread, the first on
-// this one; partial sums added to the output once every share has run. Every share finishes or
-// drains before this returns or throws, so no buffer is freed while a copy uses it.
+// Runs run_share(i) for every share, the first on this thread, each other on a thread of its own
+// pinned near its device (and using that device's pools, as this thread does while running the
+// first), stopped when the user cancels or another share fails. Returns when every share has
+// finished or drained, then rethrows the first error in share order, if any.
+class ShareThreads {
+ public:
+  ShareThreads(const std::vector<BackendSlot*>& slots, const Options& options) : slots_(slots), options_(options) {}
+
+  void run(size_t shares, const std::function<int64_t(size_t)>& chunks_of, const std::function<void(size_t)>& run_share) {
+    std::vector<std::exception_ptr> errors(shares);
+    auto guarded = [&](size_t i) {
+      try {
+        UseDevicePools pools(slots_[i]->pools.get());
+        run_share(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        failed_ = true;
+      }
+    };
+    const std::atomic<bool>* user_cancel = options_.observer ? options_.observer->cancel : nullptr;
+    std::vector<std::thread> workers;
+    for (size_t i = 1; i < shares; ++i)
+      workers.emplace_back([&, i] {
+        if (slots_[i]->pools) pin_this_thread(usable_cpus(slots_[i]->backend->near_cpus()));
+        CallObserver watch;
+        watch.cancel = &failed_;
+        watch.on_chunk = user_did_not_cancel;
+        watch.context = const_cast<std::atomic<bool>*>(user_cancel);
+        try {
+          ObservedCall worker(&watch, chunks_of(i), 0.0);
+          guarded(i);
+        } catch (...) {
+          errors[i] = std::current_exception();
+          failed_ = true;
+        }
+      });
+    guarded(0);
+    for (std::thread& t : workers) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+
+ private:
+  const std::vector<BackendSlot*>& slots_;
+  const Options& options_;
+  std::atomic<bool> failed_{false};
+};
+
+// Options::devices: the plan (made for the first device's backend) cut into shares weighted by
+// each device's modelled speed (plan/device_shares.hpp), each run by its own device's pipeline on
+// its own thread, the first on this one; partial sums added to the output once every share has
+// run; an operation with a host step between two passes (OperationCall::passes) has every share
+// finish its first pass before the step, and the step run once. Every share finishes or drains
+// before this returns or throws, so no buffer is freed while a copy uses it.
 void run_spread(const OperationCall& call, const Options& options, Plan* used, RunStats* stats) {
   std::vector<BackendSlot*> slots;
   std::map<int, int> listed;
@@ -154,52 +215,45 @@ void run_spread(const OperationCall& call, const Options& options, Plan* used, R
   const PlannerConfig config = with_host_staging(planner_config(first, options), call.tensors,
                                                  [&](const void* t) { return first.host_is_device_accessible(t); });
   const std::shared_ptr<const Plan> plan = cached(call, config);
-  const std::vector<DeviceShare> shares =
-      device_shares(*plan, static_cast<int>(slots.size()), static_cast<bool>(call.run_into));
+  std::vector<MachineModel> machines;
+  for (BackendSlot* s : slots) machines.push_back(s->backend->machine());
+  const bool partial_sums = call.run_into && !call.passes;
+  const std::vector<DeviceShare> shares = device_shares(*plan, device_speeds(*plan, machines), partial_sums);
   ObservedCall observed(options.observer, static_cast<int64_t>(plan->num_chunks()) * plan->passes,
                         plan->predicted_seconds);
   announce(*plan, options, first);
 
-  std::atomic<bool> failed{false};
+  ShareThreads threads(slots, options);
   std::vector<RunStats> runs(shares.size());
-  std::vector<std::exception_ptr> errors(shares.size());
-  std::vector<std::vector<float>> partial_sums(shares.size());
-  auto run_share = [&](size_t i) {
-    try {
-      Backend& backend = *slots[i]->backend;
+  const auto chunks_of = [&](size_t i) { return static_cast<int64_t>(shares[i].plan.num_chunks()); };
+  const auto backend_of = [&](size_t i) -> Backend& { return *slots[i]->backend; };
+  if (call.passes) {
+    const OperationCall::Passes passes = call.passes(*plan);
+    std::vector<char> ran(shares.size(), 0);  // char, not bool: written by several threads
+    auto run_pass = [&](const std::function<RunStats(const Plan&, Backend&)>& pass) {
+      threads.run(shares.size(), chunks_of, [&](size_t i) {
+        const RunStats s = pass(shares[i].plan, backend_of(i));
+        if (ran[i]) accumulate(runs[i], s, RunsWere::sequential);
+        else runs[i] = s;
+        ran[i] = 1;
+      });
+    };
+    if (passes.first) run_pass(passes.first);
+    if (passes.between) passes.between();
+    if (passes.second) run_pass(passes.second);
+  } else {
+    std::vector<std::vector<float>> sums(shares.size());
+    threads.run(shares.size(), chunks_of, [&](size_t i) {
       if (shares[i].partial) {
-        partial_sums[i].assign(static_cast<size_t>(call.output_elements), 0.0f);
-        runs[i] = call.run_into(shares[i].plan, backend, partial_sums[i].data());
+        sums[i].assign(static_cast<size_t>(call.output_elements), 0.0f);
+        runs[i] = call.run_into(shares[i].plan, backend_of(i), sums[i].data());
       } else {
-        runs[i] = call.run(shares[i].plan, backend);
-      }
-    } catch (...) {
-      errors[i] = std::current_exception();
-      failed = true;
-    }
-  };
-  const std::atomic<bool>* user_cancel = options.observer ? options.observer->cancel : nullptr;
-  std::vector<std::thread> workers;
-  for (size_t i = 1; i < shares.size(); ++i)
-    workers.emplace_back([&, i] {
-      CallObserver watch;
-      watch.cancel = &failed;
-      watch.on_chunk = user_did_not_cancel;
-      watch.context = const_cast<std::atomic<bool>*>(user_cancel);
-      try {
-        ObservedCall worker(&watch, static_cast<int64_t>(shares[i].plan.num_chunks()), 0.0);
-        run_share(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-        failed = true;
+        runs[i] = call.run(shares[i].plan, backend_of(i));
       }
     });
-  run_share(0);
-  for (std::thread& t : workers) t.join();
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-  for (const std::vector<float>& sum : partial_sums)
-    for (size_t j = 0; j < sum.size(); ++j) call.output[j] += sum[j];
+    for (const std::vector<float>& sum : sums)
+      for (size_t j = 0; j < sum.size(); ++j) call.output[j] += sum[j];
+  }
   observed.finish();
   if (stats) *stats = combined(runs);
   if (used) *used = *plan;
@@ -213,6 +267,7 @@ void run_operation(const OperationCall& call, const Options& options, Plan* used
   if (!options.devices.empty()) one.device = options.devices.front();  // an operation that does not spread
   BackendSlot& slot = backend_slot(one);
   std::lock_guard<std::mutex> lock(slot.mutex);
+  UseDevicePools pools(slot.pools.get());  // host work near the device, where the machine tells
   Backend& backend = *slot.backend;
   const PlannerConfig config = with_host_staging(planner_config(backend, options), call.tensors,
                                                  [&](const void* t) { return backend.host_is_device_accessible(t); });

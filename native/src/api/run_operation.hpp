@@ -32,9 +32,18 @@ struct OperationCall {
   // every chunk (dw, db), run_into: the run writing into another float32 buffer of
   // output_elements, for a device's partial sum (plan/device_shares.hpp). Absent: whole groups only.
   bool spreads = false;
-  std::function<RunStats(const Plan&, Backend&, void* out)> run_into;
+  std::function<RunStats(const Plan&, Backend&, void* out)> run_into = {};
   int64_t output_elements = 0;
   float* output = nullptr;  // the caller's reduced output, which the partial sums are added to
+  // An operation whose device passes meet at a host step (batch norm: the statistics of every
+  // chunk merged before the apply pass) spreads through `passes`: made once for the whole plan, it
+  // runs `first` on every device's share, `between` once when all have finished, then `second` on
+  // every share. Either pass may be absent. Such an operation's shares are whole groups.
+  struct Passes {
+    std::function<RunStats(const Plan& share, Backend&)> first, second;
+    std::function<void()> between;
+  };
+  std::function<Passes(const Plan& whole)> passes = {};
 };
 
 // `call`, marked as one whose chunks may spread over devices (OperationCall::spreads).

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/fault_injection.hpp"
 #include "backend/function_ref.hpp"
@@ -85,6 +86,9 @@ class Backend {
 
   virtual std::string name() const = 0;
   virtual MachineModel machine() const = 0;
+  // The host CPUs near the device (its NUMA node's), where the machine tells; empty: unknown (the
+  // host backend's virtual devices, a GPU whose node sysfs does not give).
+  virtual std::vector<int> near_cpus() const = 0;
   // Device bytes a call may use when the caller asked for none.
   virtual size_t default_memory_limit() const = 0;
   // Part of `budget` that convolution algorithms may use as workspace.

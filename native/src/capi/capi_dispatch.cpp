@@ -60,8 +60,14 @@ Options out_of_core_options(const std::function<cudaStream_t()>& caller_stream) 
   }
   if (device_count() == 0) throw cuda_error(cudaErrorNoDevice, "no CUDA device is present");
   options.backend = BackendKind::cuda;
-  OOC_API_CUDA_CHECK(cudaGetDevice(&options.device));
   const cudaStream_t stream = caller_stream();
+  // The handle's device: its stream's (a stream belongs to one device), or for the legacy stream
+  // (null) the current device, which cuDNN requires to be the one the handle was created on.
+  // oocSetDevices' list, when set, overrides it.
+  if (stream == nullptr)
+    OOC_API_CUDA_CHECK(cudaGetDevice(&options.device));
+  else
+    OOC_API_CUDA_CHECK(cudaStreamGetDevice(stream, &options.device));
   OOC_API_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (stream != nullptr) OOC_API_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   return options;

@@ -2,15 +2,22 @@
 
 #include <algorithm>
 
+#include "util/numa_placement.hpp"
+
 namespace ooc {
 namespace {
 // Set on the pool's own workers: a parallel_for issued from inside a body runs inline instead of
 // waiting for workers that are busy running that very body.
 thread_local const ThreadPool* t_worker_of = nullptr;
+// UseDevicePools' choice on this thread.
+thread_local DevicePools* t_device_pools = nullptr;
+
+int gather_threads(size_t cpus) { return static_cast<int>(std::clamp<size_t>(cpus, 1, 16)); }
+int scatter_threads(size_t cpus) { return static_cast<int>(std::clamp<size_t>(cpus / 2, 1, 8)); }
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+ThreadPool::ThreadPool(int threads, std::vector<int> cpus, std::function<void()> on_start) {
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, cpus, on_start] { worker_loop(cpus, on_start); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -23,14 +30,23 @@ ThreadPool::~ThreadPool() {
 }
 
 ThreadPool& ThreadPool::shared() {
-  static ThreadPool pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u)));
+  if (t_device_pools) return t_device_pools->gather;
+  static ThreadPool pool(gather_threads(std::thread::hardware_concurrency()));
   return pool;
 }
 
 ThreadPool& ThreadPool::scatter_shared() {
-  static ThreadPool pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u)));
+  if (t_device_pools) return t_device_pools->scatter;
+  static ThreadPool pool(scatter_threads(std::thread::hardware_concurrency()));
   return pool;
 }
+
+DevicePools::DevicePools(const std::vector<int>& cpus)
+    : gather(gather_threads(cpus.size()), cpus, [this] { t_device_pools = this; }),
+      scatter(scatter_threads(cpus.size()), cpus, [this] { t_device_pools = this; }) {}
+
+UseDevicePools::UseDevicePools(DevicePools* pools) noexcept : previous_(t_device_pools) { t_device_pools = pools; }
+UseDevicePools::~UseDevicePools() { t_device_pools = previous_; }
 
 void ThreadPool::run_blocks() {
   for (;;) {
@@ -50,8 +66,10 @@ void ThreadPool::run_blocks() {
   }
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(const std::vector<int>& cpus, const std::function<void()>& on_start) {
   t_worker_of = this;
+  pin_this_thread(cpus);  // best effort: where the OS refuses, the worker runs anywhere
+  if (on_start) on_start();
   uint64_t seen = 0;
   for (;;) {
     {

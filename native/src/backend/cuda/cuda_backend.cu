@@ -27,6 +27,7 @@
 #include "backend/cuda/strided_copy.hpp"
 #include "backend/fault_injection.hpp"
 #include "backend/float32_kernels.hpp"
+#include "util/numa_placement.hpp"
 
 namespace ooc {
 namespace {
@@ -70,6 +71,9 @@ class CudaBackend final : public Backend {
     int max_pitch = 0;
     OOC_CUDA_CHECK(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device_));
     max_pitch_ = static_cast<size_t>(max_pitch);
+    char bus_id[32] = {};
+    OOC_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_));
+    near_cpus_ = cpus_near_pci_device(bus_id);
     resources_ = std::move(resources);
   }
 
@@ -90,6 +94,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   MachineModel machine() const override { return machine_; }
+  std::vector<int> near_cpus() const override { return near_cpus_; }
   // Measured at each call: other libraries (torch, cupy) may have taken memory since we started.
   size_t default_memory_limit() const override {
     DeviceScope scope(device_);
@@ -475,6 +480,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   MachineModel machine_;
+  std::vector<int> near_cpus_;  // its NUMA node's CPUs; empty: unknown
   bool find_algorithms_ = find_algorithms_from_env();
   QueueTimer queue_timer_;  // OOC_PROFILE_QUEUES=1: device time per queue, for RunStats
   size_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: the widest row stride one pitched copy accepts

@@ -35,6 +35,7 @@ class HostBackend final : public Backend {
  public:
   std::string name() const override { return "host"; }
 
+  std::vector<int> near_cpus() const override { return {}; }  // virtual devices: nowhere in particular
   MachineModel machine() const override {
     MachineModel m;
     m.h2d_bytes_per_s = m.d2h_bytes_per_s = 8e9;  // memcpy
