@@ -36,6 +36,10 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
 
     const char* operation_name(Operation op)
 
+    cdef enum class Layout(int):
+        channels_first
+        channels_last
+
     cdef cppclass Dims3 "ooc::Dims3":
         int64_t& operator[](size_t)
 
@@ -48,6 +52,7 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
         DType dtype
         double alpha, beta
         bool has_bias
+        Layout layout
 
         @staticmethod
         ConvProblem forward(const vector[int64_t]& x_shape, const vector[int64_t]& w_shape,

@@ -3,6 +3,10 @@
 // scatter: box must lie inside the tensor.
 // Trailing dimensions the box covers whole are merged, so a box of whole rows or planes moves as
 // long memcpy runs, not element by element.
+// Views and boxes are in logical coordinates (N, C, spatial... for a convolution's tensors); a
+// view marked channels_last holds its boxes' dense buffers in the order N, spatial..., C (dim 1
+// last), and every copy below permutes view and box into that order first (the one place the
+// layout is translated), so a box covering C whole still moves as long contiguous runs.
 #pragma once
 
 #include <array>
@@ -24,9 +28,16 @@ struct TensorView {
   std::array<int64_t, kMaxRank> shape{};
   std::array<int64_t, kMaxRank> strides{};  // in elements
   size_t element_size = 4;
+  // Dense buffers of this view's boxes are in the order (0, 2, ..., rank - 1, 1): channels-last.
+  // The strides stay the tensor's own, in logical order.
+  bool channels_last = false;
 
   static TensorView contiguous(const void* data, const std::array<int64_t, kMaxRank>& shape, int rank,
                                size_t element_size);
+  // A tensor of logical `shape` stored densely in the layout channels_last names (false: the same
+  // as contiguous): a channels-last tensor's strides, or a chunk's dense buffer of such a view.
+  static TensorView dense(const void* data, const std::array<int64_t, kMaxRank>& shape, int rank,
+                          size_t element_size, bool channels_last);
   // The part [lo, hi) of this view (inside it), indexed from lo: same strides, data moved to lo.
   // Copies through a window treat everything outside it as outside the tensor: gathers read zeros
   // there, scatters and strided copies leave it alone.
@@ -41,6 +52,10 @@ struct Box {
   Box clipped_to(const std::array<int64_t, kMaxRank>& shape, int rank) const;
   Box shifted(const std::array<int64_t, kMaxRank>& origin) const;  // coordinates relative to origin
 };
+
+// The dimension order of the dense buffers of `view`'s boxes: order[i] is the logical dimension
+// stored i-th (identity for channels-first views).
+std::array<int, kMaxRank> dense_order(const TensorView& view);
 
 void gather_box(const TensorView& src, const Box& box, void* dst, ThreadPool& pool);
 

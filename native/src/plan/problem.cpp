@@ -31,6 +31,10 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
+const char* layout_name(Layout layout) {
+  return layout == Layout::channels_last ? "channels_last" : "channels_first";
+}
+
 const char* operation_name(Operation op) {
   switch (op) {
     case Operation::forward: return "conv_forward";
@@ -262,6 +266,7 @@ std::string ConvProblem::describe() const {
     return s.str();
   }
   s << "conv" << spatial_dims << "d ";
+  if (layout == Layout::channels_last) s << "channels_last ";
   switch (op) {
     case Operation::forward:
       s << "forward " << dtype_name(dtype) << ": x" << format_shape(x_shape()) << " * w" << format_shape(w_shape())

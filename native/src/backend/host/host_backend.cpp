@@ -10,6 +10,7 @@
 #include "backend/backend.hpp"
 #include "backend/fault_injection.hpp"
 #include "backend/float32_kernels.hpp"
+#include "backend/host/host_channels_first.hpp"
 #include "backend/host/host_conv.hpp"
 #include "backend/host/host_layers.hpp"
 #include "backend/host/host_pool_activation_softmax.hpp"
@@ -95,18 +96,28 @@ class HostBackend final : public Backend {
   // loops, refusing a chunk of another dtype.
   void do_conv_forward(const ChunkConv& shape, const void* x, const void* w, const void* bias, void* y,
                        double alpha, double beta, void*, size_t) override {
-    host_conv_forward(shape, x, w, bias, y, alpha, beta, ThreadPool::shared());
+    in_channels_first(shape, Operation::forward, x, w, y, beta, [&](const void* cx, const void* cw, void* cy) {
+      host_conv_forward(shape, cx, cw, bias, cy, alpha, beta, ThreadPool::shared());
+    });
   }
   void do_conv_backward_data(const ChunkConv& shape, const void* dy, const void* w, void* dx, double alpha,
                              double beta, void*, size_t) override {
-    host_conv_backward_data(shape, dy, w, dx, alpha, beta, ThreadPool::shared());
+    in_channels_first(shape, Operation::backward_data, dy, w, dx, beta,
+                      [&](const void* cdy, const void* cw, void* cdx) {
+                        host_conv_backward_data(shape, cdy, cw, cdx, alpha, beta, ThreadPool::shared());
+                      });
   }
   void do_conv_backward_filter(const ChunkConv& shape, const void* x, const void* dy, void* dw, double alpha,
                                double beta, void*, size_t) override {
-    host_conv_backward_filter(shape, x, dy, dw, alpha, beta, ThreadPool::shared());
+    in_channels_first(shape, Operation::backward_filter, x, dy, dw, beta,
+                      [&](const void* cx, const void* cdy, void* cdw) {
+                        host_conv_backward_filter(shape, cx, cdy, cdw, alpha, beta, ThreadPool::shared());
+                      });
   }
   void do_conv_backward_bias(const ChunkConv& shape, const void* dy, void* db, double alpha, double beta) override {
-    host_conv_backward_bias(shape, dy, db, alpha, beta, ThreadPool::shared());
+    in_channels_first(shape, Operation::backward_bias, dy, nullptr, db, beta, [&](const void* cdy, const void*, void* cdb) {
+      host_conv_backward_bias(shape, cdy, cdb, alpha, beta, ThreadPool::shared());
+    });
   }
 
   void do_gemm(const ChunkGemm& shape, const void* a, const void* b, const void* bias, void* c, double alpha,
