@@ -60,7 +60,7 @@ def check_layout(array, name, layouts=CONTIGUOUS_ONLY):
     not serve it yet is a NotImplementedError, other strides a ValueError saying what is served."""
     strides = getattr(array, "strides", None)
     found = layouts_of(array.shape, strides, array.dtype.itemsize)
-    if any(layout in layouts for layout in found):
+    if array.size == 0 or any(layout in layouts for layout in found):  # empty: refused next, as empty
         return array
     copy = f"np.ascontiguousarray({name}) makes a copy that is"
     if CHANNELS_LAST in found:

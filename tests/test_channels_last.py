@@ -1,7 +1,8 @@
 """Channels-last (NHWC / NDHWC) arrays through the convolution and its gradients on the host backend
 (docs/layouts.md): arrays of logical shape [N, C, *spatial] with channels-last strides go in
 zero-copy and the results come back channels-last, equal to float64 references computed on
-channels-first copies, for every dtype, groups 1 and > 1 and spatial ranks 1 to 3, into
+channels-first copies, for every dtype, groups 1 and > 1 and spatial ranks 1 to 3 (and the
+element-wise layers, activation and add_tensor with its broadcast bias), into
 NaN-poisoned out= arrays, under budgets from the tightest (N, C, K and spatial splits, uneven
 edges) up; also by direct DMA (the pinned path's strided copies). Mixed layouts, out= in the wrong
 layout and other strides are refused naming the argument; the operations that do not serve
@@ -252,10 +253,9 @@ def _not_served(x, xl):
     w = np.ones((c, c, 3, 3), np.float32)
     return {
         "batchnorm_forward_training": lambda: pyooc.batchnorm_forward_training(xl, ones, ones, backend="host"),
-        "activation_forward": lambda: pyooc.activation_forward(xl, "relu", backend="host"),
         "softmax_forward": lambda: pyooc.softmax_forward(xl, backend="host"),
         "pool_forward": lambda: pyooc.pool_forward(xl, (2, 2), backend="host"),
-        "add_tensor": lambda: pyooc.add_tensor(xl, x.copy(), backend="host"),
+        "pool_backward": lambda: pyooc.pool_backward(x.copy(), xl, x.copy(), (1, 1), backend="host"),
         "conv_bias_activation_forward": lambda: pyooc.conv_bias_activation_forward(
             xl, w, ones, activation="relu", padding=1, backend="host"),
         "conv_backward_data_filter_bias": lambda: pyooc.conv_backward_data_filter_bias(
@@ -267,7 +267,56 @@ def _not_served(x, xl):
 def test_operations_not_serving_channels_last_say_so(rng, op):
     x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
     xl = channels_last(x)
-    with pytest.raises(NotImplementedError, match=r"^(x|a) is channels-last \(NHWC strides\): this function serves "
+    with pytest.raises(NotImplementedError, match=r"^(x|dy) is channels-last \(NHWC strides\): this function serves "
                                                   r"C-contiguous arrays only so far"):
         _not_served(x, xl)[op]()
     assert np.array_equal(xl, x)
+
+
+@pytest.mark.parametrize("name", DTYPES)
+@pytest.mark.parametrize("shape", [(2, 5, 7, 9), (2, 3, 4, 5, 6)])
+def test_activations_are_element_wise_in_either_layout(rng, shape, name):
+    dtype, tol = DTYPES[name]
+    x = rng.standard_normal(shape).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    xl, dyl = channels_last(x), channels_last(dy)
+    ref = np.tanh(up(x))
+    limit = needed_budget(lambda m: pyooc.plan_activation_forward(shape, dtype=name, memory_limit=m, backend="host"))
+    out = empty_channels_last(shape, dtype)
+    y = pyooc.activation_forward(xl, "tanh", out=out, memory_limit=limit, backend="host")
+    check_result(y, out, ref, tol, f"tanh {name}")
+    fresh = pyooc.activation_forward(xl, "tanh", memory_limit=limit, backend="host")
+    assert is_channels_last(fresh) and rel_err(up(fresh), ref) < tol
+    out = empty_channels_last(shape, dtype)
+    limit = needed_budget(lambda m: pyooc.plan_activation_backward(shape, mode="tanh", dtype=name, memory_limit=m,
+                                                                   backend="host"))
+    dx = pyooc.activation_backward(y, dyl, xl, "tanh", out=out, memory_limit=limit, backend="host")
+    check_result(dx, out, up(dyl) * (1 - up(y) ** 2), tol, f"tanh backward {name}")
+    inplace = xl.copy(order="K")  # keeps the channels-last strides
+    assert is_channels_last(inplace)
+    assert pyooc.activation_forward(inplace, "tanh", out=inplace, backend="host") is inplace
+    assert rel_err(up(inplace), ref) < tol
+    with pytest.raises(ValueError, match="^x is channels-first .* but y is channels-last"):
+        pyooc.activation_backward(y, dyl, x, "tanh", backend="host")
+    unchanged((x, xl), (dy, dyl))
+
+
+@pytest.mark.parametrize("name", DTYPES)
+def test_add_tensor_broadcasts_a_bias_over_a_channels_last_tensor(rng, name):
+    dtype, tol = DTYPES[name]
+    c = rng.standard_normal((3, 6, 5, 7)).astype(dtype)
+    bias = rng.standard_normal((1, 6, 1, 1)).astype(dtype)  # dense in both layouts
+    full = rng.standard_normal((3, 6, 5, 7)).astype(dtype)
+    cl = channels_last(c)
+    limit = needed_budget(lambda m: pyooc.plan_add_tensor((1, 1, 1, 6), (3, 5, 7, 6), dtype=name, memory_limit=m,
+                                                          backend="host"))
+    for a, al in ((bias, bias), (full, channels_last(full))):
+        ref = 0.5 * up(a) + 2.0 * up(c)
+        out = empty_channels_last(c.shape, dtype)
+        r = pyooc.add_tensor(al, cl, alpha=0.5, beta=2.0, out=out, memory_limit=limit, backend="host")
+        check_result(r, out, ref, tol, f"add {name} {a.shape}")
+    in_place = cl.copy(order="K")
+    pyooc.add_tensor(bias, in_place, out=in_place, backend="host")
+    assert is_channels_last(in_place) and rel_err(up(in_place), up(bias) + up(c)) < tol
+    with pytest.raises(ValueError, match="^a is channels-first .* but c is channels-last"):
+        pyooc.add_tensor(full, cl, backend="host")

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "backward_plan_checks.hpp"
+#include "conv_run.hpp"
 #include "capi_fixtures.hpp"
 #include "capi_layouts.hpp"
 
