@@ -2,7 +2,7 @@
 (docs/layouts.md): arrays of logical shape [N, C, *spatial] with channels-last strides go in
 zero-copy and the results come back channels-last, equal to float64 references computed on
 channels-first copies, for every dtype, groups 1 and > 1 and spatial ranks 1 to 3 (and the
-element-wise layers, activation and add_tensor with its broadcast bias), into
+element-wise layers, activation and add_tensor with its broadcast bias, and pooling), into
 NaN-poisoned out= arrays, under budgets from the tightest (N, C, K and spatial splits, uneven
 edges) up; also by direct DMA (the pinned path's strided copies). Mixed layouts, out= in the wrong
 layout and other strides are refused naming the argument; the operations that do not serve
@@ -13,6 +13,7 @@ import pytest
 
 import pyooc
 from conftest import extents, host_direct_access, needed_budget, rel_err, split_set
+from layers_helpers import ref_pool, ref_pool_grad
 from layout_helpers import DTYPES, budgets, channels_last, empty_channels_last, is_channels_last, up
 from test_grouped_conv import grouped_backward_data, grouped_backward_filter, grouped_forward
 
@@ -254,8 +255,6 @@ def _not_served(x, xl):
     return {
         "batchnorm_forward_training": lambda: pyooc.batchnorm_forward_training(xl, ones, ones, backend="host"),
         "softmax_forward": lambda: pyooc.softmax_forward(xl, backend="host"),
-        "pool_forward": lambda: pyooc.pool_forward(xl, (2, 2), backend="host"),
-        "pool_backward": lambda: pyooc.pool_backward(x.copy(), xl, x.copy(), (1, 1), backend="host"),
         "conv_bias_activation_forward": lambda: pyooc.conv_bias_activation_forward(
             xl, w, ones, activation="relu", padding=1, backend="host"),
         "conv_backward_data_filter_bias": lambda: pyooc.conv_backward_data_filter_bias(
@@ -267,7 +266,7 @@ def _not_served(x, xl):
 def test_operations_not_serving_channels_last_say_so(rng, op):
     x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
     xl = channels_last(x)
-    with pytest.raises(NotImplementedError, match=r"^(x|dy) is channels-last \(NHWC strides\): this function serves "
+    with pytest.raises(NotImplementedError, match=r"^x is channels-last \(NHWC strides\): this function serves "
                                                   r"C-contiguous arrays only so far"):
         _not_served(x, xl)[op]()
     assert np.array_equal(xl, x)
@@ -320,3 +319,39 @@ def test_add_tensor_broadcasts_a_bias_over_a_channels_last_tensor(rng, name):
     assert is_channels_last(in_place) and rel_err(up(in_place), up(bias) + up(c)) < tol
     with pytest.raises(ValueError, match="^a is channels-first .* but c is channels-last"):
         pyooc.add_tensor(full, cl, backend="host")
+
+
+POOLS = {  # (x shape, kernel, stride, padding)
+    "1d": ((2, 5, 23), (3,), (2,), (1,)),
+    "2d_overlapping": ((3, 6, 13, 11), (3, 3), (2, 1), (1, 0)),
+    "3d": ((2, 4, 7, 8, 9), (2, 2, 3), (2, 2, 2), (0, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("mode", ["max", "avg", "avg_exclude_pad"])
+@pytest.mark.parametrize("name", DTYPES)
+@pytest.mark.parametrize("case", POOLS)
+def test_pooling_forward_and_backward(rng, case, name, mode):
+    dtype, tol = DTYPES[name]
+    shape, kernel, stride, padding = POOLS[case]
+    x = rng.standard_normal(shape).astype(dtype)
+    xl = channels_last(x)
+    ref = ref_pool(up(x), kernel, stride, padding, mode)
+    geometry = dict(stride=stride, padding=padding, mode=mode)
+    plan_at = lambda m: pyooc.plan_pool_forward(shape, kernel, stride=stride, padding=padding, dtype=name,  # noqa
+                                                memory_limit=m, backend="host", layout="channels_last")
+    check_under_budgets(plan_at, lambda out, m: pyooc.pool_forward(xl, kernel, out=out, memory_limit=m, backend="host",
+                                                                   **geometry),
+                        ref, dtype, tol, f"pool {case} {name} {mode}")
+    y = pyooc.pool_forward(xl, kernel, backend="host", **geometry)
+    assert is_channels_last(y)
+    dy = channels_last(rng.standard_normal(y.shape).astype(dtype))
+    ref_dx = ref_pool_grad(up(x), up(dy), kernel, stride, padding, mode)
+    back_at = lambda m: pyooc.plan_pool_backward(shape, kernel, stride=stride, padding=padding, dtype=name,  # noqa
+                                                 memory_limit=m, backend="host", layout="channels_last")
+    check_under_budgets(back_at, lambda out, m: pyooc.pool_backward(y, dy, xl, kernel, out=out, memory_limit=m,
+                                                                    backend="host", **geometry),
+                        ref_dx, dtype, tol, f"pool grad {case} {name} {mode}")
+    unchanged((x, xl))
+    with pytest.raises(ValueError, match="^y is channels-last but x is channels-first"):
+        pyooc.pool_backward(y, dy, x, kernel, backend="host", **geometry)

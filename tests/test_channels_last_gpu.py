@@ -92,3 +92,34 @@ def test_torch_cuda_channels_last_tensors_in_place(rng):
     assert y.is_cuda and y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
     ref = torch.nn.functional.conv2d(x.double(), w.double(), padding=1)
     assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-5
+
+
+@pytest.mark.parametrize("mode", ["max", "avg", "avg_exclude_pad"])
+@pytest.mark.parametrize("name", DTYPES)
+def test_pooling(rng, name, mode):
+    """cuDNN pooling with NHWC chunk descriptors, split with halos, against the reference."""
+    from layers_helpers import ref_pool, ref_pool_grad
+    dtype, tol = DTYPES[name]
+    shape, kernel, stride, padding = (3, 6, 21, 19), (3, 3), (2, 1), (1, 0)
+    x = rng.standard_normal(shape).astype(dtype)
+    xl = channels_last(x)
+    geometry = dict(stride=stride, padding=padding, mode=mode)
+    for limit in (1 << 13, None):
+        y = pyooc.pool_forward(xl, kernel, memory_limit=limit, backend="cuda", **geometry)
+        assert is_channels_last(y) and rel_err(up(y), ref_pool(up(x), kernel, stride, padding, mode)) < tol
+        dy = channels_last(rng.standard_normal(y.shape).astype(dtype))
+        dx = pyooc.pool_backward(y, dy, xl, kernel, memory_limit=limit, backend="cuda", **geometry)
+        assert is_channels_last(dx)
+        assert rel_err(up(dx), ref_pool_grad(up(x), up(dy), kernel, stride, padding, mode)) < tol
+
+
+@pytest.mark.parametrize("name", DTYPES)
+def test_activation_and_bias_add(rng, name):
+    dtype, tol = DTYPES[name]
+    c = rng.standard_normal((3, 6, 17, 15)).astype(dtype)
+    bias = rng.standard_normal((1, 6, 1, 1)).astype(dtype)
+    cl = channels_last(c)
+    r = pyooc.add_tensor(bias, cl, alpha=0.5, memory_limit=1 << 13, backend="cuda")
+    assert is_channels_last(r) and rel_err(up(r), 0.5 * up(bias) + up(c)) < tol
+    y = pyooc.activation_forward(cl, "relu", memory_limit=1 << 13, backend="cuda")
+    assert is_channels_last(y) and rel_err(up(y), np.maximum(up(c), 0)) < tol

@@ -88,25 +88,14 @@ cudnnDataType_t cudnn_type(DType dtype) {
   throw std::logic_error("cuda backend: unknown dtype");
 }
 
-// Fully packed strides of dims (N, C, spatial...) in `layout`: NC(D)HW, or N(D)HWC with C
-// innermost; also checks the element count fits cuDNN's int indexing.
+// Fully packed strides of dims in `layout` (cudnn_descriptors.hpp's packed_strides); also checks
+// the element count fits cuDNN's int indexing.
 void set_packed_tensor(cudnnTensorDescriptor_t desc, const int* dims, int count, const char* what,
                        cudnnDataType_t type, Layout layout = Layout::channels_first) {
-  int order[5] = {};  // the dims from outermost to innermost in memory
-  for (int i = 0; i < count; ++i) order[i] = i;
-  if (layout == Layout::channels_last) {
-    for (int i = 1; i < count - 1; ++i) order[i] = i + 1;
-    order[count - 1] = 1;
-  }
   int strides[5] = {};
-  int64_t stride = 1;
-  for (int i = count - 1; i >= 0; --i) {
-    strides[order[i]] = static_cast<int>(stride);
-    stride *= dims[order[i]];
-    if (stride > std::numeric_limits<int>::max())
-      throw std::logic_error(std::string("cuda backend: chunk tensor ") + what + format_dims(dims, count) +
-                             " has 2^31 elements or more (the planner must split it further)");
-  }
+  if (packed_strides(dims, count, layout, strides) > std::numeric_limits<int>::max())
+    throw std::logic_error(std::string("cuda backend: chunk tensor ") + what + format_dims(dims, count) +
+                           " has 2^31 elements or more (the planner must split it further)");
   OOC_CUDNN_CHECK(cudnnSetTensorNdDescriptor(desc, type, count, dims, strides));
 }
 

@@ -94,29 +94,33 @@ class HostBackend final : public Backend {
 
   // The convolution kernels read every dtype (backend/host/host_conv.hpp); the others are float32
   // loops, refusing a chunk of another dtype.
+  // Channels-last chunks run through channels-first scratch (host_channels_first.hpp); db, a
+  // vector, is the same in either layout.
   void do_conv_forward(const ChunkConv& shape, const void* x, const void* w, const void* bias, void* y,
                        double alpha, double beta, void*, size_t) override {
-    in_channels_first(shape, Operation::forward, x, w, y, beta, [&](const void* cx, const void* cw, void* cy) {
-      host_conv_forward(shape, cx, cw, bias, cy, alpha, beta, ThreadPool::shared());
-    });
+    in_channels_first(shape.layout, {x_buffer(shape, x), w_buffer(shape, w, shape.dtype)}, y_buffer(shape, y),
+                      beta != 0.0, [&](const void* const* in, void* out) {
+                        host_conv_forward(shape, in[0], in[1], bias, out, alpha, beta, ThreadPool::shared());
+                      });
   }
   void do_conv_backward_data(const ChunkConv& shape, const void* dy, const void* w, void* dx, double alpha,
                              double beta, void*, size_t) override {
-    in_channels_first(shape, Operation::backward_data, dy, w, dx, beta,
-                      [&](const void* cdy, const void* cw, void* cdx) {
-                        host_conv_backward_data(shape, cdy, cw, cdx, alpha, beta, ThreadPool::shared());
+    in_channels_first(shape.layout, {y_buffer(shape, dy), w_buffer(shape, w, shape.dtype)}, x_buffer(shape, dx),
+                      beta != 0.0, [&](const void* const* in, void* out) {
+                        host_conv_backward_data(shape, in[0], in[1], out, alpha, beta, ThreadPool::shared());
                       });
   }
   void do_conv_backward_filter(const ChunkConv& shape, const void* x, const void* dy, void* dw, double alpha,
                                double beta, void*, size_t) override {
-    in_channels_first(shape, Operation::backward_filter, x, dy, dw, beta,
-                      [&](const void* cx, const void* cdy, void* cdw) {
-                        host_conv_backward_filter(shape, cx, cdy, cdw, alpha, beta, ThreadPool::shared());
+    in_channels_first(shape.layout, {x_buffer(shape, x), y_buffer(shape, dy)}, w_buffer(shape, dw, shape.out_dtype),
+                      beta != 0.0, [&](const void* const* in, void* out) {
+                        host_conv_backward_filter(shape, in[0], in[1], out, alpha, beta, ThreadPool::shared());
                       });
   }
   void do_conv_backward_bias(const ChunkConv& shape, const void* dy, void* db, double alpha, double beta) override {
-    in_channels_first(shape, Operation::backward_bias, dy, nullptr, db, beta, [&](const void* cdy, const void*, void* cdb) {
-      host_conv_backward_bias(shape, cdy, cdb, alpha, beta, ThreadPool::shared());
+    const ChannelsBuffer vector{db, 1, 1, shape.k, shape.out_dtype};  // one channel: alike in both layouts
+    in_channels_first(shape.layout, {y_buffer(shape, dy)}, vector, beta != 0.0, [&](const void* const* in, void* out) {
+      host_conv_backward_bias(shape, in[0], out, alpha, beta, ThreadPool::shared());
     });
   }
 
@@ -155,11 +159,17 @@ class HostBackend final : public Backend {
   }
   void do_pool_forward(const ChunkConv& s, PoolMode mode, const void* x, void* y, double alpha,
                        double beta) override {
-    host_pool_forward(s, mode, x, y, alpha, beta, ThreadPool::shared());
+    in_channels_first(s.layout, {x_buffer(s, x)}, pooled_buffer(s, y), beta != 0.0,
+                      [&](const void* const* in, void* out) {
+                        host_pool_forward(s, mode, in[0], out, alpha, beta, ThreadPool::shared());
+                      });
   }
   void do_pool_backward(const ChunkConv& s, PoolMode mode, const void* y, const void* dy, const void* x, void* dx,
                         double alpha, double beta) override {
-    host_pool_backward(s, mode, y, dy, x, dx, alpha, beta, ThreadPool::shared());
+    in_channels_first(s.layout, {pooled_buffer(s, y), pooled_buffer(s, dy), x_buffer(s, x)}, x_buffer(s, dx),
+                      beta != 0.0, [&](const void* const* in, void* out) {
+                        host_pool_backward(s, mode, in[0], in[1], in[2], out, alpha, beta, ThreadPool::shared());
+                      });
   }
   void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const void* a, double beta,
                      const void* b, void* out) override {
