@@ -32,6 +32,12 @@ const char* dtype_name(DType dtype);
 // densely in the layout's order, which the region copies translate (exec/region_copy.hpp).
 enum class Layout { channels_first, channels_last };
 const char* layout_name(Layout layout);  // "channels_first", "channels_last"
+// The dimensions of a rank-`rank` (N, C, spatial...) tensor dense in `layout`, from outermost to
+// innermost in memory: 0, 1, 2, ... or 0, 2, ..., rank - 1, 1 (channels-last below rank 3 is
+// channels-first). The one statement of the layouts' order: the region copies, cuDNN's chunk
+// descriptors and the C API's descriptor checks all read it. rank <= kMaxLayoutRank.
+constexpr int kMaxLayoutRank = 8;  // cuDNN's CUDNN_DIM_MAX
+std::array<int, kMaxLayoutRank> layout_order(Layout layout, int rank);
 
 // The element count of a tensor of `shape` (positive dims), refused with invalid_argument naming
 // `name` when its bytes pass 2^60 (plan/checked_size.hpp): for callers above the planner, such as

@@ -10,6 +10,7 @@ namespace ooc::capi {
 namespace {
 
 constexpr int kMaxDims = CUDNN_DIM_MAX;  // 8: what cudnnSetTensorNdDescriptor accepts
+static_assert(kMaxDims <= kMaxLayoutRank, "layout_order covers every rank a descriptor holds");
 
 void check_read(cudnnStatus_t status, const char* name) {
   if (status != CUDNN_STATUS_SUCCESS)
@@ -65,12 +66,7 @@ int64_t elements(const Shape& shape) { return checked_tensor_elements(shape, siz
 // of size 1 is never stepped over, so its stride does not matter (torch and cuDNN itself leave
 // odd ones there).
 static bool packed_in(const int* dims, const int* strides, int rank, Layout layout) {
-  int order[kMaxDims] = {};  // outermost to innermost
-  for (int i = 0; i < rank; ++i) order[i] = i;
-  if (layout == Layout::channels_last) {
-    for (int i = 1; i < rank - 1; ++i) order[i] = i + 1;
-    order[rank - 1] = 1;
-  }
+  const auto order = layout_order(layout, rank);  // outermost to innermost in memory
   int64_t packed = 1;
   for (int i = rank - 1; i >= 0; --i) {
     const int d = order[i];

@@ -22,12 +22,10 @@ TensorView TensorView::contiguous(const void* data, const std::array<int64_t, kM
 }
 
 std::array<int, kMaxRank> dense_order(const TensorView& view) {
-  std::array<int, kMaxRank> order{};
-  for (int i = 0; i < kMaxRank; ++i) order[i] = i;
-  if (!view.channels_last || view.rank < 3) return order;
-  for (int i = 1; i < view.rank - 1; ++i) order[i] = i + 1;
-  order[view.rank - 1] = 1;
-  return order;
+  const auto order = layout_order(view.channels_last ? Layout::channels_last : Layout::channels_first, view.rank);
+  std::array<int, kMaxRank> first{};
+  std::copy(order.begin(), order.begin() + kMaxRank, first.begin());
+  return first;
 }
 
 TensorView TensorView::dense(const void* data, const std::array<int64_t, kMaxRank>& shape, int rank,

@@ -77,12 +77,7 @@ struct PoolingDescriptorTraits {
 // innermost (a chunk's buffers are dense in its problem's layout). Returns the element count, for
 // the callers' check against cuDNN's int indexing.
 inline int64_t packed_strides(const int* dims, int rank, Layout layout, int* strides) {
-  int order[8] = {};  // the dims from outermost to innermost in memory
-  for (int i = 0; i < rank; ++i) order[i] = i;
-  if (layout == Layout::channels_last && rank >= 3) {
-    for (int i = 1; i < rank - 1; ++i) order[i] = i + 1;
-    order[rank - 1] = 1;
-  }
+  const auto order = layout_order(layout, rank);  // outermost to innermost in memory
   int64_t stride = 1;
   for (int i = rank - 1; i >= 0; --i) {
     strides[order[i]] = static_cast<int>(stride);
