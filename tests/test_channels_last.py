@@ -355,3 +355,19 @@ def test_pooling_forward_and_backward(rng, case, name, mode):
     unchanged((x, xl))
     with pytest.raises(ValueError, match="^y is channels-last but x is channels-first"):
         pyooc.pool_backward(y, dy, x, kernel, backend="host", **geometry)
+
+
+def test_spread_over_devices(rng):
+    """devices= on virtual host devices: each device's share (and dw's per-device partial sums)
+    in the channels-last layout give the single call's results."""
+    x, w, dy, bias, groups = problem(rng, "2d_groups_strided", np.float32)
+    args = dict(groups=groups, memory_limit=1 << 13, backend="host", **geometry("2d_groups_strided"))
+    xl, wl, dyl = channels_last(x), channels_last(w), channels_last(dy)
+    for devices in ([0, 1], [0, 1, 2]):
+        y = pyooc.conv_forward(xl, wl, bias, devices=devices, **args)
+        assert is_channels_last(y)
+        assert rel_err(y, grouped_forward(up(x), up(w), groups, up(bias), **geometry("2d_groups_strided"))) < 1e-5
+        dw = pyooc.conv_backward_filter(xl, dyl, w.shape, devices=devices, **args)
+        assert is_channels_last(dw)
+        assert rel_err(dw, grouped_backward_filter(up(x), up(dy), w.shape, groups, **geometry("2d_groups_strided"))) \
+            < 1e-5
