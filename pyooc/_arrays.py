@@ -7,6 +7,7 @@ import numpy as np
 
 from pyooc._device_arrays import DeviceArray, device_array, is_device_array
 from pyooc._foreign_arrays import host_array
+from pyooc._layouts import CHANNELS_FIRST, CHANNELS_LAST, CONTIGUOUS_ONLY, layouts_of
 
 
 FLOAT32 = (np.dtype(np.float32),)
@@ -20,18 +21,21 @@ def dtype_names(dtypes):
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
-def as_input(array, name, dtypes=FLOAT32, device_arrays=False):
+def as_input(array, name, dtypes=FLOAT32, device_arrays=False, layouts=CONTIGUOUS_ONLY):
     """A C-contiguous ndarray of one of `dtypes` viewing the caller's memory (buffer protocol, no copy).
     device_arrays: the function reads device-resident arrays in place (a DeviceArray for those,
-    pyooc/_device_arrays.py); elsewhere they are refused, naming the argument."""
+    pyooc/_device_arrays.py); elsewhere they are refused, naming the argument. layouts: the memory
+    layouts the function serves (pyooc/_layouts.py); a channels-last array elsewhere is a
+    NotImplementedError, any other strides a ValueError, never a copy."""
     if array is None:
         raise TypeError(f"{name} must be an array, got None")
     if device_arrays and isinstance(array, DeviceArray):  # made by a front end (pyooc.torch)
         if array.dtype not in dtypes:
             raise TypeError(f"{name} must have dtype {dtype_names(dtypes)}, got {array.dtype}")
+        check_layout(array, name, layouts)
         return array
     if device_arrays and is_device_array(array):
-        return device_array(array, name, dtypes)
+        return check_layout(device_array(array, name, dtypes), name, layouts)
     try:
         view = host_array(array, name)  # buffer protocol, __array_interface__ or CPU DLPack, zero-copy
     except TypeError as exc:
@@ -45,18 +49,34 @@ def as_input(array, name, dtypes=FLOAT32, device_arrays=False):
     if view.dtype not in dtypes:
         raise TypeError(f"{name} must have dtype {dtype_names(dtypes)}, got {view.dtype} "
                         f"(pyooc does not convert silently: that would copy the whole tensor)")
-    if not view.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous (np.ascontiguousarray({name}) makes a copy that is)")
+    check_layout(view, name, layouts)
     if view.size == 0:
         raise ValueError(f"{name} must not be empty, got shape {list(view.shape)}")
     return view
 
 
-def as_output(out, shape, inputs, dtype=np.float32, device_arrays=False):
-    """Checks the caller's `out=` array: shape, dtype (the inputs'), writable, contiguous, not
-    sharing memory with inputs. device_arrays: as for as_input."""
+def check_layout(array, name, layouts=CONTIGUOUS_ONLY):
+    """array, when its strides are dense in one of `layouts`: channels-last where the function does
+    not serve it yet is a NotImplementedError, other strides a ValueError saying what is served."""
+    strides = getattr(array, "strides", None)
+    found = layouts_of(array.shape, strides, array.dtype.itemsize)
+    if array.size == 0 or any(layout in layouts for layout in found):  # empty: refused next, as empty
+        return array
+    copy = f"np.ascontiguousarray({name}) makes a copy that is"
+    if CHANNELS_LAST in found:
+        raise NotImplementedError(f"{name} is channels-last (NHWC strides): this function serves C-contiguous "
+                                  f"arrays only so far ({copy}; docs/layouts.md lists what takes channels-last)")
+    if CHANNELS_LAST in layouts:
+        raise ValueError(f"{name} must be C-contiguous or channels-last (the strides torch's "
+                         f"memory_format=torch.channels_last gives); {copy}")
+    raise ValueError(f"{name} must be C-contiguous ({copy})")
+
+
+def as_output(out, shape, inputs, dtype=np.float32, device_arrays=False, layout=CHANNELS_FIRST):
+    """Checks the caller's `out=` array: shape, dtype (the inputs'), writable, dense in the call's
+    `layout` (its inputs'), not sharing memory with inputs. device_arrays: as for as_input."""
     if device_arrays and (isinstance(out, DeviceArray) or is_device_array(out)):
-        return _device_output(out, shape, inputs, dtype)
+        return _out_layout(_device_output(out, shape, inputs, dtype), layout)
     if out is not None and not isinstance(out, np.ndarray) and (
             hasattr(out, "__dlpack__") or hasattr(out, "__cuda_array_interface__")):
         out = host_array(out, "out")  # a CPU DLPack array (torch CPU, ...) viewed in place
@@ -68,12 +88,20 @@ def as_output(out, shape, inputs, dtype=np.float32, device_arrays=False):
         raise ValueError(f"out has shape {list(out.shape)}, expected {list(shape)}")
     if not out.flags.writeable:
         raise ValueError("out is read-only")
-    if not out.flags.c_contiguous:
-        raise ValueError("out must be C-contiguous")
+    _out_layout(out, layout)
     for name, array in inputs.items():
         if array is not None and not isinstance(array, DeviceArray) and np.may_share_memory(out, array):
             raise ValueError(f"out overlaps {name}: the output must not share memory with an input")
     return out
+
+
+def _out_layout(out, layout):
+    """out, when dense in the call's layout (the result has x's layout, as torch's)."""
+    if layout in layouts_of(out.shape, getattr(out, "strides", None), out.dtype.itemsize):
+        return out
+    if layout == CHANNELS_LAST:
+        raise ValueError("out must be channels-last, as the inputs are (the result takes x's layout)")
+    raise ValueError("out must be C-contiguous")
 
 
 def _device_output(out, shape, inputs, dtype):

@@ -11,6 +11,7 @@ import numpy as np
 
 from pyooc._device_arrays import DeviceArray
 from pyooc._arrays import CONV_DTYPES, FLOAT32, as_float, as_input, as_int, as_output, dtype_names, spatial_tuple
+from pyooc._layouts import CHANNELS_FIRST, CONTIGUOUS_ONLY, dense_view, empty_in
 from pyooc._loader import load_native
 from pyooc.devices import call_devices
 from pyooc.machine import planning_machine
@@ -141,19 +142,28 @@ def check_dtype(dtype, allowed=FLOAT32):
 
 
 def raw_bytes(array):
-    """The bytes of a C-contiguous array, flat, as the bindings of every dtype take them (no copy);
-    a DeviceArray as it is (the bindings take its device address)."""
+    """The bytes of a C-contiguous or channels-last array in memory order, flat, as the bindings of
+    every dtype take them (no copy); a DeviceArray as it is (the bindings take its device address)."""
     if array is None or isinstance(array, DeviceArray):
         return array
-    return array.reshape(-1).view(np.uint8)
+    return dense_view(array).reshape(-1).view(np.uint8)
 
 
-def conv_inputs(x, w, bias, device_arrays=True):
+def conv_input(array, name, layouts=CONTIGUOUS_ONLY, device_arrays=True):
+    """One of a convolution's tensors as a zero-copy view: float32, float16 or bfloat16, on the host
+    or (device_arrays) the device, dense in one of `layouts` (the convolutions pass CONV_LAYOUTS,
+    channels-last too: pyooc/_layouts.py; the fused forms, whose bindings flatten C-contiguous host
+    arrays, do not)."""
+    return as_input(array, name, CONV_DTYPES, device_arrays=device_arrays, layouts=layouts)
+
+
+def conv_inputs(x, w, bias, layouts=CONTIGUOUS_ONLY, device_arrays=True):
     """x, w and bias (or None) as zero-copy views of one dtype (float32, float16 or bfloat16), bias
     checked against w's output channels; device-resident ones as DeviceArrays (the convolutions
-    read them in place), or refused naming the argument where not device_arrays."""
-    x = as_input(x, "x", CONV_DTYPES, device_arrays)
-    w = same_dtype(as_input(w, "w", CONV_DTYPES, device_arrays), "w", x, "x")
+    read them in place), or refused naming the argument where not device_arrays; x and w dense in
+    one of `layouts` (conv_input's)."""
+    x = conv_input(x, "x", layouts, device_arrays)
+    w = same_dtype(conv_input(w, "w", layouts, device_arrays), "w", x, "x")
     # A w without dimensions is refused by libooc, naming its rank; its bias is checked for rank alone.
     bias = bias_input(bias, w.shape[0] if w.ndim else None, "output channel", CONV_DTYPES, device_arrays)
     return x, w, None if bias is None else same_dtype(bias, "bias", x, "x")
@@ -178,13 +188,14 @@ def bias_input(bias, count, per, dtypes=FLOAT32, device_arrays=False):
     return bias
 
 
-def output_array(out, shape, inputs, beta, formula, dtype=np.float32, device_arrays=False):
-    """The array a scaled op writes: a new one of `dtype` (the inputs'), or the caller's out checked
-    against the inputs; beta != 0 scales out, so it needs one (formula: the op's, for the error).
-    A new one is a host array even when the inputs are on the device (pyooc's results are the
-    tensors that do not fit there); device_arrays: out may be device-resident."""
+def output_array(out, shape, inputs, beta, formula, dtype=np.float32, device_arrays=False, layout=CHANNELS_FIRST):
+    """The array a scaled op writes: a new one of `dtype` (the inputs') in `layout` (the call's),
+    or the caller's out checked against the inputs; beta != 0 scales out, so it needs one (formula:
+    the op's, for the error). A new one is a host array even when the inputs are on the device
+    (pyooc's results are the tensors that do not fit there); device_arrays: out may be
+    device-resident."""
     if out is None:
         if beta != 0.0:
             raise ValueError(f"beta != 0 needs out= ({formula})")
-        return new_result(shape, dtype)
-    return as_output(out, shape, inputs, dtype, device_arrays)
+        return empty_in(shape, dtype, layout, new_result)
+    return as_output(out, shape, inputs, dtype, device_arrays, layout)

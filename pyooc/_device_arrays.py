@@ -9,12 +9,15 @@ C-contiguous), mask (must be None), stream (version 3: the producer's stream, wh
 waits for before reading; absent in version 2, as torch exports it, which then means the producer's
 work may be on any stream: ready_device_arrays waits for the whole device).
 
-What is refused, with the argument named: non-contiguous strides and masks (ValueError, as for host
+What is refused, with the argument named: strides neither C-contiguous nor channels-last (the
+functions that do not serve channels-last refuse that too: pyooc/_arrays.py's check_layout), masks (ValueError, as for host
 arrays), a read-only array as out, the host backend (it computes on the CPU and cannot read device
 memory), an array on another GPU than the call's `device`, and spreading over several devices (the
 spread sums partial results in host memory)."""
 
 import numpy as np
+
+from pyooc._layouts import CHANNELS_FIRST, layouts_of
 
 # What a call waits for before reading an array (DeviceArray.stream): a stream handle, as the
 # protocol gives it; WHOLE_DEVICE (wait_for_stream's 0) where the producer names no stream; None
@@ -32,15 +35,18 @@ class DeviceArray:
     that keeps the memory alive and is what a call returns for out=; stream: what the call waits
     for before reading it (WHOLE_DEVICE, a stream handle, or None)."""
 
-    __slots__ = ("owner", "device_address", "shape", "dtype", "readonly", "stream")
+    __slots__ = ("owner", "device_address", "shape", "dtype", "readonly", "stream", "strides")
 
-    def __init__(self, owner, device_address, shape, dtype, readonly, stream):
+    def __init__(self, owner, device_address, shape, dtype, readonly, stream, strides=None):
         self.owner = owner
         self.device_address = device_address
         self.shape = tuple(shape)
         self.dtype = dtype
         self.readonly = readonly
         self.stream = stream
+        # Byte strides, None for C-contiguous: dense in a layout pyooc/_layouts.py names (checked
+        # by the function that takes it).
+        self.strides = None if strides is None else tuple(strides)
 
     @property
     def ndim(self):
@@ -61,6 +67,8 @@ class DeviceArray:
             shape = tuple(self.size // max(known, 1) if d == -1 else d for d in shape)
         if int(np.prod(shape, dtype=np.int64)) != self.size:
             raise ValueError(f"cannot reshape a device array of {self.size} elements into shape {list(shape)}")
+        if self.strides is not None and len(self.shape) >= 3:
+            raise ValueError("cannot reshape a channels-last device array")
         return DeviceArray(self.owner, self.device_address, shape, self.dtype, self.readonly, self.stream)
 
     def overlaps(self, other):
@@ -93,25 +101,18 @@ def device_array(array, name, dtypes, writable=False):
     if interface.get("mask") is not None:
         raise ValueError(f"{name}: masked device arrays are not supported")
     strides = interface.get("strides")
-    if strides is not None and not _c_contiguous(shape, tuple(strides), dtype.itemsize):
-        raise ValueError(f"{name} must be C-contiguous (a contiguous copy on the device, e.g. "
+    if strides is not None and not layouts_of(shape, tuple(strides), dtype.itemsize):
+        raise ValueError(f"{name} must be C-contiguous or channels-last (a contiguous copy on the device, e.g. "
                          f"cupy.ascontiguousarray({name}) or {name}.contiguous(), makes one)")
+    if strides is not None and CHANNELS_FIRST in layouts_of(shape, tuple(strides), dtype.itemsize):
+        strides = None  # C-contiguous after all (size-1 dimensions' strides do not matter)
     if int(np.prod(shape, dtype=np.int64)) == 0:
         raise ValueError(f"{name} must not be empty, got shape {list(shape)}")
     address, readonly = interface["data"]
     if writable and readonly:
         raise ValueError(f"{name} is read-only")
     stream = WHOLE_DEVICE if "stream" not in interface else interface["stream"]
-    return DeviceArray(array, int(address), shape, dtype, bool(readonly), stream)
-
-
-def _c_contiguous(shape, strides, itemsize):
-    expected = itemsize
-    for size, stride in zip(reversed(shape), reversed(strides)):
-        if size != 1 and stride != expected:
-            return False
-        expected *= size
-    return True
+    return DeviceArray(array, int(address), shape, dtype, bool(readonly), stream, strides)
 
 
 def caller_array(array):

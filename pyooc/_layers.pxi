@@ -124,8 +124,12 @@ def add_tensor(tuple a_shape, tuple c_shape, double alpha, a_bytes, double beta,
     return _ran(plan, stats)
 
 
-cdef ooc.ConvProblem _pool_problem(tuple x_shape, tuple kernel, tuple stride, tuple padding, str dtype) except *:
-    return ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding), _DTYPES[dtype])
+cdef ooc.ConvProblem _pool_problem(tuple x_shape, tuple kernel, tuple stride, tuple padding, str dtype,
+                                   str layout="channels_first") except *:
+    cdef ooc.ConvProblem problem = ooc.pool_problem(list(x_shape), list(kernel), list(stride), list(padding),
+                                                    _DTYPES[dtype])
+    problem.layout = _LAYOUTS[layout]  # x, y, dy and dx alike (pyooc/_layouts.py)
+    return problem
 
 
 def pool_output_shape(tuple x_shape, tuple kernel, tuple stride, tuple padding):
@@ -138,8 +142,8 @@ def pool_mode(str mode):
 
 
 def plan_pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, CallOptions options not None,
-                      str dtype="float32"):
-    cdef ooc.ConvProblem problem = _pool_problem(x_shape, kernel, stride, padding, dtype)
+                      str dtype="float32", str layout="channels_first"):
+    cdef ooc.ConvProblem problem = _pool_problem(x_shape, kernel, stride, padding, dtype, layout)
     cdef ooc.Plan plan
     with nogil:
         plan = ooc.plan_pool_forward(problem, options.c_obj)
@@ -147,8 +151,8 @@ def plan_pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, 
 
 
 def pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, x_bytes, y_bytes,
-                 CallOptions options not None, str dtype="float32"):
-    cdef ooc.ConvProblem problem = _pool_problem(x_shape, kernel, stride, padding, dtype)
+                 CallOptions options not None, str dtype="float32", str layout="channels_first"):
+    cdef ooc.ConvProblem problem = _pool_problem(x_shape, kernel, stride, padding, dtype, layout)
     cdef ooc.PoolMode m = ooc.pool_mode_from_name(mode.encode())
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
@@ -160,8 +164,9 @@ def pool_forward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str m
 
 
 def plan_pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, CallOptions options not None,
-                       str dtype="float32"):
-    cdef ooc.ConvProblem problem = ooc.pool_backward_problem(_pool_problem(x_shape, kernel, stride, padding, dtype))
+                       str dtype="float32", str layout="channels_first"):
+    cdef ooc.ConvProblem problem = ooc.pool_backward_problem(_pool_problem(x_shape, kernel, stride, padding, dtype,
+                                                                           layout))
     cdef ooc.Plan plan
     with nogil:
         plan = ooc.plan_pool_backward(problem, options.c_obj)
@@ -169,8 +174,9 @@ def plan_pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding,
 
 
 def pool_backward(tuple x_shape, tuple kernel, tuple stride, tuple padding, str mode, y_bytes, dy_bytes, x_bytes,
-                  dx_bytes, CallOptions options not None, str dtype="float32"):
-    cdef ooc.ConvProblem problem = ooc.pool_backward_problem(_pool_problem(x_shape, kernel, stride, padding, dtype))
+                  dx_bytes, CallOptions options not None, str dtype="float32", str layout="channels_first"):
+    cdef ooc.ConvProblem problem = ooc.pool_backward_problem(_pool_problem(x_shape, kernel, stride, padding, dtype,
+                                                                           layout))
     cdef ooc.PoolMode m = ooc.pool_mode_from_name(mode.encode())
     cdef ooc.Plan plan
     cdef ooc.RunStats stats

@@ -360,6 +360,8 @@ _MATH_MODES = {"fp32": ooc.MathMode.fp32, "tf32": ooc.MathMode.tf32}
 _MATH_NAMES = {ooc.MathMode.fp32: "fp32", ooc.MathMode.tf32: "tf32"}
 
 _DTYPES = {"float32": ooc.DType.float32, "float16": ooc.DType.float16, "bfloat16": ooc.DType.bfloat16}
+# Where the convolutions' tensors keep their channels (ConvProblem::layout; pyooc/_layouts.py).
+_LAYOUTS = {"channels_first": ooc.Layout.channels_first, "channels_last": ooc.Layout.channels_last}
 
 # torch's padding_mode names (pyooc._call_args.check_padding_mode validates them first).
 _PADDING_MODES = {"zeros": ooc.PaddingMode.zeros, "reflect": ooc.PaddingMode.reflect,
@@ -369,12 +371,13 @@ _PADDING_MODE_NAMES = {mode: name for name, mode in _PADDING_MODES.items()}
 
 cdef ooc.ConvProblem _conv_problem(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation,
                                    int64_t groups, double alpha, double beta, bint has_bias,
-                                   str dtype="float32", str padding_mode="zeros") except *:
+                                   str dtype="float32", str padding_mode="zeros", str layout="channels_first") except *:
     before, after = _padding_ends(padding)
     cdef ooc.ConvProblem problem = ooc.ConvProblem.forward(list(x_shape), list(w_shape), list(stride), before,
                                                            list(dilation), groups, alpha, beta, has_bias,
                                                            _DTYPES[dtype], after)
     problem.set_padding_mode(_PADDING_MODES[padding_mode])
+    problem.layout = _LAYOUTS[layout]
     return problem
 
 
@@ -387,9 +390,9 @@ def conv_output_shape(tuple x_shape, tuple w_shape, tuple stride, tuple padding,
 
 def plan_conv_forward(tuple x_shape, tuple w_shape, tuple stride, tuple padding, tuple dilation, int64_t groups,
                       double alpha, double beta, bint has_bias, CallOptions options not None, str dtype="float32",
-                      str padding_mode="zeros"):
+                      str padding_mode="zeros", str layout="channels_first"):
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta,
-                                                 has_bias, dtype, padding_mode)
+                                                 has_bias, dtype, padding_mode, layout)
     cdef ooc.Plan plan
     with nogil:
         plan = ooc.plan_conv_forward(problem, options.c_obj)
@@ -422,15 +425,15 @@ cdef void* _writable_data(object array) except NULL:
 
 def conv_forward(x_bytes, tuple x_shape, w_bytes, tuple w_shape, bias, y_bytes, tuple stride, tuple padding,
                  tuple dilation, int64_t groups, double alpha, double beta, CallOptions options not None,
-                 str dtype="float32", str padding_mode="zeros"):
+                 str dtype="float32", str padding_mode="zeros", str layout="channels_first"):
     """Runs on flat byte views of the caller's arrays of `dtype` (no copies), or on their device
-    memory (DeviceArray)."""
+    memory (DeviceArray), every one dense in `layout`."""
     cdef const void* x = _data(x_bytes)
     cdef const void* w = _data(w_bytes)
     cdef const void* bias_ptr = _data(bias)
     cdef void* y = _writable_data(y_bytes)
     cdef ooc.ConvProblem problem = _conv_problem(x_shape, w_shape, stride, padding, dilation, groups, alpha, beta,
-                                                 bias is not None, dtype, padding_mode)
+                                                 bias is not None, dtype, padding_mode, layout)
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
     with nogil:
@@ -461,7 +464,7 @@ _BACKWARD = {"conv_backward_data": ooc.Operation.backward_data,
 
 cdef ooc.ConvProblem _backward_problem(str operation, tuple first, tuple second, tuple third, tuple stride,
                                        tuple padding, tuple dilation, int64_t groups, double alpha,
-                                       double beta, str dtype="float32", str padding_mode="zeros") except *:
+                                       double beta, str dtype="float32", str padding_mode="zeros", str layout="channels_first") except *:
     cdef ooc.Operation op = _BACKWARD[operation]
     cdef ooc.DType element = _DTYPES[dtype]
     cdef ooc.ConvProblem problem
@@ -475,6 +478,7 @@ cdef ooc.ConvProblem _backward_problem(str operation, tuple first, tuple second,
     else:
         problem = ooc.ConvProblem.backward_bias(list(first), alpha, beta, element)
     problem.set_padding_mode(_PADDING_MODES[padding_mode])
+    problem.layout = _LAYOUTS[layout]
     return problem
 
 
@@ -487,9 +491,9 @@ def check_backward(str operation, tuple first, tuple second, tuple third, tuple 
 
 def plan_conv_backward(str operation, tuple first, tuple second, tuple third, tuple stride, tuple padding,
                        tuple dilation, int64_t groups, double alpha, double beta, CallOptions options not None,
-                       str dtype="float32", str padding_mode="zeros"):
+                       str dtype="float32", str padding_mode="zeros", str layout="channels_first"):
     cdef ooc.ConvProblem problem = _backward_problem(operation, first, second, third, stride, padding, dilation,
-                                                     groups, alpha, beta, dtype, padding_mode)
+                                                     groups, alpha, beta, dtype, padding_mode, layout)
     cdef ooc.Plan plan
     with nogil:
         if problem.op == ooc.Operation.backward_data:
@@ -503,12 +507,12 @@ def plan_conv_backward(str operation, tuple first, tuple second, tuple third, tu
 
 def conv_backward(str operation, a_bytes, tuple a_shape, b_bytes, tuple b_shape, tuple third_shape, out_bytes,
                   tuple stride, tuple padding, tuple dilation, int64_t groups, double alpha, double beta,
-                  CallOptions options not None, str dtype="float32", str padding_mode="zeros"):
-    """Runs a gradient on flat byte views of the caller's arrays of `dtype` (no copies): a, b are
-    (dy, w) for conv_backward_data, (x, dy) for conv_backward_filter, (dy, None) for
-    conv_backward_bias; the shapes follow as for plan_conv_backward."""
+                  CallOptions options not None, str dtype="float32", str padding_mode="zeros", str layout="channels_first"):
+    """Runs a gradient on flat byte views of the caller's arrays of `dtype` (no copies), dense in
+    `layout`: a, b are (dy, w) for conv_backward_data, (x, dy) for conv_backward_filter, (dy, None)
+    for conv_backward_bias; the shapes follow as for plan_conv_backward."""
     cdef ooc.ConvProblem problem = _backward_problem(operation, a_shape, b_shape, third_shape, stride, padding,
-                                                     dilation, groups, alpha, beta, dtype, padding_mode)
+                                                     dilation, groups, alpha, beta, dtype, padding_mode, layout)
     cdef const void* a = _data(a_bytes)
     cdef const void* b_ptr = _data(b_bytes)
     cdef void* out = _writable_data(out_bytes)

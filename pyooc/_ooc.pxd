@@ -42,6 +42,10 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
 
     const char* operation_name(Operation op)
 
+    cdef enum class Layout(int):
+        channels_first
+        channels_last
+
     cdef cppclass Dims3 "ooc::Dims3":
         int64_t& operator[](size_t)
 
@@ -54,6 +58,7 @@ cdef extern from "ooc/problem.hpp" namespace "ooc" nogil:
         DType dtype
         double alpha, beta
         bool has_bias
+        Layout layout
         PaddingMode padding_mode
 
         void set_padding_mode(PaddingMode mode) except +translate_exception

@@ -4,10 +4,11 @@ the geometry (dy must be the forward output of x and w), plans the split and run
 released."""
 
 from pyooc import _last_stats
-from pyooc._arrays import CONV_DTYPES, as_input, as_shape
 import numpy as np
 
-from pyooc._call_args import check_dtype, conv_args, output_array, raw_bytes, same_dtype, spatial_dims
+from pyooc._arrays import CONV_DTYPES, as_shape
+from pyooc._call_args import check_dtype, conv_args, conv_input, output_array, raw_bytes, same_dtype, spatial_dims
+from pyooc._layouts import CONV_LAYOUTS, call_layout, check_layout_name, empty_in
 from pyooc._device_arrays import DeviceArray, caller_array, is_device_array, ready_device_arrays
 from pyooc._loader import load_native
 from pyooc._padding_fold import fold_padding, padding_pairs
@@ -29,12 +30,13 @@ def _run(operation, inputs, third_shape, out_shape, formula, out, o):
     _native.check_backward(operation, a.shape, b_shape, third_shape, o["stride"], o["padding"], o["dilation"],
                            o["groups"], o["padding_mode"])
     given = {name: array for name, array in inputs.items() if array is not None}
-    out = output_array(out, out_shape(), given, o["beta"], formula, a.dtype, device_arrays=True)
+    layout = call_layout(given)  # the result has the inputs' layout (pyooc/_layouts.py)
+    out = output_array(out, out_shape(), given, o["beta"], formula, a.dtype, device_arrays=True, layout=layout)
     ready_device_arrays({**given, "out": out}, o["options"], _native)
     _last_stats.record(_native.conv_backward(
         operation, raw_bytes(a), a.shape, raw_bytes(b), b_shape, third_shape, raw_bytes(out), o["stride"],
         o["padding"], o["dilation"], o["groups"], o["alpha"], o["beta"], o["options"], str(a.dtype),
-        o["padding_mode"]))
+        o["padding_mode"], layout))
     return caller_array(out)
 
 
@@ -68,8 +70,9 @@ def _backward_data_folded(inputs, x_shape, formula, out, o):
                              "(the padded input's gradient is folded on the host)")
     dy, w = inputs["dy"], inputs["w"]
     padded_shape, pairs, unpadded = _padded_input(dy.shape, w.shape, x_shape, o)
-    out = output_array(out, x_shape, inputs, o["beta"], formula, dy.dtype)
-    grad = np.empty(padded_shape, dy.dtype)
+    layout = call_layout(inputs)  # the temporary and the result in the inputs' layout, as _run's
+    out = output_array(out, x_shape, inputs, o["beta"], formula, dy.dtype, layout=layout)
+    grad = empty_in(padded_shape, dy.dtype, layout)
     _run("conv_backward_data", inputs, padded_shape, lambda: padded_shape, formula, grad, unpadded)
     folded = fold_padding(grad, pairs, o["padding_mode"])
     if o["beta"] != 0.0:  # beta == 0 never reads out (NaN there stays out of the result)
@@ -79,8 +82,9 @@ def _backward_data_folded(inputs, x_shape, formula, out, o):
 
 
 def _plan(operation, shapes, w_shape, dtype, stride, padding, dilation, groups, alpha, beta, memory_limit, backend,
-          device, pinned, padding_mode="zeros"):
+          device, pinned, layout, padding_mode="zeros"):
     dtype = check_dtype(dtype, CONV_DTYPES)
+    layout = check_layout_name(layout)
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
                   pinned, kernel=w_shape[2:], padding_mode=padding_mode)
     if operation == "conv_backward_data" and o["padding_mode"] != "zeros":  # what conv_backward_data runs
@@ -88,41 +92,41 @@ def _plan(operation, shapes, w_shape, dtype, stride, padding, dilation, groups, 
         padded_shape, _, o = _padded_input(dy_shape, w_shape, x_shape, o)
         shapes = dy_shape, w_shape, padded_shape
     return _native.plan_conv_backward(operation, *shapes, o["stride"], o["padding"], o["dilation"], o["groups"],
-                                      o["alpha"], o["beta"], o["options"], dtype, o["padding_mode"])
+                                      o["alpha"], o["beta"], o["options"], dtype, o["padding_mode"], layout)
 
 
 @accepts_math
 @accepts_machine
 def plan_conv_backward_data(dy_shape, w_shape, x_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                             beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0,
-                            pinned=False, padding_mode="zeros"):
+                            pinned=False, padding_mode="zeros", layout="channels_first"):
     """The Plan conv_backward_data would run for these shapes and options, without running it.
     Raises MemoryError, saying how much the smallest plan needs, when nothing fits memory_limit.
     pinned: plan for pinned arrays (as plan_conv_forward). A non-zero padding_mode plans the
     unpadded problem on the padded x, the one conv_backward_data runs before it folds."""
     shapes = as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape"), as_shape(x_shape, "x_shape")
     return _plan("conv_backward_data", shapes, shapes[1], dtype, stride, padding, dilation, groups, alpha, beta,
-                 memory_limit, backend, device, pinned, padding_mode)
+                 memory_limit, backend, device, pinned, layout, padding_mode)
 
 
 @accepts_math
 @accepts_machine
 def plan_conv_backward_filter(x_shape, dy_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1, alpha=1.0,
                               beta=0.0, dtype="float32", memory_limit=None, backend="auto", device=0,
-                              pinned=False, padding_mode="zeros"):
+                              pinned=False, padding_mode="zeros", layout="channels_first"):
     """The Plan conv_backward_filter would run for these shapes and options, without running it."""
     shapes = as_shape(x_shape, "x_shape"), as_shape(dy_shape, "dy_shape"), as_shape(w_shape, "w_shape")
     return _plan("conv_backward_filter", shapes, shapes[2], dtype, stride, padding, dilation, groups, alpha, beta,
-                 memory_limit, backend, device, pinned, padding_mode)
+                 memory_limit, backend, device, pinned, layout, padding_mode)
 
 
 @accepts_machine
 def plan_conv_backward_bias(dy_shape, *, alpha=1.0, beta=0.0, dtype="float32", memory_limit=None, backend="auto",
-                            device=0, pinned=False):
+                            device=0, pinned=False, layout="channels_first"):
     """The Plan conv_backward_bias would run for this shape and options, without running it."""
     shapes = as_shape(dy_shape, "dy_shape"), (), ()
     return _plan("conv_backward_bias", shapes, (1, 1, 1), dtype, 1, 0, 1, 1, alpha, beta, memory_limit, backend,
-                 device, pinned)
+                 device, pinned, layout)
 
 
 @accepts_math
@@ -132,10 +136,11 @@ def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, group
     """dx = alpha * conv_transpose(dy, w) + beta * out: the gradient of conv_forward with respect to
     its input x (cuDNN's ConvolutionBackwardData, torch.nn.grad.conv{1,2,3}d_input), computed out of
     core. dy must have the shape conv_forward gives for x_shape and w with these options. Arrays and
-    options as for conv_forward; the result is a new array of x_shape, or `out` (which beta scales).
-    A non-zero padding_mode (host arrays only) computes the padded input's gradient into a host
-    temporary of the padded x's shape and folds its margins back, as F.pad's backward does."""
-    inputs = {"dy": as_input(dy, "dy", CONV_DTYPES, device_arrays=True), "w": as_input(w, "w", CONV_DTYPES, device_arrays=True)}
+    options as for conv_forward (C-contiguous or channels-last, dy and w alike); the result is a new
+    array of x_shape in dy's layout, or `out` (which beta scales). A non-zero padding_mode (host
+    arrays only) computes the padded input's gradient into a host temporary of the padded x's shape
+    and folds its margins back, as F.pad's backward does."""
+    inputs = {"dy": conv_input(dy, "dy", CONV_LAYOUTS), "w": conv_input(w, "w", CONV_LAYOUTS)}
     x_shape = as_shape(x_shape, "x_shape")
     o = conv_args(spatial_dims(inputs["w"].shape), stride, padding, dilation, groups, alpha, beta, memory_limit,
                   backend, device, kernel=inputs["w"].shape[2:], devices=devices, padding_mode=padding_mode)
@@ -154,7 +159,7 @@ def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, gro
     samples and positions accumulates on the device in fp32. dy must have the shape conv_forward
     gives for x and w_shape; the result is a new array of w_shape, or `out` (which beta scales once).
     padding_mode: as conv_forward's (x's halo gathered on the host as the forward's; x in host memory)."""
-    inputs = {"x": as_input(x, "x", CONV_DTYPES, device_arrays=True), "dy": as_input(dy, "dy", CONV_DTYPES, device_arrays=True)}
+    inputs = {"x": conv_input(x, "x", CONV_LAYOUTS), "dy": conv_input(dy, "dy", CONV_LAYOUTS)}
     w_shape = as_shape(w_shape, "w_shape")
     o = conv_args(spatial_dims(w_shape), stride, padding, dilation, groups, alpha, beta, memory_limit, backend, device,
                   kernel=w_shape[2:], devices=devices, padding_mode=padding_mode)
@@ -167,7 +172,7 @@ def conv_backward_bias(dy, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, 
                        devices=None):
     """db = alpha * dy summed over samples and positions + beta * out (cuDNN's
     ConvolutionBackwardBias), computed out of core; dy is [N, K, *spatial], db has K elements."""
-    inputs = {"dy": as_input(dy, "dy", CONV_DTYPES, device_arrays=True), "": None}
+    inputs = {"dy": conv_input(dy, "dy", CONV_LAYOUTS), "": None}
     o = conv_args(1, 1, 0, 1, 1, alpha, beta, memory_limit, backend, device, devices=devices)
     return _run("conv_backward_bias", inputs, (), lambda: inputs["dy"].shape[1:2], "db = alpha * sum(dy) + beta * out",
                 out, o)

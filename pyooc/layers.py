@@ -11,6 +11,7 @@ from pyooc import _last_stats
 from pyooc._arrays import CONV_DTYPES, as_float, as_input, as_output, as_shape, as_str
 from pyooc._call_args import call_options, check_dtype, raw_bytes, same_dtype
 from pyooc._device_arrays import DeviceArray, caller_array, ready_device_arrays
+from pyooc._layouts import CHANNELS_FIRST, CONV_LAYOUTS, call_layout, dense_order, empty_in
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
@@ -59,20 +60,28 @@ def _coef(mode, coef):
     return as_float(coef, "coef")
 
 
-def _out(out, shape, inputs, in_place_ok, dtype=np.float32):
-    """A new array of `dtype`, or the caller's out checked; out may be the input in_place_ok itself
-    (in place), a device array too."""
+def _out(out, shape, inputs, in_place_ok, dtype=np.float32, layout=CHANNELS_FIRST):
+    """A new array of `dtype` in `layout`, or the caller's out checked (dense in `layout`); out may
+    be the input in_place_ok itself (in place), a device array too."""
     if out is None:
-        return new_result(shape, dtype)
+        return empty_in(shape, dtype, layout, new_result)
     if isinstance(in_place_ok, DeviceArray) and out is in_place_ok.owner:
         out = in_place_ok
     others = {name: a for name, a in inputs.items() if not (out is in_place_ok and a is out)}
-    return as_output(out, shape, others, dtype, device_arrays=True)
+    return as_output(out, shape, others, dtype, device_arrays=True, layout=layout)
 
 
-def _device(name, array):
-    """as_input for these layers: device-resident arrays read in place (pyooc/_device_arrays.py)."""
-    return as_input(array, name, CONV_DTYPES, device_arrays=True)
+def _device(name, array, layouts=None):
+    """as_input for these layers: device-resident arrays read in place (pyooc/_device_arrays.py);
+    layouts: CONV_LAYOUTS for the element-wise ones, which take channels-last arrays too."""
+    return as_input(array, name, CONV_DTYPES, device_arrays=True, layouts=layouts or (CHANNELS_FIRST,))
+
+
+def _in_memory_order(shape, layout):
+    """An element-wise layer's shape as libooc sees the arrays' memory: channels-last arrays are
+    handed over in their dense order (N, spatial..., C), where element-wise math and add_tensor's
+    broadcasting (a dimension of a is 1 or c's, in any order) mean the same."""
+    return tuple(shape[d] for d in dense_order(len(shape), layout))
 
 
 def _same_shape(ref_name, ref, **arrays):
@@ -87,11 +96,12 @@ def activation_forward(x, mode, *, coef=None, out=None, memory_limit=None, backe
     ceiling, required), "elu" (coef: alpha, default 1), "swish" (coef: beta, default 1), "gelu"
     (exact, torch's default) and "leaky_relu" (coef: negative_slope, default 0.01). `out` may be
     x itself (in place). x may be float32, float16 or bfloat16 (y has its dtype; on the GPU, half
-    precision for the modes cuDNN has: relu, sigmoid, tanh, clipped_relu, elu, swish)."""
-    x, mode = _device("x", x), as_str(mode, "mode")
+    precision for the modes cuDNN has: relu, sigmoid, tanh, clipped_relu, elu, swish). x may be
+    channels-last (element-wise: y has x's layout; docs/layouts.md)."""
+    x, mode = _device("x", x, CONV_LAYOUTS), as_str(mode, "mode")
     c = _coef(mode, coef)
     options = call_options(memory_limit, backend, device)
-    y = _out(out, x.shape, {"x": x}, in_place_ok=x, dtype=x.dtype)
+    y = _out(out, x.shape, {"x": x}, in_place_ok=x, dtype=x.dtype, layout=call_layout({"x": x}))
     flat = _activation_shape(x.shape, "activation_forward")
     ready_device_arrays({"x": x, "out": y}, options, _native)
     _last_stats.record(_native.activation_forward(flat, mode, c, raw_bytes(x), raw_bytes(y), options, str(x.dtype)))
@@ -102,14 +112,15 @@ def activation_forward(x, mode, *, coef=None, out=None, memory_limit=None, backe
 def activation_backward(y, dy, x, mode, *, coef=None, out=None, memory_limit=None, backend="auto", device=0):
     """dx = f'(x) * dy for y = activation_forward(x, mode, coef=coef). `out` may be dy (in place).
     y, dy and x share one dtype (float32, float16 or bfloat16), dx's."""
-    y = _device("y", y)
-    dy = same_dtype(_device("dy", dy), "dy", y, "y")
-    x = same_dtype(_device("x", x), "x", y, "y")
+    y = _device("y", y, CONV_LAYOUTS)
+    dy = same_dtype(_device("dy", dy, CONV_LAYOUTS), "dy", y, "y")
+    x = same_dtype(_device("x", x, CONV_LAYOUTS), "x", y, "y")
     _same_shape("y", y, dy=dy, x=x)
+    layout = call_layout({"y": y, "dy": dy, "x": x})  # element-wise over memory: one layout for all
     mode = as_str(mode, "mode")
     c = _coef(mode, coef)
     options = call_options(memory_limit, backend, device)
-    dx = _out(out, y.shape, {"y": y, "dy": dy, "x": x}, in_place_ok=dy, dtype=y.dtype)
+    dx = _out(out, y.shape, {"y": y, "dy": dy, "x": x}, in_place_ok=dy, dtype=y.dtype, layout=layout)
     flat = _activation_shape(y.shape, "activation_backward")
     ready_device_arrays({"y": y, "dy": dy, "x": x, "out": dx}, options, _native)
     _last_stats.record(_native.activation_backward(flat, mode, c, raw_bytes(y), raw_bytes(dy), raw_bytes(x),
@@ -209,17 +220,17 @@ def _add_shapes(a_shape, c_shape):
 @observed
 def add_tensor(a, c, *, alpha=1.0, beta=1.0, out=None, memory_limit=None, backend="auto", device=0):
     """alpha * a + beta * c, a broadcast over c (cuDNN AddTensor: each dim of a is 1 or c's). The
-    result is a new array, or `out`; out=c adds in place. a and c share one dtype (float32, float16
+    result is a new array, or `out`; out=c adds in place. c (and a, and out) may be channels-last
+    (a [1, C, 1, 1] bias fits either layout); the result has c's layout (docs/layouts.md). a and c share one dtype (float32, float16
     or bfloat16), the result's; computed in double."""
-    a = _device("a", a)
-    c = same_dtype(_device("c", c), "c", a, "a")
+    a = _device("a", a, CONV_LAYOUTS)
+    c = same_dtype(_device("c", c, CONV_LAYOUTS), "c", a, "a")
     alpha, beta = as_float(alpha, "alpha"), as_float(beta, "beta")
-    a_shape, c_shape = _add_shapes(a.shape, c.shape)
+    _add_shapes(a.shape, c.shape)  # checked in the caller's (logical) shapes
+    layout = call_layout({"c": c, "a": a})  # a bias [1, C, 1, 1] fits either: c decides
+    a_shape, c_shape = _add_shapes(_in_memory_order(a.shape, layout), _in_memory_order(c.shape, layout))
     options = call_options(memory_limit, backend, device)
-    if out is None:
-        out = new_result(c.shape, c.dtype)
-    else:
-        out = _out(out, c.shape, {"a": a, "c": c}, c, dtype=c.dtype)
+    out = _out(out, c.shape, {"a": a, "c": c}, c, dtype=c.dtype, layout=layout)
     ready_device_arrays({"a": a, "c": c, "out": out}, options, _native)
     _last_stats.record(_native.add_tensor(a_shape, c_shape, alpha, raw_bytes(a), beta, raw_bytes(c), raw_bytes(out),
                                           options, str(c.dtype)))

@@ -150,6 +150,20 @@ inline int64_t gradient_elements(const ooc::ConvProblem& p) {
   }
 }
 
+// A gradient call's tensors in the C API's argument order, drawn by random(count): its inputs
+// (data: w, dy; filter: x, dy; bias: dy), then the output's old values (beta may blend them).
+template <typename Random>
+std::vector<std::vector<float>> gradient_call_tensors(const ooc::ConvProblem& p, Random random) {
+  std::vector<std::vector<float>> tensors;
+  switch (p.op) {
+    case Operation::backward_data: tensors = {random(p.w_elements()), random(p.y_elements())}; break;
+    case Operation::backward_filter: tensors = {random(p.x_elements()), random(p.y_elements())}; break;
+    default: tensors = {random(p.y_elements())}; break;
+  }
+  tensors.push_back(random(gradient_elements(p)));
+  return tensors;
+}
+
 // --------------------------------------------------------------------------------------------
 // plan properties
 

@@ -91,15 +91,7 @@ void CapiGpu::check_gradient(ooc::Operation op, float alpha, float beta, unsigne
   BackwardSpec spec = backward_spec(op, kX, w, kStride, kPad, kDilation, alpha, beta);
   spec.groups = groups;
   const ooc::ConvProblem p = spec.problem();
-  const auto random = [&](int64_t count) { return random_tensor(count, rng); };
-  // The call's tensors in its argument order, the output (read, as beta may blend it) last.
-  std::vector<std::vector<float>> tensors;
-  switch (op) {
-    case ooc::Operation::backward_data: tensors = {random(p.w_elements()), random(p.y_elements())}; break;
-    case ooc::Operation::backward_filter: tensors = {random(p.x_elements()), random(p.y_elements())}; break;
-    default: tensors = {random(p.y_elements())}; break;
-  }
-  tensors.push_back(random(gradient_elements(p)));
+  const auto tensors = gradient_call_tensors(p, [&](int64_t count) { return random_tensor(count, rng); });
   compare_with_cudnn(tensors, 2 * backward_needed_bytes(p, ooc::BackendKind::cuda),
                      [&](cudnnHandle_t h, bool use_ooc, const std::vector<void*>& t) {
                        switch (op) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "exec/region_copy.hpp"
+#include "region_copy_reference.hpp"
 #include "util/thread_pool.hpp"
 
 namespace {
@@ -18,6 +19,8 @@ using ooc::Box;
 using ooc::kMaxRank;
 using ooc::TensorView;
 using Dims = std::array<int64_t, kMaxRank>;
+using ooc_test::reference_gather;
+using ooc_test::run_copies;
 
 // Distinct, exactly representable values: element i holds i + 1 (0 is reserved for the halo).
 std::vector<float> iota_tensor(int64_t elements) {
@@ -30,30 +33,6 @@ int64_t elements(const Dims& shape, int rank) {
   int64_t e = 1;
   for (int i = 0; i < rank; ++i) e *= shape[i];
   return e;
-}
-
-// Element-by-element gather: row-major over the box, zero where the index leaves the tensor.
-std::vector<float> reference_gather(const TensorView& t, const Box& box) {
-  std::vector<float> out;
-  const int r = t.rank;
-  Dims idx = box.lo;
-  if (box.elements(r) == 0) return out;
-  for (;;) {
-    bool inside = true;
-    int64_t off = 0;
-    for (int i = 0; i < r; ++i) {
-      if (idx[i] < 0 || idx[i] >= t.shape[i]) inside = false;
-      off += idx[i] * t.strides[i];
-    }
-    out.push_back(inside ? static_cast<const float*>(t.data)[off] : 0.0f);
-    int i = r - 1;
-    while (i >= 0 && ++idx[i] == box.hi[i]) {
-      idx[i] = box.lo[i];
-      --i;
-    }
-    if (i < 0) break;
-  }
-  return out;
 }
 
 Box make_box(const Dims& lo, const Dims& hi) {
@@ -344,14 +323,6 @@ TEST_F(RegionCopy, ParallelPathEqualsSerial) {
 
 // strided_box_copies describes the in-tensor part of a box as 3-D strided copies (cudaMemcpy3D's
 // model) for direct DMA. Executing them must give what gather_box / scatter_box give.
-void run_copies(const ooc::BoxCopies& copies) {
-  for (const ooc::StridedCopy& c : copies.copies)
-    for (size_t z = 0; z < c.depth; ++z)
-      for (size_t y = 0; y < c.height; ++y)
-        std::memcpy(c.dst + z * c.dst_slice + y * c.dst_pitch, c.src + z * c.src_slice + y * c.src_pitch,
-                    c.width_bytes);
-}
-
 bool box_inside(const Box& b, const Dims& shape, int rank) {
   for (int i = 0; i < rank; ++i)
     if (b.lo[i] < 0 || b.hi[i] > shape[i]) return false;

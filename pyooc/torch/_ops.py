@@ -22,7 +22,7 @@ import pyooc
 from pyooc.devices import call_devices, devices_for_this_thread
 from pyooc.torch._shapes import conv_output_shape, conv_transpose_output_shape, padding_ends, pool_output_shape
 from pyooc.torch._tensors import (CONV_DTYPES, as_array, as_array_or_none, as_tensor, contiguous_grad, device_result,
-                                  result_tensor)
+                                  in_format, memory_format_of, result_tensor)
 
 Tensor = torch.Tensor
 
@@ -89,8 +89,22 @@ def _padding(padding, w):
 
 def _conv_array(t, name):
     """A convolution's tensor (or None) as pyooc takes it: CPU tensors viewed, CUDA tensors read in
-    place (their results are CUDA tensors on the input's device: _tensors.device_result)."""
-    return as_array_or_none(t, name, CONV_DTYPES, cuda=True)
+    place (their results are CUDA tensors on the input's device: _tensors.device_result), contiguous
+    or channels-last alike (the result takes the first input's format)."""
+    return as_array_or_none(t, name, CONV_DTYPES, cuda=True, channels_last=True)
+
+
+def _like(t, first):
+    """t (a weight, or a gradient autograd hands over) in first's memory format: pyooc runs one
+    call in one layout, and torch's convolution takes mixed formats. The weights are small; the
+    gradients come from autograd, whose strided ones are copied here anyway (contiguous_grad)."""
+    return in_format(t, memory_format_of(first))
+
+
+def _fake_like(first, shape):
+    """The fake kernels' result: shape in first's memory format, as the real op's is."""
+    fmt = memory_format_of(first) if len(shape) == first.dim() else torch.contiguous_format
+    return first.new_empty(shape).contiguous(memory_format=fmt)
 
 
 def _symmetric(padding, w):
@@ -106,7 +120,7 @@ def conv_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int]
                  dilation: list[int], groups: int, memory_limit: int, backend: str,
                  padding_mode: str = "zeros") -> Tensor:
     y, out = device_result(x, conv_output_shape(x.shape, w.shape, stride, padding, dilation))
-    return result_tensor(y, _run(pyooc.conv_forward, _conv_array(x, "input"), _conv_array(w, "weight"),
+    return result_tensor(y, _run(pyooc.conv_forward, _conv_array(x, "input"), _conv_array(_like(w, x), "weight"),
                                  _conv_array(bias, "bias"), stride=stride, padding=_padding(padding, w),
                                  dilation=dilation, groups=groups, out=out, memory_limit=memory_limit,
                                  backend=backend, padding_mode=padding_mode))
@@ -114,7 +128,7 @@ def conv_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int]
 
 @conv_forward.register_fake
 def _(x, w, bias, stride, padding, dilation, groups, memory_limit, backend, padding_mode="zeros"):
-    return x.new_empty(conv_output_shape(x.shape, w.shape, stride, padding, dilation))
+    return _fake_like(x, conv_output_shape(x.shape, w.shape, stride, padding, dilation))
 
 
 @torch.library.custom_op("pyooc::conv_backward_data", mutates_args=())
@@ -122,7 +136,8 @@ def conv_backward_data(dy: Tensor, w: Tensor, x_shape: list[int], stride: list[i
                        dilation: list[int], groups: int, memory_limit: int, backend: str,
                        padding_mode: str = "zeros") -> Tensor:
     dx, out = device_result(dy, x_shape)
-    return result_tensor(dx, _run(pyooc.conv_backward_data, _conv_array(dy, "grad_output"), _conv_array(w, "weight"),
+    return result_tensor(dx, _run(pyooc.conv_backward_data, _conv_array(dy, "grad_output"),
+                                  _conv_array(_like(w, dy), "weight"),
                                   x_shape, stride=stride, padding=_padding(padding, w), dilation=dilation,
                                   groups=groups, out=out, memory_limit=memory_limit, backend=backend,
                                   padding_mode=padding_mode))
@@ -130,7 +145,7 @@ def conv_backward_data(dy: Tensor, w: Tensor, x_shape: list[int], stride: list[i
 
 @conv_backward_data.register_fake
 def _(dy, w, x_shape, stride, padding, dilation, groups, memory_limit, backend, padding_mode="zeros"):
-    return dy.new_empty(x_shape)
+    return _fake_like(dy, x_shape)
 
 
 @torch.library.custom_op("pyooc::conv_backward_filter", mutates_args=())
@@ -138,7 +153,8 @@ def conv_backward_filter(x: Tensor, dy: Tensor, w_shape: list[int], stride: list
                          dilation: list[int], groups: int, memory_limit: int, backend: str,
                          padding_mode: str = "zeros") -> Tensor:
     dw, out = device_result(x, w_shape)
-    return result_tensor(dw, _run(pyooc.conv_backward_filter, _conv_array(x, "input"), _conv_array(dy, "grad_output"),
+    return result_tensor(dw, _run(pyooc.conv_backward_filter, _conv_array(x, "input"),
+                                  _conv_array(_like(dy, x), "grad_output"),
                                   w_shape, stride=stride, padding=_padding(padding, x), dilation=dilation,
                                   groups=groups, out=out, memory_limit=memory_limit, backend=backend,
                                   padding_mode=padding_mode))
@@ -146,7 +162,7 @@ def conv_backward_filter(x: Tensor, dy: Tensor, w_shape: list[int], stride: list
 
 @conv_backward_filter.register_fake
 def _(x, dy, w_shape, stride, padding, dilation, groups, memory_limit, backend, padding_mode="zeros"):
-    return x.new_empty(w_shape)
+    return _fake_like(x, w_shape)
 
 
 @torch.library.custom_op("pyooc::conv_backward_bias", mutates_args=())
@@ -186,12 +202,15 @@ def _conv_setup(ctx, inputs, output):
 
 def _conv_backward(ctx, dy):
     x, w = ctx.saved_tensors
-    dy = contiguous_grad(dy)
+    channels_last = memory_format_of(x) != torch.contiguous_format
+    dy = _like(dy, x) if channels_last else contiguous_grad(dy)  # y had x's format
     stride, padding, dilation, groups, memory_limit, backend, padding_mode = ctx.geometry
     want_dx, want_dw, want_db = _needs(ctx, 0), _needs(ctx, 1), ctx.has_bias and _needs(ctx, 2)
-    # One pass over dy serves all three (the fused backward: ungrouped, cuDNN's symmetric zero padding).
+    # One pass over dy serves all three (the fused backward: ungrouped, cuDNN's symmetric zero
+    # padding, channels-first so far).
     on_cpu = all(t.device.type == "cpu" for t in (x, dy, w))  # the fused backward takes host arrays
-    if want_dx and want_dw and groups == 1 and _symmetric(padding, w) and on_cpu and padding_mode == "zeros":
+    if (want_dx and want_dw and groups == 1 and _symmetric(padding, w) and on_cpu and padding_mode == "zeros"
+            and not channels_last):
         dx, dw, db = conv_backward_data_filter_bias(x, dy, w, stride, padding, dilation, groups, memory_limit,
                                                     backend)
         return dx, dw, db if want_db else None, None, None, None, None, None, None, None

@@ -22,9 +22,28 @@ FLOAT32 = (torch.float32,)
 CONV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def check_tensor(t, name, dtypes=FLOAT32, cuda=False):
+def memory_format_of(t):
+    """torch.channels_last (4-D) or torch.channels_last_3d (5-D) for a tensor stored channels-last
+    and not also contiguous (C == 1 or one position make both alike), else torch.contiguous_format."""
+    formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+    fmt = formats.get(t.dim())
+    if fmt is not None and not t.is_contiguous() and t.is_contiguous(memory_format=fmt):
+        return fmt
+    return torch.contiguous_format
+
+
+def in_format(t, fmt):
+    """t in memory format fmt: itself when it is, else a copy (for the few tensors pyooc.torch
+    converts: a weight to its input's layout, a gradient autograd hands over strided)."""
+    if t is None or t.is_contiguous(memory_format=fmt):
+        return t
+    return t.contiguous(memory_format=fmt)
+
+
+def check_tensor(t, name, dtypes=FLOAT32, cuda=False, channels_last=False):
     """t as pyooc takes it, or an exception naming the argument: one of `dtypes` (NotImplementedError
-    for the others: what pyooc does not compute in), CPU (or CUDA, where `cuda`), dense, C-contiguous."""
+    for the others: what pyooc does not compute in), CPU (or CUDA, where `cuda`), dense, C-contiguous
+    or, where `channels_last`, in torch.channels_last(_3d) (NotImplementedError elsewhere)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in dtypes:
@@ -38,6 +57,12 @@ def check_tensor(t, name, dtypes=FLOAT32, cuda=False):
     if t.layout != torch.strided:
         raise NotImplementedError(f"{name}: pyooc supports dense (strided) tensors only, got {t.layout}")
     if not t.is_contiguous():
+        channels_last_tensor = memory_format_of(t) != torch.contiguous_format
+        if channels_last_tensor and channels_last:
+            return t
+        if channels_last_tensor:
+            raise NotImplementedError(f"{name} is in memory_format=torch.channels_last: this op takes contiguous "
+                                      "tensors only so far (.contiguous() makes a copy that is; docs/layouts.md)")
         raise ValueError(f"{name} must be contiguous (.contiguous() makes a copy that is): pyooc reads tensors in "
                          f"place and does not copy them silently")
     return t
@@ -47,11 +72,12 @@ _NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np
                  torch.bfloat16: np.dtype(ml_dtypes.bfloat16)}
 
 
-def as_array(t, name, dtypes=FLOAT32, cuda=False):
+def as_array(t, name, dtypes=FLOAT32, cuda=False, channels_last=False):
     """A numpy view of the CPU contiguous tensor t of one of `dtypes` (no copy; autograd's view of
     it detached). bfloat16, which numpy lacks, is viewed as ml_dtypes' bfloat16. cuda: the op reads
-    CUDA tensors in place, as device_view's DeviceArray."""
-    t = check_tensor(t, name, dtypes, cuda).detach()
+    CUDA tensors in place, as device_view's DeviceArray. channels_last: t may be in
+    torch.channels_last(_3d), viewed with its strides (the convolutions take it so)."""
+    t = check_tensor(t, name, dtypes, cuda, channels_last).detach()
     if t.device.type == "cuda":
         return device_view(t)
     if t.dtype == torch.bfloat16:
@@ -59,23 +85,27 @@ def as_array(t, name, dtypes=FLOAT32, cuda=False):
     return t.numpy()
 
 
-def as_array_or_none(t, name, dtypes=FLOAT32, cuda=False):
-    return None if t is None else as_array(t, name, dtypes, cuda)
+def as_array_or_none(t, name, dtypes=FLOAT32, cuda=False, channels_last=False):
+    return None if t is None else as_array(t, name, dtypes, cuda, channels_last)
 
 
 def device_view(t):
     """The CUDA tensor t as pyooc's DeviceArray (pyooc/_device_arrays.py): its address, and torch's
     current stream on its device, whose queued work pyooc waits for before reading it."""
     stream = torch.cuda.current_stream(t.device).cuda_stream
-    return DeviceArray(t, t.data_ptr(), tuple(t.shape), _NUMPY_DTYPES[t.dtype], False, stream)
+    dtype = _NUMPY_DTYPES[t.dtype]
+    strides = None if t.is_contiguous() else tuple(st * dtype.itemsize for st in t.stride())
+    return DeviceArray(t, t.data_ptr(), tuple(t.shape), dtype, False, stream, strides)
 
 
 def device_result(like, shape):
     """(tensor, out=) for an op's result: on a CUDA `like`, a new tensor on its device and its
-    DeviceArray, which pyooc writes in place; on the CPU (None, None): pyooc allocates the array."""
+    DeviceArray, which pyooc writes in place, in like's memory format where the result has like's
+    rank; on the CPU (None, None): pyooc allocates the array (in its inputs' layout)."""
     if like.device.type != "cuda":
         return None, None
-    t = torch.empty(list(shape), dtype=like.dtype, device=like.device)
+    fmt = memory_format_of(like) if len(shape) == like.dim() else torch.contiguous_format
+    t = torch.empty(list(shape), dtype=like.dtype, device=like.device, memory_format=fmt)
     return t, device_view(t)
 
 

@@ -75,8 +75,8 @@ def _int(value, name):
     return value
 
 
-def _rank(input, spatial, what, dtypes=None, cuda=False):
-    check_tensor(input, "input", dtypes or (torch.float32,), cuda)
+def _rank(input, spatial, what, dtypes=None, cuda=False, channels_last=False):
+    check_tensor(input, "input", dtypes or (torch.float32,), cuda, channels_last)
     if input.dim() != spatial + 2:
         raise ValueError(f"{what}: expected {spatial + 2}D (batched) input of shape [N, C, {'...' if spatial > 1 else 'L'}],"
                          f" got {input.dim()}D input of size {list(input.shape)} (pyooc takes batched input only)")
@@ -101,8 +101,9 @@ def _conv_padding(padding, weight, dilation, stride, spatial):
 
 
 def _conv(spatial, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend, padding_mode):
-    _rank(input, spatial, f"conv{spatial}d", CONV_DTYPES, cuda=True)  # CUDA tensors read in place: _ops
-    same_dtype(check_tensor(weight, "weight", CONV_DTYPES, cuda=True), "weight", input, "input")
+    # CUDA tensors read in place, channels_last(_3d) ones zero-copy too: _ops
+    _rank(input, spatial, f"conv{spatial}d", CONV_DTYPES, cuda=True, channels_last=True)
+    same_dtype(check_tensor(weight, "weight", CONV_DTYPES, cuda=True, channels_last=True), "weight", input, "input")
     same_dtype(bias, "bias", input, "input")
     stride, dilation = _tuple(stride, spatial, "stride"), _tuple(dilation, spatial, "dilation")
     padding = _conv_padding(padding, weight, dilation, stride, spatial)

@@ -29,6 +29,23 @@ const char* dtype_name(DType dtype);
 enum class PaddingMode { zeros, reflect, replicate, circular };
 const char* padding_mode_name(PaddingMode mode);  // torch's spelling: "zeros", "reflect", ...
 
+// Where a tensor keeps its channels in memory (docs/layouts.md). The shapes stay logical, N, C,
+// spatial... (torch's and cuDNN's convention); only the strides differ:
+//   channels_first  NC(D)HW: C-contiguous over the logical shape
+//   channels_last   N(D)HWC: C innermost, then the spatial dims, then N (torch's channels_last and
+//                   channels_last_3d; cuDNN's CUDNN_TENSOR_NHWC), for any number of spatial dims.
+// A weight [K, C/groups, kernel...] in channels_last keeps C/groups innermost likewise. Plans are
+// the same boxes in logical coordinates either way; the chunks' device buffers hold each box
+// densely in the layout's order, which the region copies translate (exec/region_copy.hpp).
+enum class Layout { channels_first, channels_last };
+const char* layout_name(Layout layout);  // "channels_first", "channels_last"
+// The dimensions of a rank-`rank` (N, C, spatial...) tensor dense in `layout`, from outermost to
+// innermost in memory: 0, 1, 2, ... or 0, 2, ..., rank - 1, 1 (channels-last below rank 3 is
+// channels-first). The one statement of the layouts' order: the region copies, cuDNN's chunk
+// descriptors and the C API's descriptor checks all read it. rank <= kMaxLayoutRank.
+constexpr int kMaxLayoutRank = 8;  // cuDNN's CUDNN_DIM_MAX
+std::array<int, kMaxLayoutRank> layout_order(Layout layout, int rank);
+
 // The element count of a tensor of `shape` (positive dims), refused with invalid_argument naming
 // `name` when its bytes pass 2^60 (plan/checked_size.hpp): for callers above the planner, such as
 // the C API's descriptors.
@@ -50,7 +67,7 @@ enum class Operation {
 const char* operation_name(Operation op);  // "conv_forward", "conv_backward_data", ...
 
 // One convolution operation, cuDNN cross-correlation, described by its forward geometry:
-// x: [n, c, in...], w: [k, c / groups, kernel...], y: [n, k, out...], NC+spatial, C-contiguous.
+// x: [n, c, in...], w: [k, c / groups, kernel...], y: [n, k, out...], dense in `layout`.
 // The backward operations use the same shapes for their gradients (dx like x, dw like w, dy like y).
 struct ConvProblem {
   Operation op = Operation::forward;
@@ -68,6 +85,9 @@ struct ConvProblem {
   DType dtype = DType::float32;
   double alpha = 1.0, beta = 0.0;
   bool has_bias = false;
+  // Of x, w and y alike (and their gradients); the bias is a vector either way. The convolutions
+  // serve both; every other operation (and the fused ones) refuses channels_last (not_supported).
+  Layout layout = Layout::channels_first;
 
   // Validates every field and derives `out`. Throws ooc::invalid_argument naming the argument.
   // x_shape and w_shape have the same rank, 3 to 5; stride/padding/dilation have one entry per

@@ -25,7 +25,15 @@ PlanKey& add_activation(PlanKey& key, const FusedActivation& a, bool with_pre) {
   return key.add(a.identity).add(a.mode).add(a.coef).add(with_pre);
 }
 
+// The fused pipelines stream channels-first tensors only so far (docs/layouts.md).
+void require_channels_first(const ConvProblem& p, const char* function) {
+  if (p.layout != Layout::channels_first)
+    throw not_supported(std::string(function) + ": channels_last tensors are not supported yet (run the separate "
+                        "convolution and layer calls, or pass channels-first tensors)");
+}
+
 void require_forward(const ConvProblem& p, const char* function) {
+  require_channels_first(p, function);
   if (p.op != Operation::forward)
     throw invalid_argument(std::string(function) + ": the problem describes " + operation_name(p.op) +
                            " (make it with ConvProblem::forward)");
@@ -38,12 +46,14 @@ Plan plan_bias_activation(const ConvProblem& p, const PlannerConfig& config) {
 }
 
 void require_deconv(const ConvProblem& p, const char* function) {
+  require_channels_first(p, function);
   if (p.op != Operation::backward_data)
     throw invalid_argument(std::string(function) + ": the problem describes " + operation_name(p.op) +
                            " (make it with deconv_problem)");
 }
 
 void require_backward(const ConvProblem& p, const char* function) {
+  require_channels_first(p, function);
   if (p.op != Operation::backward_data)
     throw invalid_argument(std::string(function) + ": the problem describes " + operation_name(p.op) +
                            " (make it with ConvProblem::backward_data)");
@@ -134,6 +144,7 @@ namespace {
 
 void require_pooling_of(const ConvProblem& conv, const ConvProblem& pool, const char* function) {
   require_forward(conv, function);
+  require_channels_first(pool, function);
   if (pool.op != Operation::pool_forward)
     throw invalid_argument(std::string(function) + ": pool describes " + operation_name(pool.op) +
                            " (make it with pool_problem)");
@@ -346,6 +357,7 @@ Plan plan_pooling_backward(const ConvProblem& p, const FusedActivation& a, const
 
 void require_pooled_backward(const ConvProblem& p, const ConvProblem& pool, const char* function) {
   require_backward(p, function);
+  require_channels_first(pool, function);
   if (pool.op != Operation::pool_forward)
     throw invalid_argument(std::string(function) + ": pool describes " + operation_name(pool.op) +
                            " (make it with pool_problem)");

@@ -43,6 +43,9 @@ struct ChunkConv {
   int64_t n = 1, c = 1, k = 1, groups = 1;
   Dims3 in{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1}, out{1, 1, 1};
   MathMode math = MathMode::fp32;  // a float32 convolution's: the plan's (Plan::math)
+  // How the chunk's x, w and y buffers hold their elements (ConvProblem::layout): channels-last
+  // buffers are [n, in..., c], [k, kernel..., c / groups] and [n, out..., k]; bias and db are [k].
+  Layout layout = Layout::channels_first;
 };
 
 // One GEMM chunk, row-major dense tiles: c[m, n] = alpha * op(a) @ op(b) + beta * c (+ bias[n]);

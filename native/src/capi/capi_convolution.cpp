@@ -16,6 +16,7 @@ struct ConvShapes {
   Shape x, w, y;
   ConvGeometry geometry;
   DType dtype = DType::float32;  // of all three (float32, float16 or bfloat16; cuDNN computes half in float32)
+  Layout layout = Layout::channels_first;  // of all three: packed NCHW, or NHWC with an NHWC filter
 };
 
 ConvShapes conv_shapes(cudnnTensorDescriptor_t x_desc, const char* x_name, cudnnFilterDescriptor_t w_desc,
@@ -23,13 +24,15 @@ ConvShapes conv_shapes(cudnnTensorDescriptor_t x_desc, const char* x_name, cudnn
                        cudnnConvolutionDescriptor_t convDesc) {
   ConvShapes s;
   DType w_type = DType::float32, y_type = DType::float32;
-  s.x = tensor_shape(x_desc, x_name, 4, 5, &s.dtype);
-  s.w = filter_shape(w_desc, w_name, &w_type);
-  s.y = tensor_shape(y_desc, y_name, 4, 5, &y_type);
+  LayoutSet x_layouts, w_layouts, y_layouts;
+  s.x = tensor_shape(x_desc, x_name, 4, 5, &s.dtype, &x_layouts);
+  s.w = filter_shape(w_desc, w_name, &w_type, &w_layouts);
+  s.y = tensor_shape(y_desc, y_name, 4, 5, &y_type, &y_layouts);
   same_dtype(w_type, w_name, s.dtype, x_name, "one convolution");
   same_dtype(y_type, y_name, s.dtype, x_name, "one convolution");
   same_rank(s.w, w_name, s.x, x_name);
   same_rank(s.y, y_name, s.x, x_name);
+  s.layout = common_layout({{x_layouts, x_name}, {w_layouts, w_name}, {y_layouts, y_name}}, "one convolution");
   s.geometry = conv_geometry(convDesc, s.x.size() - 2);
   return s;
 }
@@ -42,8 +45,11 @@ ConvProblem forward_problem(cudnnTensorDescriptor_t xDesc, cudnnFilterDescriptor
   if (has_bias && s.dtype != DType::float32)
     throw not_supported(std::string("xDesc: ooc_cudnnConvolutionBiasActivationForward supports CUDNN_DATA_FLOAT only, "
                                     "got ") + dtype_name(s.dtype));
+  if (has_bias && s.layout != Layout::channels_first)
+    throw not_supported("xDesc: ooc_cudnnConvolutionBiasActivationForward supports NCHW tensors only so far");
   ConvProblem p =
       ConvProblem::forward(s.x, s.w, g.stride, g.padding, g.dilation, g.groups, alpha, beta, has_bias, s.dtype);
+  p.layout = s.layout;
   expect_shape(s.y, p.y_shape(), "yDesc");
   return p;
 }
@@ -132,8 +138,9 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardData(cudnnHandle_t handle, 
     require_pointers({{alpha, "alpha"}, {w, "w"}, {dy, "dy"}, {beta, "beta"}, {dx, "dx"}});
     const ConvShapes s = conv_shapes(dxDesc, "dxDesc", wDesc, "wDesc", dyDesc, "dyDesc", convDesc);
     const ConvGeometry& g = s.geometry;
-    const ConvProblem p = ConvProblem::backward_data(s.y, s.w, s.x, g.stride, g.padding, g.dilation, g.groups,
-                                                     scalar(alpha), scalar(beta), s.dtype);
+    ConvProblem p = ConvProblem::backward_data(s.y, s.w, s.x, g.stride, g.padding, g.dilation, g.groups,
+                                               scalar(alpha), scalar(beta), s.dtype);
+    p.layout = s.layout;
     return dispatch_conv(
         "cudnnConvolutionBackwardData", {{w, p.w_elements()}, {dy, p.y_elements()}, {dx, p.x_elements()}}, handle, convDesc,
         [&] {
@@ -158,8 +165,9 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardFilter(cudnnHandle_t handle
     require_pointers({{alpha, "alpha"}, {x, "x"}, {dy, "dy"}, {beta, "beta"}, {dw, "dw"}});
     const ConvShapes s = conv_shapes(xDesc, "xDesc", dwDesc, "dwDesc", dyDesc, "dyDesc", convDesc);
     const ConvGeometry& g = s.geometry;
-    const ConvProblem p = ConvProblem::backward_filter(s.x, s.y, s.w, g.stride, g.padding, g.dilation, g.groups,
-                                                       scalar(alpha), scalar(beta), s.dtype);
+    ConvProblem p = ConvProblem::backward_filter(s.x, s.y, s.w, g.stride, g.padding, g.dilation, g.groups,
+                                                 scalar(alpha), scalar(beta), s.dtype);
+    p.layout = s.layout;
     return dispatch_conv(
         "cudnnConvolutionBackwardFilter", {{x, p.x_elements()}, {dy, p.y_elements()}, {dw, p.w_elements()}}, handle, convDesc,
         [&] {
@@ -180,10 +188,12 @@ extern "C" cudnnStatus_t ooc_cudnnConvolutionBackwardBias(cudnnHandle_t handle, 
     check_handle(handle);
     require_pointers({{alpha, "alpha"}, {dy, "dy"}, {beta, "beta"}, {db, "db"}});
     DType dtype = DType::float32, db_type = DType::float32;
-    const Shape dys = tensor_shape(dyDesc, "dyDesc", 4, 5, &dtype);
+    LayoutSet dy_layouts;
+    const Shape dys = tensor_shape(dyDesc, "dyDesc", 4, 5, &dtype, &dy_layouts);
     expect_shape(tensor_shape(dbDesc, "dbDesc", 4, 5, &db_type), bias_shape(dys.size(), dys[1]), "dbDesc");
     same_dtype(db_type, "dbDesc", dtype, "dyDesc", "one call");
-    const ConvProblem p = ConvProblem::backward_bias(dys, scalar(alpha), scalar(beta), dtype);
+    ConvProblem p = ConvProblem::backward_bias(dys, scalar(alpha), scalar(beta), dtype);
+    p.layout = common_layout({{dy_layouts, "dyDesc"}}, "one call");
     return dispatch(
         "cudnnConvolutionBackwardBias", {{dy, p.y_elements()}, {db, p.k}}, handle,
         [&] { return cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db); },

@@ -1,6 +1,6 @@
 // cuDNN descriptors read back (cudnnGet*NdDescriptor, cudnnGet*Descriptor) into the shapes and
-// settings of the library's problems. Only what the out-of-core path serves passes: packed NCHW
-// float32 of the ranks each call allows, cross-correlation, one group.
+// settings of the library's problems. Only what the out-of-core path serves passes: packed NCHW (and NHWC
+// for the convolutions), float32 or half of the ranks each call allows, cross-correlation.
 #include <sstream>
 
 #include "capi/capi_internal.hpp"
@@ -10,6 +10,7 @@ namespace ooc::capi {
 namespace {
 
 constexpr int kMaxDims = CUDNN_DIM_MAX;  // 8: what cudnnSetTensorNdDescriptor accepts
+static_assert(kMaxDims <= kMaxLayoutRank, "layout_order covers every rank a descriptor holds");
 
 void check_read(cudnnStatus_t status, const char* name) {
   if (status != CUDNN_STATUS_SUCCESS)
@@ -61,7 +62,22 @@ void same_dtype(DType type, const char* name, DType first, const char* first_nam
 
 int64_t elements(const Shape& shape) { return checked_tensor_elements(shape, sizeof(float), "a tensor"); }
 
-Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank, int max_rank, DType* dtype) {
+// Whether strides are those of dims fully packed in `layout` (NCHW, or NHWC: C innermost). A dim
+// of size 1 is never stepped over, so its stride does not matter (torch and cuDNN itself leave
+// odd ones there).
+static bool packed_in(const int* dims, const int* strides, int rank, Layout layout) {
+  const auto order = layout_order(layout, rank);  // outermost to innermost in memory
+  int64_t packed = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    const int d = order[i];
+    if (dims[d] != 1 && strides[d] != packed) return false;
+    packed *= dims[d];
+  }
+  return true;
+}
+
+Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank, int max_rank, DType* dtype,
+                   LayoutSet* layouts) {
   if (!desc) throw invalid_argument(std::string(name) + " is null");
   cudnnDataType_t type{};
   int rank = 0, dims[kMaxDims] = {}, strides[kMaxDims] = {};
@@ -72,22 +88,33 @@ Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank,
   for (int64_t d : shape)
     if (d <= 0) throw invalid_argument(std::string(name) + " has a non-positive dimension: " + format_shape(shape));
   checked_tensor_elements(shape, sizeof(float), name);  // CUDNN_STATUS_BAD_PARAM, before the strides multiply
-  // Packed NCHW: each stride is the product of the dims after it. A dim of size 1 is never
-  // stepped over, so its stride does not matter (torch and cuDNN itself leave odd ones there).
-  int64_t packed = 1;
-  for (int i = rank - 1; i >= 0; --i) {
-    if (dims[i] <= 0) throw invalid_argument(std::string(name) + " has a non-positive dimension: " + format_shape(shape));
-    if (dims[i] != 1 && strides[i] != packed) {
-      Shape s(strides, strides + rank);
-      throw not_supported(std::string(name) + " has strides " + format_shape(s) + " for dims " + format_shape(shape) +
-                          "; only fully-packed NCHW tensors are supported");
-    }
-    packed *= dims[i];
+  const LayoutSet found{packed_in(dims, strides, rank, Layout::channels_first),
+                        packed_in(dims, strides, rank, Layout::channels_last)};
+  if (found.channels_first || (layouts && found.channels_last)) {
+    if (layouts) *layouts = found;
+    return shape;
   }
-  return shape;
+  Shape s(strides, strides + rank);
+  throw not_supported(std::string(name) + " has strides " + format_shape(s) + " for dims " + format_shape(shape) +
+                      (layouts ? "; only fully-packed NCHW or NHWC tensors are supported"
+                               : "; only fully-packed NCHW tensors are supported (NHWC: the convolutions only)"));
 }
 
-Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name, DType* dtype) {
+Layout common_layout(std::initializer_list<std::pair<LayoutSet, const char*>> descriptors, const char* call) {
+  bool first = true, last = true;
+  for (const auto& [set, name] : descriptors) {
+    first = first && set.channels_first;
+    last = last && set.channels_last;
+  }
+  if (first) return Layout::channels_first;
+  if (last) return Layout::channels_last;
+  std::string names;
+  for (const auto& [set, name] : descriptors)
+    names += std::string(names.empty() ? "" : ", ") + name + (set.channels_last && !set.channels_first ? " NHWC" : " NCHW");
+  throw not_supported(std::string(call) + " mixes layouts (" + names + "): one call takes one layout");
+}
+
+Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name, DType* dtype, LayoutSet* layouts) {
   if (!desc) throw invalid_argument(std::string(name) + " is null");
   cudnnDataType_t type{};
   cudnnTensorFormat_t format{};
@@ -95,12 +122,20 @@ Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name, DType* dtype)
   check_read(cudnnGetFilterNdDescriptor(desc, kMaxDims, &type, &format, &rank, dims), name);
   check_rank(rank, name, 4, 5);
   check_type(type, name, dtype);
-  if (format != CUDNN_TENSOR_NCHW)
-    throw not_supported(std::string(name) + " is not in CUDNN_TENSOR_NCHW format; only NCHW filters are supported");
+  const bool nhwc = format == CUDNN_TENSOR_NHWC;
+  if (format != CUDNN_TENSOR_NCHW && !(layouts && nhwc))
+    throw not_supported(std::string(name) + " is not in CUDNN_TENSOR_NCHW format; only NCHW filters are supported" +
+                        (layouts ? " (and NHWC)" : " here"));
   Shape shape(dims, dims + rank);
   for (int64_t d : shape)
     if (d <= 0) throw invalid_argument(std::string(name) + " has a non-positive dimension: " + format_shape(shape));
   checked_tensor_elements(shape, sizeof(float), name);
+  if (layouts) {  // the format names the layout; C/g == 1 or a 1x1 kernel stores both alike
+    int64_t kernel = 1;
+    for (size_t i = 2; i < shape.size(); ++i) kernel *= shape[i];
+    const bool both = shape[1] == 1 || kernel == 1;
+    *layouts = LayoutSet{!nhwc || both, nhwc || both};
+  }
   return shape;
 }
 

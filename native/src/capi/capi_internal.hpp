@@ -85,9 +85,19 @@ using Shape = std::vector<int64_t>;
 // layout, strides or rank); `name` is the argument's name in cuDNN's signature.
 // dtype: where the caller serves half precision too (the convolutions and the layers), receives
 // the descriptor's element type (CUDNN_DATA_FLOAT, _HALF or _BFLOAT16); null: CUDNN_DATA_FLOAT only.
+// layouts: where the caller serves channels-last too (the convolutions), receives the layouts the
+// descriptor is fully packed in (LayoutSet: both where they coincide, C == 1 or one position);
+// null: fully-packed NCHW only. A filter's layouts follow its format (CUDNN_TENSOR_NHWC: channels-last).
+struct LayoutSet {
+  bool channels_first = false, channels_last = false;
+};
 Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank = 4, int max_rank = 5,
-                   DType* dtype = nullptr);
-Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name, DType* dtype = nullptr);
+                   DType* dtype = nullptr, LayoutSet* layouts = nullptr);
+Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name, DType* dtype = nullptr,
+                   LayoutSet* layouts = nullptr);
+// The one layout a call's descriptors share (channels-first where both fit every one); throws
+// not_supported naming `call` when they share none.
+Layout common_layout(std::initializer_list<std::pair<LayoutSet, const char*>> descriptors, const char* call);
 
 struct ConvGeometry {
   std::vector<int64_t> stride, padding, dilation;

@@ -97,6 +97,7 @@ ChunkConv chunk_shape(const Chunk& ch, const Plan& plan) {
   s.dtype = p.dtype;
   s.out_dtype = p.output_dtype();
   s.spatial_dims = p.spatial_dims;
+  s.layout = p.layout;
   s.n = ch.n.size();
   s.c = ch.c.size();
   s.k = ch.k.size();
@@ -225,7 +226,7 @@ RunStats run_chunks(const Plan& plan, Backend& backend, ThreadPool& pool, const 
     } else {  // only a part (a computed region wider than its target): copy that part out, densely
       std::array<int64_t, kMaxRank> extent{};
       for (int i = 0; i < 5; ++i) extent[i] = r.box.hi[i] - r.box.lo[i];
-      const TensorView slot = TensorView::contiguous(device, extent, 5, r.view.element_size);
+      const TensorView slot = TensorView::dense(device, extent, 5, r.view.element_size, r.view.channels_last);
       for (const StridedCopy& c :
            strided_box_copies(slot, inside.shifted(r.box.lo), static_cast<char*>(stage_out[s]), true).copies) {
         backend.copy_d2h_strided(c);

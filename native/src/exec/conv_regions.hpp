@@ -15,7 +15,7 @@ using Extent = std::array<int64_t, kMaxRank>;
 // The tensor families of plan.hpp: every operation streams tensors shaped like x, w, y or bias.
 enum class Family { x, w, y, bias };
 
-// A tensor of family f holding elements of `dtype` (an operation's output may be float32 where
+// A tensor of family f holding elements of `dtype`, stored in the problem's layout (an operation's output may be float32 where
 // its inputs are half: ConvProblem::output_dtype).
 inline TensorView view_of(const ConvProblem& p, Family f, const void* data, DType dtype) {
   Extent shape{};
@@ -25,7 +25,9 @@ inline TensorView view_of(const ConvProblem& p, Family f, const void* data, DTyp
     case Family::y: shape = {p.n, p.k, p.out[0], p.out[1], p.out[2]}; break;
     case Family::bias: shape = {p.k, 1, 1, 1, 1}; break;
   }
-  TensorView v = TensorView::contiguous(data, shape, 5, dtype_size(dtype));
+  // x, w and y are dense in the problem's layout (the bias, a vector, in either).
+  const bool channels_last = p.layout == Layout::channels_last && f != Family::bias;
+  TensorView v = TensorView::dense(data, shape, 5, dtype_size(dtype), channels_last);
   if (f == Family::x) v.border = p.padding_mode;  // what x's halo holds past the tensor's border
   return v;
 }

@@ -51,11 +51,16 @@ Region through_window(const TensorView& v, const Chunk& ch, const std::array<Ran
   return Region{v.window(lo, hi), spatial_box(ch, wide).shifted(lo)};
 }
 
+// x- and y-shaped tensors, dense in the problem's layout (pooling serves channels-last; the
+// element-wise layers and softmax are made channels-first: the Python layer hands the element-wise
+// ones channels-last arrays in their memory order).
 TensorView x_view(const ConvProblem& p, const void* data) {
-  return TensorView::contiguous(data, {p.n, p.c, p.in[0], p.in[1], p.in[2]}, kMaxRank, dtype_size(p.dtype));
+  return TensorView::dense(data, {p.n, p.c, p.in[0], p.in[1], p.in[2]}, kMaxRank, dtype_size(p.dtype),
+                           p.layout == Layout::channels_last);
 }
 TensorView y_view(const ConvProblem& p, const void* data) {
-  return TensorView::contiguous(data, {p.n, p.c, p.out[0], p.out[1], p.out[2]}, kMaxRank, dtype_size(p.dtype));
+  return TensorView::dense(data, {p.n, p.c, p.out[0], p.out[1], p.out[2]}, kMaxRank, dtype_size(p.dtype),
+                           p.layout == Layout::channels_last);
 }
 
 // The element-wise layers' spec: every tensor shaped like the output, each chunk one dense box of

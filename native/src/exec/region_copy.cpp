@@ -21,6 +21,26 @@ TensorView TensorView::contiguous(const void* data, const std::array<int64_t, kM
   return v;
 }
 
+std::array<int, kMaxRank> dense_order(const TensorView& view) {
+  const auto order = layout_order(view.channels_last ? Layout::channels_last : Layout::channels_first, view.rank);
+  std::array<int, kMaxRank> first{};
+  std::copy(order.begin(), order.begin() + kMaxRank, first.begin());
+  return first;
+}
+
+TensorView TensorView::dense(const void* data, const std::array<int64_t, kMaxRank>& shape, int rank,
+                             size_t element_size, bool channels_last) {
+  TensorView v = contiguous(data, shape, rank, element_size);
+  v.channels_last = channels_last;
+  const std::array<int, kMaxRank> order = dense_order(v);
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    v.strides[order[i]] = stride;
+    stride *= shape[order[i]];
+  }
+  return v;
+}
+
 TensorView TensorView::window(const std::array<int64_t, kMaxRank>& lo, const std::array<int64_t, kMaxRank>& hi) const {
   TensorView v = *this;
   int64_t offset = 0;
@@ -72,6 +92,27 @@ int64_t border_source(int64_t i, int64_t size, PaddingMode mode) {
 }
 
 namespace {
+
+// A view and a box of it, permuted into the order of the view's dense buffers (dense_order): the
+// copies below then run on channels-first terms alone.
+struct DenseOrder {
+  TensorView view;
+  Box box;
+};
+
+DenseOrder in_dense_order(const TensorView& t, const Box& box) {
+  if (!t.channels_last) return {t, box};
+  const std::array<int, kMaxRank> order = dense_order(t);
+  DenseOrder r{t, box};
+  r.view.channels_last = false;
+  for (int i = 0; i < t.rank; ++i) {
+    r.view.shape[i] = t.shape[order[i]];
+    r.view.strides[i] = t.strides[order[i]];
+    r.box.lo[i] = box.lo[order[i]];
+    r.box.hi[i] = box.hi[order[i]];
+  }
+  return r;
+}
 
 // The box seen as rows: dims [0, row_dim) index rows; a row is dim row_dim's extent times the
 // merged, whole, contiguous dims after it (`inner` elements per step of row_dim).
@@ -196,7 +237,10 @@ void copy_rows(const TensorView& t, const Box& box, char* dense, ThreadPool& poo
 
 }  // namespace
 
-BoxCopies strided_box_copies(const TensorView& t, const Box& box, char* dense, bool to_dense) {
+BoxCopies strided_box_copies(const TensorView& view, const Box& logical_box, char* dense, bool to_dense) {
+  const DenseOrder ordered = in_dense_order(view, logical_box);
+  const TensorView& t = ordered.view;
+  const Box& box = ordered.box;
   check_box(t, box, true);
   if (t.border != PaddingMode::zeros && !(box.clipped_to(t.shape, t.rank) == box))
     throw std::logic_error("region copy: a border mode's halo is computed by gather_box, not by DMA");
@@ -270,13 +314,15 @@ BoxCopies strided_box_copies(const TensorView& t, const Box& box, char* dense, b
 }
 
 void gather_box(const TensorView& src, const Box& box, void* dst, ThreadPool& pool) {
-  check_box(src, box, true);
-  copy_rows<true>(src, box, static_cast<char*>(dst), pool);
+  const DenseOrder o = in_dense_order(src, box);
+  check_box(o.view, o.box, true);
+  copy_rows<true>(o.view, o.box, static_cast<char*>(dst), pool);
 }
 
 void scatter_box(const void* src, const TensorView& dst, const Box& box, ThreadPool& pool) {
-  check_box(dst, box, false);
-  copy_rows<false>(dst, box, static_cast<char*>(const_cast<void*>(src)), pool);
+  const DenseOrder o = in_dense_order(dst, box);
+  check_box(o.view, o.box, false);
+  copy_rows<false>(o.view, o.box, static_cast<char*>(const_cast<void*>(src)), pool);
 }
 
 }  // namespace ooc

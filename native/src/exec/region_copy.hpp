@@ -4,6 +4,10 @@
 // scatter: box must lie inside the tensor.
 // Trailing dimensions the box covers whole are merged, so a box of whole rows or planes moves as
 // long memcpy runs, not element by element.
+// Views and boxes are in logical coordinates (N, C, spatial... for a convolution's tensors); a
+// view marked channels_last holds its boxes' dense buffers in the order N, spatial..., C (dim 1
+// last), and every copy below permutes view and box into that order first (the one place the
+// layout is translated), so a box covering C whole still moves as long contiguous runs.
 #pragma once
 
 #include <array>
@@ -29,9 +33,16 @@ struct TensorView {
   // What a gather reads outside the tensor: zeros, or the element border_source maps to (x of a
   // convolution with a padding_mode). Only gather_box computes a non-zero border.
   PaddingMode border = PaddingMode::zeros;
+  // Dense buffers of this view's boxes are in the order (0, 2, ..., rank - 1, 1): channels-last.
+  // The strides stay the tensor's own, in logical order.
+  bool channels_last = false;
 
   static TensorView contiguous(const void* data, const std::array<int64_t, kMaxRank>& shape, int rank,
                                size_t element_size);
+  // A tensor of logical `shape` stored densely in the layout channels_last names (false: the same
+  // as contiguous): a channels-last tensor's strides, or a chunk's dense buffer of such a view.
+  static TensorView dense(const void* data, const std::array<int64_t, kMaxRank>& shape, int rank,
+                          size_t element_size, bool channels_last);
   // The part [lo, hi) of this view (inside it), indexed from lo: same strides, data moved to lo.
   // Copies through a window treat everything outside it as outside the tensor: gathers read zeros
   // there (a window's border is zeros), scatters and strided copies leave it alone.
@@ -52,6 +63,9 @@ struct Box {
 // 0), circular wraps (-1 -> size - 1). -1 for zeros outside [0, size). Each border reaches at most
 // one period (ConvProblem::set_padding_mode checks the padding); beyond that it throws logic_error.
 int64_t border_source(int64_t i, int64_t size, PaddingMode mode);
+// The dimension order of the dense buffers of `view`'s boxes: order[i] is the logical dimension
+// stored i-th (identity for channels-first views).
+std::array<int, kMaxRank> dense_order(const TensorView& view);
 
 void gather_box(const TensorView& src, const Box& box, void* dst, ThreadPool& pool);
 

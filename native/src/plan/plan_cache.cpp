@@ -11,7 +11,7 @@ PlanKey& PlanKey::add(const ConvProblem& p) {
   add(p.op).add(p.spatial_dims).add(p.n).add(p.c).add(p.k).add(p.groups);
   for (const Dims3* dims : {&p.in, &p.kernel, &p.stride, &p.padding, &p.padding_extra, &p.dilation, &p.out})
     for (int64_t v : *dims) add(v);
-  return add(p.dtype).add(p.alpha).add(p.beta).add(p.has_bias).add(p.padding_mode);
+  return add(p.dtype).add(p.alpha).add(p.beta).add(p.has_bias).add(p.padding_mode).add(p.layout);
 }
 
 PlanKey& PlanKey::add(const PlannerConfig& c) {

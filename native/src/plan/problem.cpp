@@ -43,6 +43,19 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
+const char* layout_name(Layout layout) {
+  return layout == Layout::channels_last ? "channels_last" : "channels_first";
+}
+
+std::array<int, kMaxLayoutRank> layout_order(Layout layout, int rank) {
+  std::array<int, kMaxLayoutRank> order{};
+  for (int i = 0; i < kMaxLayoutRank; ++i) order[i] = i;
+  if (layout != Layout::channels_last || rank < 3) return order;
+  for (int i = 1; i < rank - 1; ++i) order[i] = i + 1;
+  order[rank - 1] = 1;
+  return order;
+}
+
 const char* operation_name(Operation op) {
   switch (op) {
     case Operation::forward: return "conv_forward";
@@ -274,6 +287,7 @@ std::string ConvProblem::describe() const {
     return s.str();
   }
   s << "conv" << spatial_dims << "d ";
+  if (layout == Layout::channels_last) s << "channels_last ";
   switch (op) {
     case Operation::forward:
       s << "forward " << dtype_name(dtype) << ": x" << format_shape(x_shape()) << " * w" << format_shape(w_shape())

@@ -88,18 +88,14 @@ cudnnDataType_t cudnn_type(DType dtype) {
   throw std::logic_error("cuda backend: unknown dtype");
 }
 
-// Fully packed NC(D)HW strides; also checks the element count fits cuDNN's int indexing.
+// Fully packed strides of dims in `layout` (cudnn_descriptors.hpp's packed_strides); also checks
+// the element count fits cuDNN's int indexing.
 void set_packed_tensor(cudnnTensorDescriptor_t desc, const int* dims, int count, const char* what,
-                       cudnnDataType_t type) {
+                       cudnnDataType_t type, Layout layout = Layout::channels_first) {
   int strides[5] = {};
-  int64_t stride = 1;
-  for (int i = count - 1; i >= 0; --i) {
-    strides[i] = static_cast<int>(stride);
-    stride *= dims[i];
-    if (stride > std::numeric_limits<int>::max())
-      throw std::logic_error(std::string("cuda backend: chunk tensor ") + what + format_dims(dims, count) +
-                             " has 2^31 elements or more (the planner must split it further)");
-  }
+  if (packed_strides(dims, count, layout, strides) > std::numeric_limits<int>::max())
+    throw std::logic_error(std::string("cuda backend: chunk tensor ") + what + format_dims(dims, count) +
+                           " has 2^31 elements or more (the planner must split it further)");
   OOC_CUDNN_CHECK(cudnnSetTensorNdDescriptor(desc, type, count, dims, strides));
 }
 
@@ -333,14 +329,18 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
   s->tensor_cores_allowed = shape.dtype != DType::float32 || shape.math == MathMode::tf32;
   s->adopts_algorithm_math = shape.dtype == DType::float32 && shape.math == MathMode::tf32;
   s->math = conv_math_type(shape);
-  set_packed_tensor(s->x, g.x, g.tensor_dims, "x", type);
-  set_packed_tensor(s->y, g.y, g.tensor_dims, "y", type);
+  // The chunk's buffers are dense in its layout (ChunkConv::layout); a 1-D chunk's unit H keeps
+  // C innermost too. cuDNN's filter format names the weight's layout (NHWC: C/groups innermost).
+  set_packed_tensor(s->x, g.x, g.tensor_dims, "x", type, shape.layout);
+  set_packed_tensor(s->y, g.y, g.tensor_dims, "y", type, shape.layout);
   const int bias_dims[5] = {1, g.y[1], 1, 1, 1};
   set_packed_tensor(s->bias, bias_dims, g.tensor_dims, "bias", type);
-  OOC_CUDNN_CHECK(cudnnSetFilterNdDescriptor(s->w, type, CUDNN_TENSOR_NCHW, g.tensor_dims, g.w));
+  const cudnnTensorFormat_t filter_format =
+      shape.layout == Layout::channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  OOC_CUDNN_CHECK(cudnnSetFilterNdDescriptor(s->w, type, filter_format, g.tensor_dims, g.w));
   if (shape.out_dtype != shape.dtype) {  // a half backward filter's partial dw and its float32 sum
-    set_packed_tensor(s->w_partial, g.w, g.tensor_dims, "dw", type);
-    set_packed_tensor(s->w_accumulator, g.w, g.tensor_dims, "dw", cudnn_type(shape.out_dtype));
+    set_packed_tensor(s->w_partial, g.w, g.tensor_dims, "dw", type, shape.layout);
+    set_packed_tensor(s->w_accumulator, g.w, g.tensor_dims, "dw", cudnn_type(shape.out_dtype), shape.layout);
   }
   // Float32 computation for every dtype (half and bfloat16 accumulate in float32).
   OOC_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(s->conv, g.spatial_dims, g.padding, g.stride, g.dilation,
@@ -361,7 +361,7 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
 }  // namespace
 
 ConvSetupCache::Key ConvSetupCache::key_of(const ChunkConv& s, size_t workspace_limit, Operation op) {
-  static_assert(std::tuple_size<Key>::value == 8 + 6 * kMaxSpatial + 2,
+  static_assert(std::tuple_size<Key>::value == 9 + 6 * kMaxSpatial + 2,
                 "the key holds every ChunkConv field, the workspace limit and the operation");
   Key key{};
   size_t i = 0;
@@ -373,6 +373,7 @@ ConvSetupCache::Key ConvSetupCache::key_of(const ChunkConv& s, size_t workspace_
   key[i++] = s.k;
   key[i++] = s.groups;
   key[i++] = static_cast<int64_t>(s.math);
+  key[i++] = static_cast<int64_t>(s.layout);
   for (const Dims3* dims : {&s.in, &s.kernel, &s.stride, &s.padding, &s.dilation, &s.out})
     for (int64_t v : *dims) key[i++] = v;
   key[i++] = static_cast<int64_t>(workspace_limit);

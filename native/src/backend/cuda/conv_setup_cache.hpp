@@ -60,7 +60,7 @@ class ConvSetupCache {
                         void* out, void* workspace, size_t workspace_limit);
 
  private:
-  using Key = std::array<int64_t, 28>;  // every ChunkConv field, the workspace limit, the operation
+  using Key = std::array<int64_t, 29>;  // every ChunkConv field, the workspace limit, the operation
   static Key key_of(const ChunkConv& shape, size_t workspace_limit, Operation op);
 
   std::map<Key, std::unique_ptr<ConvSetup>> setups_;

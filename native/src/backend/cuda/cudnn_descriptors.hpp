@@ -4,7 +4,10 @@
 
 #include <cudnn.h>
 
+#include <cstdint>
+
 #include "backend/cuda/cuda_check.hpp"
+#include "ooc/problem.hpp"
 
 namespace ooc {
 
@@ -69,6 +72,19 @@ struct PoolingDescriptorTraits {
   static cudnnStatus_t create(Handle* h) { return cudnnCreatePoolingDescriptor(h); }
   static cudnnStatus_t destroy(Handle h) { return cudnnDestroyPoolingDescriptor(h); }
 };
+
+// Fully packed strides of `rank` dims (N, C, spatial...) in `layout`: NC(D)HW, or N(D)HWC with C
+// innermost (a chunk's buffers are dense in its problem's layout). Returns the element count, for
+// the callers' check against cuDNN's int indexing.
+inline int64_t packed_strides(const int* dims, int rank, Layout layout, int* strides) {
+  const auto order = layout_order(layout, rank);  // outermost to innermost in memory
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    strides[order[i]] = static_cast<int>(stride);
+    stride *= dims[order[i]];
+  }
+  return stride;
+}
 
 using CudnnHandle = CudnnObject<CudnnHandleTraits>;
 using TensorDescriptor = CudnnObject<TensorDescriptorTraits>;

@@ -29,11 +29,12 @@ void set_flat(const TensorDescriptor& d, const ChunkConv& s) {
                                              as_int(s.in[0] * s.in[1] * s.in[2]), 1));
 }
 
-// A dense (packed) tensor of rank dims (4 or 5) of `dtype`.
-void set_packed(const TensorDescriptor& d, const int* dims, int rank, DType dtype) {
+// A dense (packed) tensor of rank dims (4 or 5) of `dtype`, in `layout` (pooling chunks may be
+// channels-last; the other layers' chunks are channels-first).
+void set_packed(const TensorDescriptor& d, const int* dims, int rank, DType dtype,
+                Layout layout = Layout::channels_first) {
   int strides[5];
-  strides[rank - 1] = 1;
-  for (int i = rank - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+  packed_strides(dims, rank, layout, strides);
   OOC_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, data_type(dtype), rank, dims, strides));
 }
 
@@ -131,8 +132,8 @@ struct PoolingSetup {
                                  : mode == PoolMode::avg ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
                                                          : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
     OOC_CUDNN_CHECK(cudnnSetPoolingNdDescriptor(pool, m, CUDNN_PROPAGATE_NAN, sd, window, pad, stride));
-    set_packed(x, xdims, 2 + sd, s.dtype);
-    set_packed(y, ydims, 2 + sd, s.dtype);
+    set_packed(x, xdims, 2 + sd, s.dtype, s.layout);
+    set_packed(y, ydims, 2 + sd, s.dtype, s.layout);
   }
 };
 

@@ -9,6 +9,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/fault_injection.hpp"
+#include "backend/host/host_channels_first.hpp"
 #include "backend/host/host_conv.hpp"
 #include "backend/host/host_elements.hpp"
 #include "backend/host/host_layers.hpp"
@@ -88,20 +89,34 @@ class HostBackend final : public Backend {
 
   // The convolution kernels read every dtype (backend/host/host_conv.hpp); the others are float32
   // loops, refusing a chunk of another dtype.
+  // Channels-last chunks run through channels-first scratch (host_channels_first.hpp); db, a
+  // vector, is the same in either layout.
   void do_conv_forward(const ChunkConv& shape, const void* x, const void* w, const void* bias, void* y,
                        double alpha, double beta, void*, size_t) override {
-    host_conv_forward(shape, x, w, bias, y, alpha, beta, ThreadPool::shared());
+    in_channels_first(shape.layout, {x_buffer(shape, x), w_buffer(shape, w, shape.dtype)}, y_buffer(shape, y),
+                      beta != 0.0, [&](const void* const* in, void* out) {
+                        host_conv_forward(shape, in[0], in[1], bias, out, alpha, beta, ThreadPool::shared());
+                      });
   }
   void do_conv_backward_data(const ChunkConv& shape, const void* dy, const void* w, void* dx, double alpha,
                              double beta, void*, size_t) override {
-    host_conv_backward_data(shape, dy, w, dx, alpha, beta, ThreadPool::shared());
+    in_channels_first(shape.layout, {y_buffer(shape, dy), w_buffer(shape, w, shape.dtype)}, x_buffer(shape, dx),
+                      beta != 0.0, [&](const void* const* in, void* out) {
+                        host_conv_backward_data(shape, in[0], in[1], out, alpha, beta, ThreadPool::shared());
+                      });
   }
   void do_conv_backward_filter(const ChunkConv& shape, const void* x, const void* dy, void* dw, double alpha,
                                double beta, void*, size_t) override {
-    host_conv_backward_filter(shape, x, dy, dw, alpha, beta, ThreadPool::shared());
+    in_channels_first(shape.layout, {x_buffer(shape, x), y_buffer(shape, dy)}, w_buffer(shape, dw, shape.out_dtype),
+                      beta != 0.0, [&](const void* const* in, void* out) {
+                        host_conv_backward_filter(shape, in[0], in[1], out, alpha, beta, ThreadPool::shared());
+                      });
   }
   void do_conv_backward_bias(const ChunkConv& shape, const void* dy, void* db, double alpha, double beta) override {
-    host_conv_backward_bias(shape, dy, db, alpha, beta, ThreadPool::shared());
+    const ChannelsBuffer vector{db, 1, 1, shape.k, shape.out_dtype};  // one channel: alike in both layouts
+    in_channels_first(shape.layout, {y_buffer(shape, dy)}, vector, beta != 0.0, [&](const void* const* in, void* out) {
+      host_conv_backward_bias(shape, in[0], out, alpha, beta, ThreadPool::shared());
+    });
   }
 
   void do_gemm(const ChunkGemm& shape, const void* a, const void* b, const void* bias, void* c, double alpha,
@@ -138,11 +153,17 @@ class HostBackend final : public Backend {
   }
   void do_pool_forward(const ChunkConv& s, PoolMode mode, const void* x, void* y, double alpha,
                        double beta) override {
-    host_pool_forward(s, mode, x, y, alpha, beta, ThreadPool::shared());
+    in_channels_first(s.layout, {x_buffer(s, x)}, pooled_buffer(s, y), beta != 0.0,
+                      [&](const void* const* in, void* out) {
+                        host_pool_forward(s, mode, in[0], out, alpha, beta, ThreadPool::shared());
+                      });
   }
   void do_pool_backward(const ChunkConv& s, PoolMode mode, const void* y, const void* dy, const void* x, void* dx,
                         double alpha, double beta) override {
-    host_pool_backward(s, mode, y, dy, x, dx, alpha, beta, ThreadPool::shared());
+    in_channels_first(s.layout, {pooled_buffer(s, y), pooled_buffer(s, dy), x_buffer(s, x)}, x_buffer(s, dx),
+                      beta != 0.0, [&](const void* const* in, void* out) {
+                        host_pool_backward(s, mode, in[0], in[1], in[2], out, alpha, beta, ThreadPool::shared());
+                      });
   }
   void do_add_tensor(const ChunkConv& a_shape, const ChunkConv& out_shape, double alpha, const void* a, double beta,
                      const void* b, void* out) override {
