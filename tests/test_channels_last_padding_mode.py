@@ -1,0 +1,54 @@
+"""Channels-last arrays under a non-zero padding_mode (host backend): the two features meet in the
+halo gather (a channels-last view is permuted into memory order with its border mode kept) and in
+backward data's padded temporary (allocated in the call's layout). Each result against torch's
+F.pad + convolution in float64, at budgets that split space unevenly, into NaN-poisoned
+channels-last outputs, the inputs unchanged."""
+
+import numpy as np
+import pytest
+
+import pyooc
+from conftest import rel_err
+from layout_helpers import channels_last, empty_channels_last, is_channels_last
+from padding_mode_helpers import CASES, DTYPES, MODES, budgets, random_inputs, torch_reference
+
+# A 2-D and a 3-D case of the padding_mode suite: grouped, dilated, strided, uneven paddings.
+SOME_CASES = ("2d_grouped_dilated", "3d")
+
+
+def _check(call, plan_at, ref, dtype, tol, what, inputs):
+    before = [a.copy() for a in inputs]
+    for limit in budgets(plan_at):
+        out = empty_channels_last(ref.shape, dtype)
+        got = call(limit, out)
+        assert got is out and is_channels_last(got)
+        err = rel_err(np.asarray(got).astype(np.float64), ref)
+        assert err < tol, f"{what} at memory_limit={limit}: relative error {err:.2e}"
+        # A fresh result takes the inputs' layout too.
+        assert is_channels_last(call(limit, None)), what
+    for a, b in zip(inputs, before):
+        np.testing.assert_array_equal(a, b, "an input was written")
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", SOME_CASES)
+@pytest.mark.parametrize("mode", MODES)
+def test_forward_and_gradients(rng, mode, case, dtype_name):
+    x_shape, w_shape, geometry = CASES[case]
+    dtype, tol = DTYPES[dtype_name]
+    x, w, dy = random_inputs(rng, x_shape, w_shape, geometry, dtype)
+    y_ref, dx_ref, dw_ref = torch_reference(x, w, dy, x_shape, w_shape, geometry, mode)
+    x, w, dy = channels_last(x), channels_last(w), channels_last(dy)
+    opts = dict(backend="host", padding_mode=mode, **geometry)
+
+    def plan(make, *shapes):
+        return lambda m: make(*shapes, dtype=dtype_name, memory_limit=m, layout="channels_last", **opts)
+
+    _check(lambda m, out: pyooc.conv_forward(x, w, out=out, memory_limit=m, **opts),
+           plan(pyooc.plan_conv_forward, x_shape, w_shape), y_ref, dtype, tol, f"{mode} forward", [x, w])
+    _check(lambda m, out: pyooc.conv_backward_filter(x, dy, w_shape, out=out, memory_limit=m, **opts),
+           plan(pyooc.plan_conv_backward_filter, x_shape, dy.shape, w_shape), dw_ref, dtype, tol,
+           f"{mode} backward filter", [x, dy])
+    _check(lambda m, out: pyooc.conv_backward_data(dy, w, x_shape, out=out, memory_limit=m, **opts),
+           plan(pyooc.plan_conv_backward_data, dy.shape, w_shape, x_shape), dx_ref, dtype, tol,
+           f"{mode} backward data", [dy, w])
