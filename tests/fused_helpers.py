@@ -10,7 +10,8 @@ import numpy as np
 
 import pyooc
 from backward_helpers import reference_backward_data, reference_backward_filter
-from conftest import expected_traffic, needed_budget, output_shape, reference_conv, rel_err, scan_budget
+from conftest import (cancellation_floor, expected_traffic, needed_budget, output_shape, reference_conv, rel_err,
+                      scan_budget)
 from layers_helpers import COEF, ref_activation, ref_activation_grad
 
 TOL = 1e-5
@@ -44,17 +45,6 @@ def random_forward(rng, x_shape, w_shape, **geometry):
     b = rng.standard_normal(w_shape[0], dtype=np.float32)
     z = rng.standard_normal(output_shape(x_shape, w_shape, **geometry), dtype=np.float32)
     return x, w, b, z
-
-
-def cancellation_floor(x, w, b, z, alpha1, alpha2, **geometry):
-    """The norm a random-sign sum of each output's terms has: ||conv(|x|, |w|) + ...|| / sqrt(terms).
-    A C split carries fp32 partial sums between chunks, which round at the scale of the terms; an
-    output that cancels far below it by chance (a lone element of a 1863-term reduction) is judged
-    at this scale. For outputs that do not cancel unusually it is below ||pre|| (about 0.64 of it),
-    so they are judged as before."""
-    summands = reference_conv(np.abs(x), np.abs(w), None if b is None else np.abs(b), alpha=abs(alpha1),
-                              beta=abs(alpha2), out=None if z is None else np.abs(z), **geometry)
-    return float(np.linalg.norm(summands) / math.sqrt(np.prod(w.shape[1:])))
 
 
 def reference_bias_activation(x, w, b, z, activation, alpha1=1.0, alpha2=0.0, **geometry):

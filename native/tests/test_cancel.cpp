@@ -258,7 +258,9 @@ class CapiCancel : public ooc_test::HostBackendTest {};
 
 TEST_F(CapiCancel, OocCancelStopsTheRunningCall) {
   const cudnnHandle_t handle = ooc_test::dummy_handle();
-  ooc_test::ConvDescriptors d{{2, 3, 32, 32}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}};
+  // Large enough (~0.2 s on the host backend) that the cancelling thread is scheduled while the call
+  // runs even on a loaded machine: a cancel before the call starts does nothing, by design.
+  ooc_test::ConvDescriptors d{{4, 16, 96, 96}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}};
   const std::vector<float> x = random_floats(d.problem.x_elements(), 13), w = random_floats(d.problem.w_elements(), 14);
   std::vector<float> y = nan_vector(d.problem.y_elements());
   const float one = 1.0f, zero = 0.0f;
