@@ -8,6 +8,7 @@ import numpy as np
 
 from pyooc._arrays import as_int, as_shape
 from pyooc._exceptions import CudaError
+from pyooc._layouts import CHANNELS_LAST, array_layouts
 from pyooc._loader import load_native
 from pyooc.memory import MAX_BYTES
 
@@ -50,7 +51,8 @@ def _owner(array):
 
 
 def pin(array):
-    """Page-locks an existing C-contiguous numpy array in place (cudaHostRegister), so pyooc's
+    """Page-locks an existing dense numpy array (C-contiguous, or channels-last as torch's
+    channels_last tensors are: docs/layouts.md) in place (cudaHostRegister), so pyooc's
     calls move it by DMA at the link's speed, as pinned_empty's arrays; returns the array. It stays
     pinned until unpin(array) or until its memory's owner is freed. Registering takes a fraction of
     allocating pinned memory (0.16 s for 4 GiB on the H200's host), but still pays only for an
@@ -58,8 +60,9 @@ def pin(array):
     GPU is present."""
     if not isinstance(array, np.ndarray):
         raise TypeError(f"array must be a numpy.ndarray, got {type(array).__name__}")
-    if not array.flags.c_contiguous:
-        raise ValueError("array must be C-contiguous to be pinned in place")
+    # A dense array's first element is the lowest address of its memory, whatever its order.
+    if not (array.flags.c_contiguous or CHANNELS_LAST in array_layouts(array)):
+        raise ValueError("array must be C-contiguous or channels-last (dense) to be pinned in place")
     address, nbytes = array.__array_interface__["data"][0], array.nbytes
     with _registered_lock:
         if address in _registered:

@@ -371,3 +371,19 @@ def test_spread_over_devices(rng):
         assert is_channels_last(dw)
         assert rel_err(dw, grouped_backward_filter(up(x), up(dy), w.shape, groups, **geometry("2d_groups_strided"))) \
             < 1e-5
+
+
+def test_pin_takes_a_channels_last_array_and_refuses_other_strides(rng):
+    """pyooc.pin registers dense memory: a channels-last array is as dense as a C-contiguous one (its
+    first element is its memory's start); a strided view is refused naming the layouts it takes.
+    Without a GPU the registration itself is the CudaError pin documents."""
+    from conftest import HAS_GPU
+    xl = channels_last(rng.standard_normal((2, 3, 4, 5)).astype(np.float32))
+    with pytest.raises(ValueError, match="C-contiguous or channels-last"):
+        pyooc.pin(xl[:, :, ::2])
+    if HAS_GPU:
+        assert pyooc.pin(xl) is xl
+        pyooc.unpin(xl)
+    else:
+        with pytest.raises(pyooc.CudaError):
+            pyooc.pin(xl)
