@@ -3,12 +3,27 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "exec/region_copy.hpp"
 
 namespace ooc_test {
+
+// Distinct, exactly representable values: element i holds i + 1 (0 is reserved for the halo).
+inline std::vector<float> iota_tensor(int64_t elements) {
+  std::vector<float> v(static_cast<size_t>(elements));
+  for (int64_t i = 0; i < elements; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i + 1);
+  return v;
+}
+
+// The element count of the first `rank` dims of `shape`.
+inline int64_t elements(const std::array<int64_t, ooc::kMaxRank>& shape, int rank) {
+  int64_t e = 1;
+  for (int i = 0; i < rank; ++i) e *= shape[i];
+  return e;
+}
 
 // The box's elements, the last dim of `order` varying fastest (identity: row-major over the box;
 // a channels-last view's dense_order: its device buffers' order), zero where the index leaves the

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "exec/region_copy.hpp"
+#include "region_copy_reference.hpp"
 #include "util/thread_pool.hpp"
 
 namespace {
@@ -22,6 +23,8 @@ using ooc::kMaxRank;
 using ooc::PaddingMode;
 using ooc::TensorView;
 using Dims = std::array<int64_t, kMaxRank>;
+using ooc_test::iota_tensor;
+using ooc_test::elements;
 
 constexpr PaddingMode kModes[] = {PaddingMode::reflect, PaddingMode::replicate, PaddingMode::circular};
 
@@ -48,18 +51,6 @@ std::vector<int64_t> padded_indices(int64_t size, int64_t before, int64_t after,
   for (int64_t i = 0; i < size; ++i) out.push_back(i);
   out.insert(out.end(), right.begin(), right.end());
   return out;
-}
-
-std::vector<float> iota_tensor(int64_t elements) {
-  std::vector<float> v(static_cast<size_t>(elements));
-  for (int64_t i = 0; i < elements; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i + 1);
-  return v;
-}
-
-int64_t elements(const Dims& shape, int rank) {
-  int64_t e = 1;
-  for (int i = 0; i < rank; ++i) e *= shape[i];
-  return e;
 }
 
 // Element-by-element gather of a padded tensor: each index goes through its dimension's padded

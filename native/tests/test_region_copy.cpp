@@ -19,21 +19,10 @@ using ooc::Box;
 using ooc::kMaxRank;
 using ooc::TensorView;
 using Dims = std::array<int64_t, kMaxRank>;
+using ooc_test::iota_tensor;
+using ooc_test::elements;
 using ooc_test::reference_gather;
 using ooc_test::run_copies;
-
-// Distinct, exactly representable values: element i holds i + 1 (0 is reserved for the halo).
-std::vector<float> iota_tensor(int64_t elements) {
-  std::vector<float> v(static_cast<size_t>(elements));
-  for (int64_t i = 0; i < elements; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i + 1);
-  return v;
-}
-
-int64_t elements(const Dims& shape, int rank) {
-  int64_t e = 1;
-  for (int i = 0; i < rank; ++i) e *= shape[i];
-  return e;
-}
 
 Box make_box(const Dims& lo, const Dims& hi) {
   Box b;

@@ -21,13 +21,8 @@ using ooc::Box;
 using ooc::kMaxRank;
 using ooc::TensorView;
 using Dims = std::array<int64_t, kMaxRank>;
+using ooc_test::elements;
 using ooc_test::run_copies;
-
-int64_t elements(const Dims& shape, int rank) {
-  int64_t e = 1;
-  for (int i = 0; i < rank; ++i) e *= shape[i];
-  return e;
-}
 
 // Element i of the memory holds i + 1 (0 is the halo's).
 std::vector<float> iota(int64_t n) {
