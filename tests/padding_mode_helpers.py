@@ -104,3 +104,20 @@ def check_close(got, ref, tol, what):
     assert not np.isnan(got64).any(), f"{what}: {int(np.isnan(got64).sum())} outputs never written"
     err = rel_err(got64, ref)
     assert err < tol, f"{what}: relative error {err:.3e} >= {tol}"
+
+
+# The convolution's three operations under one name each, and which of torch_reference's (y, dx, dw) each gives.
+OPERATIONS = {"forward": 0, "backward filter": 2, "backward data": 1}
+
+
+def conv_operation(operation, x, w, dy):
+    """(plan(**options), run(**options), the inputs it must leave unchanged) of one of OPERATIONS on
+    these arrays: the same call the tests make of each, its plan twin with the matching shapes."""
+    if operation == "forward":
+        return (lambda **o: pyooc.plan_conv_forward(x.shape, w.shape, **o),
+                lambda **o: pyooc.conv_forward(x, w, **o), [x, w])
+    if operation == "backward filter":
+        return (lambda **o: pyooc.plan_conv_backward_filter(x.shape, dy.shape, w.shape, **o),
+                lambda **o: pyooc.conv_backward_filter(x, dy, w.shape, **o), [x, dy])
+    return (lambda **o: pyooc.plan_conv_backward_data(dy.shape, w.shape, x.shape, **o),
+            lambda **o: pyooc.conv_backward_data(dy, w, x.shape, **o), [dy, w])

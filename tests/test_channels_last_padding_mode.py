@@ -10,7 +10,8 @@ import pytest
 import pyooc
 from conftest import rel_err
 from layout_helpers import channels_last, empty_channels_last, is_channels_last
-from padding_mode_helpers import CASES, DTYPES, MODES, budgets, random_inputs, torch_reference
+from padding_mode_helpers import (CASES, DTYPES, MODES, OPERATIONS, budgets, conv_operation, random_inputs,
+                                  torch_reference)
 
 # A 2-D and a 3-D case of the padding_mode suite: grouped, dilated, strided, uneven paddings.
 SOME_CASES = ("2d_grouped_dilated", "3d")
@@ -30,25 +31,17 @@ def _check(call, plan_at, ref, dtype, tol, what, inputs):
         np.testing.assert_array_equal(a, b, "an input was written")
 
 
+@pytest.mark.parametrize("operation", OPERATIONS)
 @pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
 @pytest.mark.parametrize("case", SOME_CASES)
 @pytest.mark.parametrize("mode", MODES)
-def test_forward_and_gradients(rng, mode, case, dtype_name):
+def test_each_operation(rng, mode, case, dtype_name, operation):
     x_shape, w_shape, geometry = CASES[case]
     dtype, tol = DTYPES[dtype_name]
     x, w, dy = random_inputs(rng, x_shape, w_shape, geometry, dtype)
-    y_ref, dx_ref, dw_ref = torch_reference(x, w, dy, x_shape, w_shape, geometry, mode)
-    x, w, dy = channels_last(x), channels_last(w), channels_last(dy)
-    opts = dict(backend="host", padding_mode=mode, **geometry)
-
-    def plan(make, *shapes):
-        return lambda m: make(*shapes, dtype=dtype_name, memory_limit=m, layout="channels_last", **opts)
-
-    _check(lambda m, out: pyooc.conv_forward(x, w, out=out, memory_limit=m, **opts),
-           plan(pyooc.plan_conv_forward, x_shape, w_shape), y_ref, dtype, tol, f"{mode} forward", [x, w])
-    _check(lambda m, out: pyooc.conv_backward_filter(x, dy, w_shape, out=out, memory_limit=m, **opts),
-           plan(pyooc.plan_conv_backward_filter, x_shape, dy.shape, w_shape), dw_ref, dtype, tol,
-           f"{mode} backward filter", [x, dy])
-    _check(lambda m, out: pyooc.conv_backward_data(dy, w, x_shape, out=out, memory_limit=m, **opts),
-           plan(pyooc.plan_conv_backward_data, dy.shape, w_shape, x_shape), dx_ref, dtype, tol,
-           f"{mode} backward data", [dy, w])
+    ref = torch_reference(x, w, dy, x_shape, w_shape, geometry, mode)[OPERATIONS[operation]]
+    plan, run, inputs = conv_operation(operation, channels_last(x), channels_last(w), channels_last(dy))
+    options = dict(backend="host", padding_mode=mode, **geometry)
+    _check(lambda m, out: run(out=out, memory_limit=m, **options),
+           lambda m: plan(dtype=dtype_name, memory_limit=m, layout="channels_last", **options), ref, dtype, tol,
+           f"{mode} {operation}", inputs)

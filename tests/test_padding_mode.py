@@ -10,7 +10,8 @@ import pytest
 
 import pyooc
 from conftest import host_direct_access, needed_budget
-from padding_mode_helpers import CASES, DTYPES, MODES, budgets, check_close, random_inputs, torch_reference
+from padding_mode_helpers import (CASES, DTYPES, MODES, OPERATIONS, budgets, check_close, conv_operation,
+                                  random_inputs, torch_reference)
 
 
 def _run_every_budget(plan_at, call, ref, dtype, tol, what, inputs):
@@ -27,52 +28,22 @@ def _run_every_budget(plan_at, call, ref, dtype, tol, what, inputs):
         np.testing.assert_array_equal(a, b, "an input was written")
 
 
+@pytest.mark.parametrize("operation", OPERATIONS)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("mode", MODES)
-def test_forward(rng, mode, case, dtype_name):
-    x_shape, w_shape, geometry = CASES[case]
-    dtype, tol = DTYPES[dtype_name]
-    x, w, _ = random_inputs(rng, x_shape, w_shape, geometry, dtype)
-    ref, _, _ = torch_reference(x, w, None, x_shape, w_shape, geometry, mode)
-    plan_at = lambda m: pyooc.plan_conv_forward(x_shape, w_shape, dtype=dtype_name, memory_limit=m,  # noqa: E731
-                                                backend="host", padding_mode=mode, **geometry)
-    assert plan_at(None).padding_mode == mode
-    _run_every_budget(plan_at, lambda m, out: pyooc.conv_forward(x, w, out=out, memory_limit=m, backend="host",
-                                                                 padding_mode=mode, **geometry),
-                      ref, dtype, tol, f"{mode} forward", [x, w])
-
-
-@pytest.mark.parametrize("dtype_name", DTYPES)
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("mode", MODES)
-def test_backward_filter(rng, mode, case, dtype_name):
+def test_each_operation(rng, mode, case, dtype_name, operation):
     x_shape, w_shape, geometry = CASES[case]
     dtype, tol = DTYPES[dtype_name]
     x, w, dy = random_inputs(rng, x_shape, w_shape, geometry, dtype)
-    _, _, ref = torch_reference(x, w, dy, x_shape, w_shape, geometry, mode)
-    plan_at = lambda m: pyooc.plan_conv_backward_filter(x_shape, dy.shape, w_shape, dtype=dtype_name,  # noqa: E731
-                                                        memory_limit=m, backend="host", padding_mode=mode, **geometry)
-    _run_every_budget(plan_at, lambda m, out: pyooc.conv_backward_filter(x, dy, w_shape, out=out, memory_limit=m,
-                                                                         backend="host", padding_mode=mode,
-                                                                         **geometry),
-                      ref, dtype, tol, f"{mode} backward filter", [x, dy])
-
-
-@pytest.mark.parametrize("dtype_name", DTYPES)
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("mode", MODES)
-def test_backward_data(rng, mode, case, dtype_name):
-    x_shape, w_shape, geometry = CASES[case]
-    dtype, tol = DTYPES[dtype_name]
-    x, w, dy = random_inputs(rng, x_shape, w_shape, geometry, dtype)
-    _, ref, _ = torch_reference(x, w, dy, x_shape, w_shape, geometry, mode)
-    plan_at = lambda m: pyooc.plan_conv_backward_data(dy.shape, w_shape, x_shape, dtype=dtype_name,  # noqa: E731
-                                                      memory_limit=m, backend="host", padding_mode=mode, **geometry)
-    _run_every_budget(plan_at, lambda m, out: pyooc.conv_backward_data(dy, w, x_shape, out=out, memory_limit=m,
-                                                                       backend="host", padding_mode=mode,
-                                                                       **geometry),
-                      ref, dtype, tol, f"{mode} backward data", [dy, w])
+    ref = torch_reference(x, w, dy, x_shape, w_shape, geometry, mode)[OPERATIONS[operation]]
+    plan, run, inputs = conv_operation(operation, x, w, dy)
+    options = dict(backend="host", padding_mode=mode, **geometry)
+    plan_at = lambda m: plan(dtype=dtype_name, memory_limit=m, **options)  # noqa: E731
+    if operation == "forward":  # backward data plans the unpadded problem it runs on the padded x
+        assert plan_at(None).padding_mode == mode
+    _run_every_budget(plan_at, lambda m, out: run(out=out, memory_limit=m, **options), ref, dtype, tol,
+                      f"{mode} {operation}", inputs)
 
 
 @pytest.mark.parametrize("mode", MODES)
