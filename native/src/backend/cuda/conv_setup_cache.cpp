@@ -143,9 +143,10 @@ bool uses_tensor_cores(cudnnMathType_t math) {
   return math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
-// The descriptor's math type for an algorithm cuDNN reported with `math` (ConvSetup::adopts_algorithm_math).
-void adopt_math(ConvSetup& s, cudnnMathType_t math) {
-  if (s.adopts_algorithm_math) OOC_CUDNN_CHECK(cudnnSetConvolutionMathType(s.conv, math));
+// The descriptor's math type an algorithm that cuDNN reported with `reported` runs under: the
+// reported one where the setup adopts it (ConvSetup::adopts_algorithm_math), the setup's own otherwise.
+cudnnMathType_t run_math(const ConvSetup& s, cudnnMathType_t reported) {
+  return s.adopts_algorithm_math ? reported : s.math;
 }
 
 // The cuDNN calls that list, size and pick one operation's algorithms, so that one search serves all.
@@ -166,6 +167,7 @@ struct ForwardAlgorithms {
                                                   ws, ws_bytes);
   }
   static Algo& chosen(ConvSetup& s) { return s.algorithm; }
+  static constexpr int count = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
   // Implicit GEMM needs no workspace and runs every FP32 shape.
   static constexpr std::array<Algo, 1> fallbacks{CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM};
 };
@@ -189,6 +191,7 @@ struct BackwardDataAlgorithms {
                                                        results, ws, ws_bytes);
   }
   static Algo& chosen(ConvSetup& s) { return s.data_algorithm; }
+  static constexpr int count = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
   // Implicit GEMM (deterministic) where its workspace fits, else the atomic-add sum of products,
   // which needs none.
   static constexpr std::array<Algo, 2> fallbacks{CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0};
@@ -213,28 +216,57 @@ struct BackwardFilterAlgorithms {
                                                          results, ws, ws_bytes);
   }
   static Algo& chosen(ConvSetup& s) { return s.filter_algorithm; }
+  static constexpr int count = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
   static constexpr std::array<Algo, 2> fallbacks{CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0};
 };
 
-// The first fallback whose workspace (asked of the FMA-only descriptor that runs) fits; the last
-// one, which needs no workspace, otherwise.
+bool is_untried(const ConvSetup& s, int algo, cudnnMathType_t math) {
+  return std::any_of(s.untried.begin(), s.untried.end(),
+                     [&](const AlgorithmCandidate& c) { return c.algo == algo && c.math == math; });
+}
+
+// Appends every algorithm of the operation not yet listed, behind the ranked ones: the fixed
+// fallbacks first (implicit GEMM needs little or no workspace), then the rest by number. Half data
+// also under CUDNN_DEFAULT_MATH, which permits the same tensor cores: cuDNN has refused some
+// channels-last kernels under one math type that it runs under the other.
 template <typename Algorithms>
-void use_fallback(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit) {
-  adopt_math(s, s.math);
-  for (typename Algorithms::Algo algo : Algorithms::fallbacks) {
-    size_t needed = 0;
-    if (algo != Algorithms::fallbacks.back() &&
-        (Algorithms::workspace(handle, s, algo, &needed) != CUDNN_STATUS_SUCCESS || needed > workspace_limit))
-      continue;
-    Algorithms::chosen(s) = algo;
-    s.workspace_bytes = algo == Algorithms::fallbacks.back() ? 0 : needed;
-    return;
+void append_every_other(ConvSetup& s) {
+  std::vector<cudnnMathType_t> maths{s.math};
+  if (s.tensor_cores_allowed && s.math != CUDNN_DEFAULT_MATH) maths.push_back(CUDNN_DEFAULT_MATH);
+  for (cudnnMathType_t math : maths) {
+    for (typename Algorithms::Algo algo : Algorithms::fallbacks)
+      if (!is_untried(s, static_cast<int>(algo), math)) s.untried.push_back({static_cast<int>(algo), math, false, 0});
+    for (int algo = 0; algo < Algorithms::count; ++algo)
+      if (!is_untried(s, algo, math)) s.untried.push_back({algo, math, false, 0});
   }
 }
 
-// The heuristic's first choice that the setup's math type allows and fits the workspace; the
-// fallback otherwise.
+// Takes the first untried algorithm whose workspace fits the limit: the size cuDNN reports for the
+// descriptor as it will run, or a timing's figure where that is larger (a timed figure below the
+// size query once made cuDNN refuse a half backward-data chunk for too small a workspace).
+// False when none is left.
+template <typename Algorithms>
+bool take_next(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit) {
+  while (!s.untried.empty()) {
+    const AlgorithmCandidate c = s.untried.front();
+    s.untried.erase(s.untried.begin());
+    const auto algo = static_cast<typename Algorithms::Algo>(c.algo);
+    OOC_CUDNN_CHECK(cudnnSetConvolutionMathType(s.conv, c.math));
+    size_t needed = 0;
+    // A failed size query means cuDNN cannot run this algorithm so, unless a timing just ran it.
+    if (Algorithms::workspace(handle, s, algo, &needed) != CUDNN_STATUS_SUCCESS && !c.timed) continue;
+    needed = std::max(needed, c.timed_workspace);
+    if (needed > workspace_limit) continue;
+    Algorithms::chosen(s) = algo;
+    s.workspace_bytes = needed;
+    return true;
+  }
+  return false;
+}
+
+// The heuristic's ranking, of the algorithms the setup's math type allows, then every other
+// algorithm; takes the first whose workspace fits.
 template <typename Algorithms>
 void choose_algorithm(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit) {
   int max_count = 0;
@@ -242,30 +274,31 @@ void choose_algorithm(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit
   std::vector<typename Algorithms::Perf> results(static_cast<size_t>(std::max(max_count, 1)));
   int returned = 0;
   OOC_CUDNN_CHECK(Algorithms::heuristics(handle, s, static_cast<int>(results.size()), &returned, results.data()));
+  s.untried.clear();
   for (int i = 0; i < std::min(returned, static_cast<int>(results.size())); ++i) {
     const typename Algorithms::Perf& r = results[static_cast<size_t>(i)];
-    if (r.status != CUDNN_STATUS_SUCCESS || (!s.tensor_cores_allowed && uses_tensor_cores(r.mathType))) continue;
-    // Asked of the descriptor that will run: the heuristic's figure may be for another math type.
-    // A failure only means this algorithm cannot run that way: try the next.
-    adopt_math(s, r.mathType);
-    size_t needed = 0;
-    if (Algorithms::workspace(handle, s, r.algo, &needed) != CUDNN_STATUS_SUCCESS) continue;
-    if (needed > workspace_limit) continue;
-    Algorithms::chosen(s) = r.algo;
-    s.workspace_bytes = needed;
     if (log_algorithms())
-      std::fprintf(stderr, "ooc: %s: heuristic algo %d, workspace %zu of %zu\n", describe(s, Algorithms::op).c_str(),
-                   static_cast<int>(r.algo), needed, workspace_limit);
-    return;
+      std::fprintf(stderr, "ooc: %s: heuristic ranks algo %d status %d math %d\n", describe(s, Algorithms::op).c_str(),
+                   static_cast<int>(r.algo), static_cast<int>(r.status), static_cast<int>(r.mathType));
+    if (r.status != CUDNN_STATUS_SUCCESS || (!s.tensor_cores_allowed && uses_tensor_cores(r.mathType))) continue;
+    const cudnnMathType_t math = run_math(s, r.mathType);
+    if (!is_untried(s, static_cast<int>(r.algo), math)) s.untried.push_back({static_cast<int>(r.algo), math, false, 0});
   }
-  use_fallback<Algorithms>(handle, s, workspace_limit);
+  append_every_other<Algorithms>(s);
+  if (!take_next<Algorithms>(handle, s, workspace_limit)) {  // nothing fits: the one that needs no workspace
+    OOC_CUDNN_CHECK(cudnnSetConvolutionMathType(s.conv, s.math));
+    Algorithms::chosen(s) = Algorithms::fallbacks.back();
+    s.workspace_bytes = 0;
+  }
   if (log_algorithms())
-    std::fprintf(stderr, "ooc: %s: fallback algo %d, workspace %zu of %zu\n", describe(s, Algorithms::op).c_str(),
-                 static_cast<int>(Algorithms::chosen(s)), s.workspace_bytes, workspace_limit);
+    std::fprintf(stderr, "ooc: %s: algo %d, workspace %zu of %zu, %zu more to fall back on\n",
+                 describe(s, Algorithms::op).c_str(), static_cast<int>(Algorithms::chosen(s)), s.workspace_bytes,
+                 workspace_limit, s.untried.size());
 }
 
-// The fastest allowed algorithm timed on these buffers whose workspace fits; keeps the current
-// choice when none qualifies.
+// Times every algorithm the setup's math type allows on these buffers and ranks those that ran, fastest
+// first, ahead of every other algorithm; takes the first whose workspace fits. Keeps the current
+// choice when none of the timed ones qualifies.
 template <typename Algorithms>
 void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, const void* in2, void* out,
                          void* workspace, size_t workspace_limit) {
@@ -277,7 +310,7 @@ void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, co
   // adopted one (which may be FMA). The pick's is restored when nothing Find timed qualifies.
   cudnnMathType_t picked_math = s.math;
   OOC_CUDNN_CHECK(cudnnGetConvolutionMathType(s.conv, &picked_math));
-  adopt_math(s, s.math);
+  OOC_CUDNN_CHECK(cudnnSetConvolutionMathType(s.conv, s.math));
   OOC_CUDNN_CHECK(Algorithms::find(handle, s, in1, in2, out, static_cast<int>(results.size()), &returned,
                                    results.data(), workspace_limit ? workspace : nullptr, workspace_limit));
   if (log_algorithms()) {
@@ -289,17 +322,25 @@ void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, co
     }
     std::fprintf(stderr, "\n");
   }
+  std::vector<AlgorithmCandidate> timed;
   for (int i = 0; i < std::min(returned, static_cast<int>(results.size())); ++i) {  // sorted by time
     const typename Algorithms::Perf& r = results[static_cast<size_t>(i)];
     if (r.status != CUDNN_STATUS_SUCCESS || (!s.tensor_cores_allowed && uses_tensor_cores(r.mathType)) ||
         r.memory > workspace_limit)
       continue;
-    picked_math = r.mathType;
-    Algorithms::chosen(s) = r.algo;
-    s.workspace_bytes = r.memory;
-    break;
+    timed.push_back({static_cast<int>(r.algo), run_math(s, r.mathType), true, r.memory});
   }
-  adopt_math(s, picked_math);
+  const auto kept_algo = Algorithms::chosen(s);
+  const size_t kept_workspace = s.workspace_bytes;
+  std::vector<AlgorithmCandidate> kept_untried = s.untried;
+  s.untried = timed;
+  append_every_other<Algorithms>(s);
+  if (timed.empty() || !take_next<Algorithms>(handle, s, workspace_limit)) {
+    Algorithms::chosen(s) = kept_algo;
+    s.workspace_bytes = kept_workspace;
+    s.untried = std::move(kept_untried);
+    OOC_CUDNN_CHECK(cudnnSetConvolutionMathType(s.conv, picked_math));
+  }
   if (log_algorithms())
     std::fprintf(stderr, "ooc: %s: chose algo %d, workspace %zu\n", describe(s, Algorithms::op).c_str(),
                  static_cast<int>(Algorithms::chosen(s)), s.workspace_bytes);
@@ -309,15 +350,10 @@ void benchmark_algorithm(cudnnHandle_t handle, ConvSetup& s, const void* in1, co
 template <typename Algorithms>
 bool fall_back_to(cudnnHandle_t handle, ConvSetup& s, size_t workspace_limit) {
   const auto before = Algorithms::chosen(s);
-  if (before == Algorithms::fallbacks.back()) return false;
-  use_fallback<Algorithms>(handle, s, workspace_limit);
-  if (Algorithms::chosen(s) == before) {  // the first fallback was refused: the last needs nothing
-    Algorithms::chosen(s) = Algorithms::fallbacks.back();
-    s.workspace_bytes = 0;
-  }
+  if (!take_next<Algorithms>(handle, s, workspace_limit)) return false;
   if (log_algorithms())
-    std::fprintf(stderr, "ooc: %s: algo %d refused at run time, fallback algo %d\n", describe(s, Algorithms::op).c_str(),
-                 static_cast<int>(before), static_cast<int>(Algorithms::chosen(s)));
+    std::fprintf(stderr, "ooc: %s: algo %d refused at run time, falling back on algo %d\n",
+                 describe(s, Algorithms::op).c_str(), static_cast<int>(before), static_cast<int>(Algorithms::chosen(s)));
   return true;
 }
 

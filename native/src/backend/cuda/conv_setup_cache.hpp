@@ -7,12 +7,22 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/cuda/cudnn_descriptors.hpp"
 #include "ooc/problem.hpp"
 
 namespace ooc {
+
+// An algorithm of the setup's operation not yet tried at run time: the descriptor's math type it
+// runs under, and whether a timing (cudnnFind*Ex) ran it and with what workspace.
+struct AlgorithmCandidate {
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_FMA_MATH;
+  bool timed = false;
+  size_t timed_workspace = 0;
+};
 
 struct ConvSetup {
   TensorDescriptor x, y;  // x / dx and y / dy
@@ -36,6 +46,10 @@ struct ConvSetup {
   // `math` is the descriptor's type before any choice, which the fallbacks run with.
   bool adopts_algorithm_math = false;
   cudnnMathType_t math = CUDNN_FMA_MATH;
+  // What fall_back takes next when cuDNN refuses the chosen algorithm at run time: the rest of the
+  // ranking (heuristic or timed), then every other algorithm of the operation. cuDNN's heuristics
+  // and its fixed fallbacks both named algorithms that its NDHWC kernels then refused on the H100.
+  std::vector<AlgorithmCandidate> untried;
 };
 
 class ConvSetupCache {
@@ -46,9 +60,9 @@ class ConvSetupCache {
                  Operation op = Operation::forward);
   void clear() noexcept { setups_.clear(); }
 
-  // After cuDNN refused the chosen algorithm (CUDNN_STATUS_NOT_SUPPORTED: the heuristic's pick may
-  // hold only for another math type than FMA): switches `setup` to the operation's fallback, which
-  // runs every FP32 shape within the workspace limit. False when it already was the fallback.
+  // After cuDNN refused the chosen algorithm at run time (CUDNN_STATUS_NOT_SUPPORTED, or a
+  // workspace larger than it had reported): switches `setup` to the next untried algorithm whose
+  // workspace fits the limit. False when none is left.
   static bool fall_back(cudnnHandle_t handle, ConvSetup& setup, Operation op, size_t workspace_limit);
 
   // Times every algorithm the setup's math type allows of `op` on the chunk's own device buffers (cudnnFind*Ex) and

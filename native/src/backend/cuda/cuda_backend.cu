@@ -468,14 +468,26 @@ class CudaBackend final : public Backend {
   }
 
   // Runs a cuDNN call; where cuDNN refuses the chosen algorithm, falls back (and keeps the
-  // fallback for this shape) until it runs or no fallback is left. Throws cudnn_error.
+  // fallback for this shape) until it runs or no algorithm is left. Throws cudnn_error with cuDNN's
+  // reason for the last refusal.
   template <typename Call>
   void run_with_fallback(ConvSetup& setup, Operation op, size_t workspace_limit, const char* call_name, Call call) {
     cudnnStatus_t status = call();
-    while (status == CUDNN_STATUS_NOT_SUPPORTED &&
-           ConvSetupCache::fall_back(resources_->cudnn, setup, op, workspace_limit))
+    std::string reason = status == CUDNN_STATUS_SUCCESS ? std::string() : cuda_detail::last_cudnn_error();
+    while (refuses_algorithm(status, reason) &&
+           ConvSetupCache::fall_back(resources_->cudnn, setup, op, workspace_limit)) {
       status = call();
-    cuda_detail::check_cudnn(status, call_name, __FILE__, __LINE__);
+      reason = status == CUDNN_STATUS_SUCCESS ? std::string() : cuda_detail::last_cudnn_error();
+    }
+    if (status != CUDNN_STATUS_SUCCESS) cuda_detail::throw_cudnn_error(status, call_name, __FILE__, __LINE__, reason);
+  }
+
+  // cuDNN refuses an algorithm at run time with NOT_SUPPORTED, or with BAD_PARAM when it needs more
+  // workspace than the size query reported (a half 3-D backward data on the H100). Any other
+  // BAD_PARAM is a bug of ours and is reported, not worked around.
+  static bool refuses_algorithm(cudnnStatus_t status, const std::string& reason) {
+    return status == CUDNN_STATUS_NOT_SUPPORTED ||
+           (status == CUDNN_STATUS_BAD_PARAM && (reason.find("orkSpace") != std::string::npos || reason.find("orkspace") != std::string::npos));
   }
 
   int device_;

@@ -21,11 +21,15 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
   throw cuda_error(static_cast<int>(status), message);
 }
 
-void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line) {
+std::string last_cudnn_error() {
   char detail[512] = {};
   cudnnGetLastErrorString(detail, sizeof(detail));  // cuDNN 9 says *why* here, the status alone rarely does
+  return detail;
+}
+
+void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line, const std::string& reason) {
   std::string message = std::string(call) + " failed: " + cudnnGetErrorString(status);
-  if (detail[0] != '\0') message += std::string(" (") + detail + ")";
+  if (!reason.empty()) message += " (" + reason + ")";
   message += std::string(" at ") + file_name(file) + ":" + std::to_string(line);
   throw cudnn_error(static_cast<int>(status), message);
 }

@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <string>
+
 #include "ooc/errors.hpp"
 
 namespace ooc::cuda_detail {
@@ -14,7 +16,14 @@ namespace ooc::cuda_detail {
 inline void clear_last_cuda_error() noexcept { (void)cudaGetLastError(); }
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
-[[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line);
+// cuDNN's reason for the thread's last failed call ("" when it gave none).
+std::string last_cudnn_error();
+// `reason`: what last_cudnn_error said right after the failure; read here when not given.
+[[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line,
+                                    const std::string& reason);
+[[noreturn]] inline void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line) {
+  throw_cudnn_error(status, call, file, line, last_cudnn_error());
+}
 
 inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
   if (status != cudaSuccess) throw_cuda_error(status, call, file, line);
