@@ -17,6 +17,7 @@
 #include "plan/candidate_search.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/cost_model.hpp"
+#include "plan/layout_copies.hpp"
 #include "plan/planner.hpp"
 #include "plan/planner_parts.hpp"
 
@@ -370,6 +371,8 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, const N
                                                   : p.op == Operation::backward_filter ? p.w_elements()
                                                                                        : p.k) *
                               out_es;
+  const bool copies = layout_copies(config.backend == "cuda", p.op, p.layout, p.spatial_dims, p.dtype) !=
+                      LayoutCopies::none;
   Candidate c;
   Choice& ch = c.choice;
   std::function<void(int)> visit = [&](int d) {
@@ -395,6 +398,11 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, const N
     // partial dw in half into the workspace's tail first (cuda_backend.cu), so it is reserved.
     if (p.op == Operation::backward_filter && p.dtype != p.output_dtype())
       c.workspace += slot_bytes(slot_elements(nest.output, ch), es);
+    if (copies) {  // x, w and y of the chunk: the output and the two inputs, in whichever roles
+      int64_t elements[3] = {slot_elements(nest.output, ch), 0, 0};
+      for (size_t i = 0; i < nest.inputs.size() && i < 2; ++i) elements[i + 1] = slot_elements(nest.inputs[i], ch);
+      c.workspace += layout_copy_bytes(elements[0], elements[1], elements[2], p.dtype);
+    }
     const int64_t out_tiles = output_tiles(nest, ch);
     int64_t shortest_run = contiguous_run(region_extent(p, nest.output.family, ch), family_extent(p, nest.output.family));
     for (const TensorRole& t : nest.inputs)

@@ -6,6 +6,7 @@
 #include "plan/candidate_search.hpp"
 #include "plan/conv_geometry.hpp"
 #include "plan/cost_model.hpp"
+#include "plan/layout_copies.hpp"
 #include "plan/planner_parts.hpp"
 
 namespace ooc {
@@ -49,6 +50,7 @@ struct Candidate {
   int buffers = 3, x_buffers = 3, w_buffers = 3;
   int64_t w_loads = 0;
   size_t x_slot = 0, w_slot = 0, y_slot = 0, peak = 0;
+  size_t copy_bytes = 0;  // workspace for the chunk's copies in the other layout (plan/layout_copies.hpp)
   double bytes_h2d = 0, bytes_d2h = 0;
 };
 
@@ -174,6 +176,8 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, Candida
   const double w_total = static_cast<double>(p.w_elements()) * es;
   const double y_total = static_cast<double>(p.y_elements()) * es;
   const size_t bias_bytes = bias_slot(p);
+  const bool copies = layout_copies(config.backend == "cuda", p.op, p.layout, p.spatial_dims, p.dtype) !=
+                      LayoutCopies::none;
   const std::array<int64_t, 5> x_extent{p.n, p.c, p.in[0], p.in[1], p.in[2]};
   const std::array<int64_t, 5> y_extent{p.n, p.k, p.out[0], p.out[1], p.out[2]};
 
@@ -209,6 +213,7 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, Candida
               c.x_slot = slot_bytes(x_elems, es);
               c.w_slot = slot_bytes(w_elems, es);
               c.y_slot = slot_bytes(y_elems, es);
+              c.copy_bytes = copies ? layout_copy_bytes(x_elems, w_elems, y_elems, p.dtype) : 0;
               const double x_once = static_cast<double>(p.n) * p.c * s0.sum_in * s1.sum_in * s2.sum_in * es;
               for (LoopOrder order : {LoopOrder::ns_outer, LoopOrder::k_outer})
                 for (int buffers : {3, 2, 1}) {
@@ -219,7 +224,7 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, Candida
                   c.buffers = buffers;
                   count_traffic(p, c, x_once, w_total, y_total);
                   c.peak = c.x_buffers * c.x_slot + c.w_buffers * c.w_slot + c.buffers * c.y_slot + bias_bytes +
-                           config.workspace_bytes;
+                           config.workspace_bytes + c.copy_bytes;
                   search.offer(c, {c.peak, largest, chunks}, [&] {
                     TrafficEstimate t = traffic_estimate(c.bytes_h2d, c.bytes_d2h, p.flops(), chunks);
                     t.reduction_depth = static_cast<double>(std::min(tc, c_per_group) * kernel_elems);
@@ -238,8 +243,8 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, Candida
 }
 
 Plan plan_of(const ConvProblem& p, const PlannerConfig& config, const Candidate& best, double seconds) {
-  Plan plan = plan_with_totals(p, config, config.workspace_bytes, best.peak, best.bytes_h2d,
-                                              best.bytes_d2h, seconds);
+  Plan plan = plan_with_totals(p, config, config.workspace_bytes + best.copy_bytes, best.peak, best.bytes_h2d,
+                               best.bytes_d2h, seconds);
   plan.tiling = best.tiling;
   plan.splits_g = best.tiles_g;
   plan.splits_n = best.tiles_n;

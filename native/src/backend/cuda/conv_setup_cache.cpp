@@ -374,8 +374,8 @@ std::unique_ptr<ConvSetup> make_setup(cudnnHandle_t handle, const ChunkConv& sha
   const cudnnTensorFormat_t filter_format =
       shape.layout == Layout::channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   OOC_CUDNN_CHECK(cudnnSetFilterNdDescriptor(s->w, type, filter_format, g.tensor_dims, g.w));
+  set_packed_tensor(s->w_tensor, g.w, g.tensor_dims, "w", type, shape.layout);
   if (shape.out_dtype != shape.dtype) {  // a half backward filter's partial dw and its float32 sum
-    set_packed_tensor(s->w_partial, g.w, g.tensor_dims, "dw", type, shape.layout);
     set_packed_tensor(s->w_accumulator, g.w, g.tensor_dims, "dw", cudnn_type(shape.out_dtype), shape.layout);
   }
   // Float32 computation for every dtype (half and bfloat16 accumulate in float32).
@@ -424,6 +424,15 @@ ConvSetup& ConvSetupCache::get(cudnnHandle_t handle, const ChunkConv& shape, siz
   auto setup = make_setup(handle, shape, workspace_limit, op);
   if (setups_.size() >= kMaxCachedSetups) setups_.clear();  // no setup is referenced between calls
   return *setups_.emplace(key, std::move(setup)).first->second;
+}
+
+bool ConvSetupCache::refuses_layout(const ChunkConv& shape, Operation op) const {
+  return layout_refusals_.count(key_of(shape, 0, op)) > 0;
+}
+
+void ConvSetupCache::refuse_layout(const ChunkConv& shape, Operation op) {
+  if (layout_refusals_.size() >= kMaxCachedSetups) layout_refusals_.clear();  // bounded, like the setups
+  layout_refusals_.insert(key_of(shape, 0, op));
 }
 
 void ConvSetupCache::benchmark(cudnnHandle_t handle, ConvSetup& setup, Operation op, const void* in1,

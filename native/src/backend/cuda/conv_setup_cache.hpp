@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -27,9 +28,10 @@ struct AlgorithmCandidate {
 struct ConvSetup {
   TensorDescriptor x, y;  // x / dx and y / dy
   TensorDescriptor bias;  // [1, k, 1, 1(, 1)]: bias broadcast over y by cudnnAddTensor, or db
-  // Backward filter of half inputs into a float32 dw: dw's shape as tensors, the chunk's partial
-  // in the inputs' dtype and the accumulator in float32, for cudnnTransformTensor.
-  TensorDescriptor w_partial, w_accumulator;
+  // Backward filter of half inputs into a float32 dw: the float32 accumulator, dw's shape as a
+  // tensor in the chunk's layout, which cudnnTransformTensor adds the chunk's partial (w_tensor) to.
+  TensorDescriptor w_accumulator;
+  TensorDescriptor w_tensor;  // w / dw as a tensor in the chunk's layout (for cudnnTransformTensor)
   FilterDescriptor w;     // w / dw
   ConvolutionDescriptor conv;  // math type: conv_math_type's
   // The algorithm of the setup's operation (the others keep their defaults).
@@ -58,7 +60,15 @@ class ConvSetupCache {
   // first use.
   ConvSetup& get(cudnnHandle_t handle, const ChunkConv& shape, size_t workspace_limit,
                  Operation op = Operation::forward);
-  void clear() noexcept { setups_.clear(); }
+  void clear() noexcept {
+    setups_.clear();
+    layout_refusals_.clear();
+  }
+
+  // Whether cuDNN refused every algorithm for `shape` and `op` in the chunk's own layout
+  // (cuda_backend.cu then runs such chunks on channels-first copies); refuse_layout records it.
+  bool refuses_layout(const ChunkConv& shape, Operation op) const;
+  void refuse_layout(const ChunkConv& shape, Operation op);
 
   // After cuDNN refused the chosen algorithm at run time (CUDNN_STATUS_NOT_SUPPORTED, or a
   // workspace larger than it had reported): switches `setup` to the next untried algorithm whose
@@ -78,6 +88,7 @@ class ConvSetupCache {
   static Key key_of(const ChunkConv& shape, size_t workspace_limit, Operation op);
 
   std::map<Key, std::unique_ptr<ConvSetup>> setups_;
+  std::set<Key> layout_refusals_;  // keys with a workspace limit of 0: the refusal is the shape's
 };
 
 }  // namespace ooc

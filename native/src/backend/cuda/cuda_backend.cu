@@ -4,6 +4,7 @@
 // fault injection, queue timing) into its do_<name>, which only issues the work.
 // One object per device, made once per process and used by one call at a time (api/ooc.cpp).
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <memory>
 #include <new>
@@ -27,6 +28,7 @@
 #include "backend/cuda/strided_copy.hpp"
 #include "backend/fault_injection.hpp"
 #include "backend/float32_kernels.hpp"
+#include "plan/layout_copies.hpp"
 #include "util/numa_placement.hpp"
 
 namespace ooc {
@@ -214,11 +216,7 @@ class CudaBackend final : public Backend {
   void do_conv_forward(const ChunkConv& shape, const void* x, const void* w, const void* bias, void* y, double alpha,
                        double beta, void* workspace, size_t workspace_bytes) override {
     require_one_dtype(shape, "conv_forward");
-    ConvSetup& setup = run_conv(Operation::forward, "cudnnConvolutionForward", shape, x, w, y, alpha, beta, workspace,
-                                workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
-                                  return cudnnConvolutionForward(resources_->cudnn, a, s.x, x, s.w, w, s.conv,
-                                                                 s.algorithm, ws, s.workspace_bytes, b, s.y, y);
-                                });
+    ConvSetup& setup = convolve_in_layout(Operation::forward, shape, x, w, y, alpha, beta, workspace, workspace_bytes);
     if (bias) {
       const float one = 1.0f;
       OOC_CUDNN_CHECK(cudnnAddTensor(resources_->cudnn, &one, setup.bias, bias, &one, setup.y, y));
@@ -228,31 +226,100 @@ class CudaBackend final : public Backend {
   void do_conv_backward_data(const ChunkConv& shape, const void* dy, const void* w, void* dx, double alpha,
                              double beta, void* workspace, size_t workspace_bytes) override {
     require_one_dtype(shape, "conv_backward_data");
-    run_conv(Operation::backward_data, "cudnnConvolutionBackwardData", shape, dy, w, dx, alpha, beta, workspace,
-             workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
-               return cudnnConvolutionBackwardData(resources_->cudnn, a, s.w, w, s.y, dy, s.conv, s.data_algorithm, ws,
-                                                   s.workspace_bytes, b, s.x, dx);
-             });
+    convolve_in_layout(Operation::backward_data, shape, dy, w, dx, alpha, beta, workspace, workspace_bytes);
   }
 
   void do_conv_backward_filter(const ChunkConv& shape, const void* x, const void* dy, void* dw, double alpha,
                                double beta, void* workspace, size_t workspace_bytes) override {
-    if (shape.out_dtype == shape.dtype) {
-      filter_into(shape, x, dy, dw, alpha, beta, workspace, workspace_bytes);
-      return;
+    convolve_in_layout(Operation::backward_filter, shape, x, dy, dw, alpha, beta, workspace, workspace_bytes);
+  }
+
+  // One convolution chunk, in1 and in2 into out in the backend's argument order: forward (x, w, y),
+  // backward data (dy, w, dx), backward filter (x, dy, dw). A chunk that needs channels-first
+  // staging (plan/layout_copies.hpp) keeps the room the planner reserved for it at the workspace's
+  // tail; it runs in its own layout until cuDNN refuses that shape, then on channels-first copies.
+  ConvSetup& convolve_in_layout(Operation op, const ChunkConv& shape, const void* in1, const void* in2, void* out,
+                                double alpha, double beta, void* workspace, size_t workspace_bytes) {
+    if (layout_copies(true, op, shape.layout, shape.spatial_dims, shape.dtype) != LayoutCopies::channels_first_staging)
+      return convolve_natively(op, shape, in1, in2, out, alpha, beta, workspace, workspace_bytes);
+    const ChunkCopies copies(shape);
+    if (copies.bytes > workspace_bytes)
+      throw std::logic_error(std::string("cuda backend: a channels-last 3-D ") + operation_name(op) +
+                             " chunk was planned without room for its channels-first copies");
+    const size_t algorithm_bytes = workspace_bytes - copies.bytes;
+    char* room = static_cast<char*>(workspace) + algorithm_bytes;
+    if (!resources_->conv_setups.refuses_layout(shape, op)) {
+      try {
+        return convolve_natively(op, shape, in1, in2, out, alpha, beta, workspace, algorithm_bytes);
+      } catch (const cudnn_error& e) {
+        if (e.status() != CUDNN_STATUS_NOT_SUPPORTED) throw;
+        resources_->conv_setups.refuse_layout(shape, op);  // every algorithm refused: staged from now on
+      }
     }
-    // Half inputs into a float32 accumulator (ConvProblem::output_dtype): cuDNN computes this
-    // chunk's dw in the inputs' dtype into the workspace's tail, which the planner reserved for it
-    // (backward_planner.cpp), and cudnnTransformTensor adds it in float32: dw = alpha * partial +
-    // beta * dw. Each chunk's partial sum is rounded to half once; the sum over chunks is float32.
+    return convolve_channels_first(op, shape, copies, room, in1, in2, out, alpha, beta, workspace, algorithm_bytes);
+  }
+
+  // Where a staged chunk's channels-first copies of x, w and y lie in the room (each 256-aligned,
+  // layout_copy_bytes' arrangement).
+  struct ChunkCopies {
+    size_t x = 0, w = 0, y = 0, bytes = 0;  // offsets of w and y, the total
+    explicit ChunkCopies(const ChunkConv& s) {
+      const Dims3 &in = s.in, &kernel = s.kernel, &out = s.out;
+      const int64_t x_elements = s.n * s.c * in[0] * in[1] * in[2];
+      const int64_t w_elements = s.k * (s.c / s.groups) * kernel[0] * kernel[1] * kernel[2];
+      const int64_t y_elements = s.n * s.k * out[0] * out[1] * out[2];
+      w = layout_copy_bytes(x_elements, 0, 0, s.dtype);
+      y = w + layout_copy_bytes(0, w_elements, 0, s.dtype);
+      bytes = layout_copy_bytes(x_elements, w_elements, y_elements, s.dtype);
+    }
+  };
+
+  // The chunk on channels-first copies: its inputs transformed into the room, the convolution there
+  // (beta 0), its output transformed back with beta. The same transform turns a half dw into the
+  // float32 accumulator (ConvProblem::output_dtype). Exact: transforms only move (and widen) elements.
+  ConvSetup& convolve_channels_first(Operation op, const ChunkConv& shape, const ChunkCopies& copies, char* room,
+                                     const void* in1, const void* in2, void* out, double alpha, double beta,
+                                     void* workspace, size_t algorithm_bytes) {
+    ChunkConv planar = shape;
+    planar.layout = Layout::channels_first;
+    planar.out_dtype = shape.dtype;
+    // The chunk's own descriptors (x, y and w as a tensor in its layout) and the planar ones.
+    ConvSetup& own = setup_for(shape, op, workspace, algorithm_bytes);
+    ConvSetup& flat = setup_for(planar, op, workspace, algorithm_bytes);
+    enum Role { kX, kW, kY };
+    const std::array<Role, 3> roles = op == Operation::forward         ? std::array<Role, 3>{kX, kW, kY}
+                                      : op == Operation::backward_data ? std::array<Role, 3>{kY, kW, kX}
+                                                                       : std::array<Role, 3>{kX, kY, kW};
+    auto desc = [](ConvSetup& s, Role r) -> cudnnTensorDescriptor_t { return r == kX ? s.x : r == kY ? s.y : s.w_tensor; };
+    auto copy = [&](Role r) -> void* { return room + (r == kX ? 0 : r == kW ? copies.w : copies.y); };
+    const float one = 1.0f, zero = 0.0f, beta_f = static_cast<float>(beta);
+    cudnnHandle_t handle = resources_->cudnn;
+    OOC_CUDNN_CHECK(cudnnTransformTensor(handle, &one, desc(own, roles[0]), in1, &zero, desc(flat, roles[0]), copy(roles[0])));
+    OOC_CUDNN_CHECK(cudnnTransformTensor(handle, &one, desc(own, roles[1]), in2, &zero, desc(flat, roles[1]), copy(roles[1])));
+    convolve_natively(op, planar, copy(roles[0]), copy(roles[1]), copy(roles[2]), alpha, 0.0, workspace, algorithm_bytes);
+    cudnnTensorDescriptor_t out_desc = shape.out_dtype != shape.dtype ? own.w_accumulator : desc(own, roles[2]);
+    OOC_CUDNN_CHECK(cudnnTransformTensor(handle, &one, desc(flat, roles[2]), copy(roles[2]), &beta_f, out_desc, out));
+    return own;
+  }
+
+  // The chunk in its own layout. Half inputs into a float32 dw (ConvProblem::output_dtype): cuDNN
+  // computes this chunk's dw in the inputs' dtype into the workspace's tail, which the planner
+  // reserved for it (backward_planner.cpp), and cudnnTransformTensor adds it in float32:
+  // dw = alpha * partial + beta * dw. Each chunk's partial is rounded to half once; the sum over
+  // chunks is float32.
+  ConvSetup& convolve_natively(Operation op, const ChunkConv& shape, const void* in1, const void* in2, void* out,
+                               double alpha, double beta, void* workspace, size_t workspace_bytes) {
+    if (op != Operation::backward_filter || shape.out_dtype == shape.dtype)
+      return run_conv(op, shape, in1, in2, out, alpha, beta, workspace, workspace_bytes);
     const size_t partial_bytes = half_partial_bytes(shape);
     if (partial_bytes > workspace_bytes)
       throw std::logic_error("cuda backend: a half-precision backward filter chunk has no workspace for its partial dw");
     void* partial = static_cast<char*>(workspace) + (workspace_bytes - partial_bytes);
-    ConvSetup& setup = filter_into(shape, x, dy, partial, 1.0, 0.0, workspace, workspace_bytes - partial_bytes);
+    ConvSetup& setup = run_conv(op, shape, in1, in2, partial, 1.0, 0.0, workspace, workspace_bytes - partial_bytes);
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
-    OOC_CUDNN_CHECK(cudnnTransformTensor(resources_->cudnn, &alpha_f, setup.w_partial, partial, &beta_f,
-                                         setup.w_accumulator, dw));
+    OOC_CUDNN_CHECK(cudnnTransformTensor(resources_->cudnn, &alpha_f, setup.w_tensor, partial, &beta_f,
+                                         setup.w_accumulator, out));
+    return setup;
   }
 
   // The bytes of a half-precision chunk's partial dw ([k, c / groups, kernel...], 256-aligned).
@@ -261,13 +328,28 @@ class CudaBackend final : public Backend {
     return (static_cast<size_t>(elements) * dtype_size(s.dtype) + 255) / 256 * 256;
   }
 
-  ConvSetup& filter_into(const ChunkConv& shape, const void* x, const void* dy, void* dw, double alpha, double beta,
-                         void* workspace, size_t workspace_bytes) {
-    return run_conv(Operation::backward_filter, "cudnnConvolutionBackwardFilter", shape, x, dy, dw, alpha, beta,
-                    workspace, workspace_bytes, [&](const ConvSetup& s, const float* a, const float* b, void* ws) {
-                      return cudnnConvolutionBackwardFilter(resources_->cudnn, a, s.x, x, s.y, dy, s.conv,
-                                                            s.filter_algorithm, ws, s.workspace_bytes, b, s.w, dw);
-                    });
+  // cuDNN's call of one convolution operation on a setup, in the backend's argument order.
+  cudnnStatus_t convolve(Operation op, const ConvSetup& s, const float* alpha, const float* beta, void* ws,
+                         const void* in1, const void* in2, void* out) {
+    cudnnHandle_t h = resources_->cudnn;
+    switch (op) {
+      case Operation::forward:
+        return cudnnConvolutionForward(h, alpha, s.x, in1, s.w, in2, s.conv, s.algorithm, ws, s.workspace_bytes, beta,
+                                       s.y, out);
+      case Operation::backward_data:
+        return cudnnConvolutionBackwardData(h, alpha, s.w, in2, s.y, in1, s.conv, s.data_algorithm, ws,
+                                            s.workspace_bytes, beta, s.x, out);
+      case Operation::backward_filter:
+        return cudnnConvolutionBackwardFilter(h, alpha, s.x, in1, s.y, in2, s.conv, s.filter_algorithm, ws,
+                                              s.workspace_bytes, beta, s.w, out);
+      default: throw std::logic_error(std::string("cuda backend: ") + operation_name(op) + " is not a convolution");
+    }
+  }
+
+  static const char* cudnn_call_name(Operation op) {
+    return op == Operation::forward         ? "cudnnConvolutionForward"
+           : op == Operation::backward_data ? "cudnnConvolutionBackwardData"
+                                            : "cudnnConvolutionBackwardFilter";
   }
 
   void do_conv_backward_bias(const ChunkConv& shape, const void* dy_data, void* db_data, double alpha,
@@ -426,17 +508,16 @@ class CudaBackend final : public Backend {
   }
 
   // One convolution (forward, backward data or filter) of in1 and in2 into out: the chunk shape's
-  // setup, its algorithms timed on its first chunk, then call(setup, &alpha, &beta, workspace) with
-  // cuDNN's fallbacks. call reads the algorithm and workspace size from the setup it is given,
-  // which a fallback may change between tries. Returns the setup (forward adds the bias with it).
-  template <typename Call>
-  ConvSetup& run_conv(Operation op, const char* call_name, const ChunkConv& shape, const void* in1, const void* in2,
-                      void* out, double alpha, double beta, void* workspace, size_t workspace_bytes, Call call) {
+  // setup, its algorithms timed on its first chunk, then cuDNN's call with the fallbacks, which may
+  // change the setup's algorithm and workspace size between tries. Returns the setup (forward adds
+  // the bias with it).
+  ConvSetup& run_conv(Operation op, const ChunkConv& shape, const void* in1, const void* in2, void* out, double alpha,
+                      double beta, void* workspace, size_t workspace_bytes) {
     ConvSetup& setup = setup_for(shape, op, workspace, workspace_bytes);
     benchmark_once(setup, op, shape, in1, in2, out, beta, workspace, workspace_bytes);
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
-    run_with_fallback(setup, op, workspace_bytes, call_name, [&] {
-      return call(setup, &alpha_f, &beta_f, setup.workspace_bytes ? workspace : nullptr);
+    run_with_fallback(setup, op, workspace_bytes, cudnn_call_name(op), [&] {
+      return convolve(op, setup, &alpha_f, &beta_f, setup.workspace_bytes ? workspace : nullptr, in1, in2, out);
     });
     return setup;
   }
