@@ -422,8 +422,11 @@ ConvSetup& ConvSetupCache::get(cudnnHandle_t handle, const ChunkConv& shape, siz
   auto found = setups_.find(key);
   if (found != setups_.end()) return *found->second;
   auto setup = make_setup(handle, shape, workspace_limit, op);
-  if (setups_.size() >= kMaxCachedSetups) setups_.clear();  // no setup is referenced between calls
   return *setups_.emplace(key, std::move(setup)).first->second;
+}
+
+void ConvSetupCache::trim() {
+  if (setups_.size() >= kMaxCachedSetups) setups_.clear();
 }
 
 bool ConvSetupCache::refuses_layout(const ChunkConv& shape, Operation op) const {

@@ -57,9 +57,12 @@ struct ConvSetup {
 class ConvSetupCache {
  public:
   // The setup for `shape` and `op` whose algorithm needs at most `workspace_limit` bytes; made on
-  // first use.
+  // first use. References stay valid until trim() or clear().
   ConvSetup& get(cudnnHandle_t handle, const ChunkConv& shape, size_t workspace_limit,
                  Operation op = Operation::forward);
+  // Bounds the cache (a process that runs many different problems must not grow it without end):
+  // empties it when full. Called before a chunk takes its setups, since a staged chunk holds two.
+  void trim();
   void clear() noexcept {
     setups_.clear();
     layout_refusals_.clear();

@@ -240,6 +240,7 @@ class CudaBackend final : public Backend {
   // tail; it runs in its own layout until cuDNN refuses that shape, then on channels-first copies.
   ConvSetup& convolve_in_layout(Operation op, const ChunkConv& shape, const void* in1, const void* in2, void* out,
                                 double alpha, double beta, void* workspace, size_t workspace_bytes) {
+    resources_->conv_setups.trim();
     if (layout_copies(true, op, shape.layout, shape.spatial_dims, shape.dtype) != LayoutCopies::channels_first_staging)
       return convolve_natively(op, shape, in1, in2, out, alpha, beta, workspace, workspace_bytes);
     const ChunkCopies copies(shape);
@@ -367,6 +368,7 @@ class CudaBackend final : public Backend {
     }
     const float* dy = f(dy_data);
     float* db = f(db_data);
+    resources_->conv_setups.trim();
     ConvSetup& setup = setup_for(shape, Operation::backward_bias, nullptr, 0);
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
     OOC_CUDNN_CHECK(cudnnConvolutionBackwardBias(resources_->cudnn, &alpha_f, setup.y, dy, &beta_f, setup.bias, db));
