@@ -40,8 +40,10 @@ def up(a):
     return np.asarray(a).astype(np.float64)
 
 
-def budgets(plan_at):
+def budgets(*plan_ats):
     """From the tightest budget up to an unsplit call: the tight ones split N, C or K and space
-    with uneven edges."""
-    needed = needed_budget(plan_at)
+    with uneven edges. Given several operations' planners, the tightest that fits all of them (a
+    cuda channels-last 3-D chunk reserves room for channels-first copies of its own tensors, so the
+    forward and backward data of one problem need different budgets)."""
+    needed = max(needed_budget(plan_at) for plan_at in plan_ats)
     return [needed, int(needed * 1.6), int(needed * 3), None]

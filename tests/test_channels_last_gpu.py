@@ -30,10 +30,10 @@ def test_forward_and_backward_data(rng, case, name, pinned):
         for a in (xl, wl, dyl):
             pyooc.pin(a)
     try:
-        plan_at = lambda m: pyooc.plan_conv_forward(x.shape, w.shape, bias=True, groups=groups, dtype=name,  # noqa
-                                                    memory_limit=m, backend="cuda", layout="channels_last",
-                                                    **geometry(case))
-        for limit in budgets(plan_at):
+        common = dict(groups=groups, dtype=name, backend="cuda", layout="channels_last", **geometry(case))
+        forward = lambda m: pyooc.plan_conv_forward(x.shape, w.shape, bias=True, memory_limit=m, **common)  # noqa
+        data = lambda m: pyooc.plan_conv_backward_data(dy.shape, w.shape, x.shape, memory_limit=m, **common)  # noqa
+        for limit in budgets(forward, data):
             out = empty_channels_last(ref.shape, dtype)
             y = pyooc.conv_forward(xl, wl, bias, groups=groups, out=out, memory_limit=limit, backend="cuda",
                                    **geometry(case))
