@@ -361,3 +361,37 @@ TEST(Planner, DescribeMentionsTheSplit) {
 }
 
 }  // namespace
+
+namespace {
+
+// H200-like figures (docs/ARCHITECTURE.md): the link, not FP32 compute, bounds dense layers.
+PlannerConfig h200_like(size_t memory_limit) {
+  PlannerConfig c = config(memory_limit, size_t{128} << 20);
+  c.backend = "cuda";
+  c.machine.h2d_bytes_per_s = c.machine.d2h_bytes_per_s = 54e9;
+  c.machine.bidir_bytes_per_s = 88e9;
+  c.machine.flops_per_s = 2e13;
+  c.machine.host_copy_bytes_per_s = 1e12;  // pinned arrays: no host staging
+  return c;
+}
+
+}  // namespace
+
+TEST(Planner, DepthwiseChunksHoldManyGroups) {
+  // Chunks of few groups computed far below the link's speed on the H100 (cost_model.hpp,
+  // kHalfRateGroupedChannels): the bench's depthwise layer (8 GiB) under 1 GiB is split in space
+  // rather than into thin group tiles, forward as backward (planned only: nothing runs).
+  const ConvProblem p =
+      ConvProblem::forward({2, 64, 256, 256, 128}, {64, 1, 3, 3, 3}, {1}, {1}, {1}, 64, 1.0, 0.0, false);
+  const Plan forward = ooc::plan_conv_forward_for(p, h200_like(size_t{1} << 30));
+  SCOPED_TRACE(forward.describe());
+  EXPECT_GT(forward.num_chunks(), 8u);
+  EXPECT_GE(forward.tiling.g, 32);
+  for (ooc::Operation op : {ooc::Operation::backward_data, ooc::Operation::backward_filter}) {
+    ConvProblem b = p;
+    b.op = op;
+    const Plan backward = ooc::plan_conv_backward_for(b, h200_like(size_t{1} << 30));
+    SCOPED_TRACE(backward.describe());
+    EXPECT_GE(backward.tiling.g, 32);
+  }
+}

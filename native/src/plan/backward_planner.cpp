@@ -250,16 +250,21 @@ struct Candidate {
 };
 
 // The per-chunk GEMM shape the cost model charges thin splits by.
-void gemm_shape(const ConvProblem& p, const Choice& ch, TrafficEstimate& t) {
+void gemm_shape(const ConvProblem& p, bool cuda, const Choice& ch, TrafficEstimate& t) {
   const double kernel = static_cast<double>(p.kernel[0] * p.kernel[1] * p.kernel[2]);
+  // On the GPU, output channels count every group of the chunk (cost_model.hpp's
+  // kHalfRateGroupedChannels); the host backend's loops run group by group.
+  t.grouped = cuda && p.groups > 1;
+  const double groups = t.grouped ? static_cast<double>(ch[kG]->tile) : 1.0;
   switch (p.op) {
     case Operation::backward_data:  // dx[c, pos] = sum over k, taps of w * dy
       t.reduction_depth = static_cast<double>(ch[kK]->tile) * kernel;
-      t.output_channels = static_cast<double>(ch[kC]->tile);
+      t.output_channels = static_cast<double>(ch[kC]->tile) * groups;
       break;
     case Operation::backward_filter:  // dw[k, c * taps] = sum over n, positions of dy * x
       t.reduction_depth = static_cast<double>(ch[kN]->tile * ch[kS0]->y_max * ch[kS1]->y_max * ch[kS2]->y_max);
-      t.output_channels = std::min(static_cast<double>(ch[kK]->tile), static_cast<double>(ch[kC]->tile) * kernel);
+      t.output_channels =
+          std::min(static_cast<double>(ch[kK]->tile), static_cast<double>(ch[kC]->tile) * kernel) * groups;
       break;
     default:  // a plain reduction: no GEMM to be thin
       break;
@@ -428,7 +433,7 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, const N
         c.bytes_d2h = output_bytes;
         search.offer(c, {c.peak, largest, chunks}, [&] {
           TrafficEstimate t = traffic_estimate(c.bytes_h2d, c.bytes_d2h, p.flops(), chunks);
-          gemm_shape(p, ch, t);
+          gemm_shape(p, config.backend == "cuda", ch, t);
           t.copy_run_bytes = es * static_cast<double>(shortest_run);
           t.first_load_bytes = 0;
           for (size_t b : c.input_slot_bytes) t.first_load_bytes += static_cast<double>(b);

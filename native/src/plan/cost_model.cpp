@@ -13,7 +13,8 @@ double predict_seconds(const TrafficEstimate& t, const MachineModel& m) {
   const double both = (t.bytes_h2d + t.bytes_d2h) / m.bidir_bytes_per_s / copy_efficiency;
   const double host_copy = (t.bytes_h2d + t.bytes_d2h) / m.host_copy_bytes_per_s / copy_efficiency;
   const double gemm_efficiency = t.reduction_depth / (t.reduction_depth + kHalfRateReductionDepth) *
-                                 t.output_channels / (t.output_channels + kHalfRateOutputChannels);
+                                 t.output_channels /
+                                 (t.output_channels + (t.grouped ? kHalfRateGroupedChannels : kHalfRateOutputChannels));
   const double compute = (t.flops / gemm_efficiency + t.num_chunks * m.chunk_half_flops) / m.flops_per_s +
                          t.num_chunks * m.chunk_overhead_s;
   double steady;

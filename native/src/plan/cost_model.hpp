@@ -18,6 +18,9 @@ struct TrafficEstimate {
   // Per-chunk implicit-GEMM shape: reduction length (c tile x kernel size) and output channels (k
   // tile). Thin GEMMs run well below peak, so splitting C or K finely costs compute.
   double reduction_depth = 1e9, output_channels = 1e9;
+  // A grouped convolution: output_channels counts every group of the chunk, and a chunk of few
+  // groups runs further below peak than a dense GEMM of as many channels (kHalfRateGroupedChannels).
+  bool grouped = false;
   // Shortest contiguous run (bytes) a chunk's regions are copied in: DMA engines and memcpy move
   // short rows far below bandwidth, so splitting the innermost dimensions is costly.
   double copy_run_bytes = 1e12;
@@ -45,6 +48,13 @@ double predict_layer_seconds(size_t bytes_h2d, size_t bytes_d2h, double flops, s
 // A reduction this long / this many output channels run at half the rate.
 constexpr double kHalfRateReductionDepth = 64;
 constexpr double kHalfRateOutputChannels = 16;
+// cuDNN computes a grouped chunk's groups in one launch, and chunks of few groups run far below
+// the rate of chunks of many. Depthwise 3-D on the H100 (bench/results/2026-12-06_d0b889e_device.md):
+// forward in chunks of 2 groups took 0.144 s for the layer, compute-bound; backward data, the same
+// bytes and flops in chunks of all 64 groups, 0.108 s, at the link's speed. Set so that a chunk of
+// all the groups is preferred wherever it fits: the model's times for chunks of few groups are
+// pessimistic (2 groups: 1.3 s predicted), for many about right (64: 49 ms; in core 18 ms).
+constexpr double kHalfRateGroupedChannels = 256;
 constexpr double kHalfRateCopyRunBytes = 1024;
 
 }  // namespace ooc

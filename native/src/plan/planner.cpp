@@ -176,8 +176,8 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, Candida
   const double w_total = static_cast<double>(p.w_elements()) * es;
   const double y_total = static_cast<double>(p.y_elements()) * es;
   const size_t bias_bytes = bias_slot(p);
-  const bool copies = layout_copies(config.backend == "cuda", p.op, p.layout, p.spatial_dims, p.dtype) !=
-                      LayoutCopies::none;
+  const bool cuda = config.backend == "cuda";
+  const bool copies = layout_copies(cuda, p.op, p.layout, p.spatial_dims, p.dtype) != LayoutCopies::none;
   const std::array<int64_t, 5> x_extent{p.n, p.c, p.in[0], p.in[1], p.in[2]};
   const std::array<int64_t, 5> y_extent{p.n, p.k, p.out[0], p.out[1], p.out[2]};
 
@@ -228,7 +228,11 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& config, Candida
                   search.offer(c, {c.peak, largest, chunks}, [&] {
                     TrafficEstimate t = traffic_estimate(c.bytes_h2d, c.bytes_d2h, p.flops(), chunks);
                     t.reduction_depth = static_cast<double>(std::min(tc, c_per_group) * kernel_elems);
-                    t.output_channels = static_cast<double>(std::min(tk, k_per_group));
+                    // On the GPU every output channel of the chunk, all its groups'
+                    // (cost_model.hpp's kHalfRateGroupedChannels says why); the host backend's
+                    // loops run group by group.
+                    t.grouped = cuda && p.groups > 1;
+                    t.output_channels = static_cast<double>(t.grouped ? tk : std::min(tk, k_per_group));
                     t.copy_run_bytes =
                         shortest_run_bytes(es, {CopyRegion{{tn, tc, s0.max_in, s1.max_in, s2.max_in}, x_extent},
                                                 CopyRegion{{tn, tk, s0.tile, s1.tile, s2.tile}, y_extent}});
