@@ -229,6 +229,47 @@ def run_pyooc_fresh(pyooc, torch, result, op, geom, x, w, dy, limit, backend, re
                              lambda out: check_output(result, "fresh", reference, out), args, backend, torch)
 
 
+def run_bf16(pyooc, torch, result, op, geom, x, w, dy, limit, backend, bandwidth, args):
+    """The all-pinned variant in bfloat16 (conv_forward.py's, for a gradient): the operands pinned in
+    bf16, half the bytes each way; checked against the float32 gradient of the bf16-rounded
+    operands (in core on the GPU; numpy in a dry run, whose arrays are not pinned) within bf16's
+    tolerance."""
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    empty = (lambda shape: pyooc.pinned_empty(shape, bf16)) if torch is not None else (lambda s: np.empty(s, bf16))
+
+    def in_bf16(a):
+        if a is None:
+            return None
+        b = empty(a.shape)
+        for n in range(a.shape[0]):  # a sample at a time: no float32-sized temporary
+            b[n] = a[n]
+        return b
+
+    xb, wb, dyb = in_bf16(x), in_bf16(w), in_bf16(dy)
+    out = empty(geom.x_shape if op == "data" else geom.w_shape)
+    bytes_in, bytes_out = operands(op, geom)
+    result["bf16_roofline_s"] = roofline(bytes_in / 2, bytes_out / 2, bandwidth)["seconds"]
+    up = lambda a: None if a is None else a.astype(np.float32)  # noqa: E731
+    reference = reference_gradient(torch, op, geom, up(xb), up(wb), up(dyb))
+
+    def call():
+        call_pyooc(pyooc, op, geom, xb, wb, dyb, out, limit, backend)
+
+    return run_pyooc_variant(pyooc, result, "bf16", call, lambda: out.fill(np.nan),
+                             lambda: checked(result, "bf16", reference, out.astype(np.float32), 2e-2), args, backend)
+
+
+def reference_gradient(torch, op, geom, x, w, dy):
+    """The gradient to check against: in-core torch on the GPU (one run), else numpy in float64."""
+    if torch is not None:
+        return Reference(torch, incore_torch(torch, op, geom, x, w, dy, 1)[1])
+    g = geom
+    return Reference(None, np_grad_input(g.x_shape, w, dy, g.stride, g.padding, g.dilation, g.groups) if op == "data"
+                     else np_grad_weight(x, g.w_shape, dy, g.stride, g.padding, g.dilation, g.groups))
+
+
 def run_grad_peer(torch, result, name, peer, limit, w_bytes, out, reference, repeats, args):
     """Fits a torch peer to the budget (its warm-up output is the one checked), then times it."""
     return run_torch_peer(torch, result, name, peer, limit, w_bytes, lambda: out.fill_(float("nan")),
@@ -281,10 +322,7 @@ def run_case(name, spec, ctx):
         reference = ctx.pop("reference", None) or Reference(torch, None)
     else:
         result["skipped"]["incore"] = "no torch/GPU (dry run)"
-        ref = (np_grad_input(geom.x_shape, w, dy, geom.stride, geom.padding, geom.dilation, geom.groups)
-               if op == "data" else np_grad_weight(x, geom.w_shape, dy, geom.stride, geom.padding, geom.dilation,
-                                                   geom.groups))
-        reference = Reference(None, ref)
+        reference = reference_gradient(None, op, geom, x, w, dy)
     rl = roofline(bytes_in, bytes_out, ctx["bandwidth"], result["incore_torch_s"])
     result["roofline"] = rl
     result["roofline_s"] = rl["seconds"]
@@ -338,7 +376,8 @@ def run_case(name, spec, ctx):
     result["pyooc_fresh_s"] = attempt("fresh", lambda: run_pyooc_fresh(pyooc, torch, result, op, geom, x, w, dy, limit,
                                                                        backend, reference, args))
     result["skipped"]["chained"] = NO_GRADIENT_CHAIN
-    result["skipped"]["bf16"] = "bf16 is measured on the forward (bench/conv_forward.py)"
+    result["pyooc_bf16_s"] = attempt("bf16", lambda: run_bf16(pyooc, torch, result, op, geom, x, w, dy, limit,
+                                                               backend, ctx["bandwidth"], args))
     summarize(result, fwd.TARGETS)
     fwd.summarize_variants(result)
     if op == "filter":  # a reduction: dw crosses the link once, x and dy (about) once
