@@ -25,8 +25,16 @@ BUDGETS = [1, 255, 4096, 40000, "64 KiB", "1MiB", 2**40, 2**64 - 1, 2**64, -1, 0
 SMALL_BUDGETS = [2048, 4096, 8192, 20000, 65536]
 
 
-def arr(shape, seed):
-    return {"array": list(shape), "seed": seed}
+def arr(shape, seed, form=None):
+    """An array's description; form: {"dtype": ..., "layout": ...} (fuzz_worker.build), or None for
+    float32 C-contiguous."""
+    return {"array": list(shape), "seed": seed, **(form or {})}
+
+
+# Element types and memory layouts the case's arrays share (issue 15): a half or channels-last
+# call where the function serves it, a TypeError/NotImplementedError naming the argument where not.
+forms = st.sampled_from([None, None, None, {"dtype": "float16"}, {"dtype": "bfloat16"}, {"layout": "channels_last"},
+                         {"dtype": "bfloat16", "layout": "channels_last"}])
 
 
 dims = st.integers(1, 5)
@@ -103,16 +111,18 @@ def valid_cases(draw, backend="host"):
         y = conv_out(g)
         if min(y) <= 0:  # an impossible geometry: ValueError expected, still a case
             y = [max(1, v) for v in y]
+        f = draw(forms) if grouped or kind == "conv_backward_bias" else None
+        bias_form = {"dtype": f["dtype"]} if f and "dtype" in f else None  # a bias has no layout
         if kind == "conv_forward":
-            bias = arr([g["w"][0]], s + 3) if draw(st.booleans()) else None
-            return case(kind, [arr(g["x"], s), arr(g["w"], s + 1), bias], {**geo, **opts},
+            bias = arr([g["w"][0]], s + 3, bias_form) if draw(st.booleans()) else None
+            return case(kind, [arr(g["x"], s, f), arr(g["w"], s + 1, f), bias], {**geo, **opts},
                         check=draw(st.sampled_from(["chunks", "reference"])))
         if kind == "conv_backward_data":
-            return case(kind, [arr(y, s), arr(g["w"], s + 1), g["x"]], {**geo, **opts})
+            return case(kind, [arr(y, s, f), arr(g["w"], s + 1, f), g["x"]], {**geo, **opts})
         if kind == "conv_backward_filter":
-            return case(kind, [arr(g["x"], s), arr(y, s + 1), g["w"]], {**geo, **opts})
+            return case(kind, [arr(g["x"], s, f), arr(y, s + 1, f), g["w"]], {**geo, **opts})
         if kind == "conv_backward_bias":
-            return case(kind, [arr(y, s)], opts)
+            return case(kind, [arr(y, s, f)], opts)
         if kind == "conv_bias_activation_forward":
             return case(kind, [arr(g["x"], s), arr(g["w"], s + 1), arr([g["w"][0]], s + 2)],
                         {**geo, **opts, "activation": draw(st.sampled_from(["relu", "identity", "sigmoid"]))})
@@ -142,37 +152,38 @@ def valid_cases(draw, backend="host"):
         return case(kind, [arr([m, k_], s), arr([n, k_], s + 1), arr([m, n], s + 2)], opts)
     shape = [draw(dims), draw(dims)] + draw(spatial(3 if kind.startswith("pool") else 1, 9))
     c = shape[1]
+    f = draw(forms)  # the layers' arrays share one dtype and layout (batch norm's per-channel ones: float32)
     if kind.startswith("batchnorm"):
         if kind == "batchnorm_forward_training":
-            return case(kind, [arr(shape, s), arr([c], s + 1), arr([c], s + 2)], opts)
+            return case(kind, [arr(shape, s, f), arr([c], s + 1), arr([c], s + 2)], opts)
         if kind == "batchnorm_forward_inference":
-            return case(kind, [arr(shape, s), arr([c], s + 1), arr([c], s + 2), arr([c], s + 3),
+            return case(kind, [arr(shape, s, f), arr([c], s + 1), arr([c], s + 2), arr([c], s + 3),
                                {"abs": arr([c], s + 4)}], opts)
-        return case(kind, [arr(shape, s), arr(shape, s + 1), arr([c], s + 2), arr([c], s + 3),
+        return case(kind, [arr(shape, s, f), arr(shape, s + 1, f), arr([c], s + 2), arr([c], s + 3),
                            {"abs": arr([c], s + 4)}], opts)
     if kind.startswith("pool"):
         kernel = draw(st.sampled_from([1, 2, 3]))
         stride = draw(st.sampled_from([None, 1, 2]))
         pool_opts = {"stride": stride, "mode": draw(st.sampled_from(["max", "avg", "avg_exclude_pad"]))}
         if kind == "pool_forward":
-            return case(kind, [arr(shape, s), kernel], {**pool_opts, **opts}, check=draw(st.sampled_from(
+            return case(kind, [arr(shape, s, f), kernel], {**pool_opts, **opts}, check=draw(st.sampled_from(
                 ["chunks", "reference"])))
-        return case(kind, [{"pool_of": arr(shape, s), "kernel": kernel, "stride": stride}, {"pool_dy": s + 1},
-                           arr(shape, s)], {**pool_opts, **opts, "kernel": kernel})
+        return case(kind, [{"pool_of": arr(shape, s, f), "kernel": kernel, "stride": stride}, {"pool_dy": s + 1},
+                           arr(shape, s, f)], {**pool_opts, **opts, "kernel": kernel})
     if kind.startswith("activation"):
         mode = draw(st.sampled_from(["relu", "sigmoid", "tanh", "elu", "swish", "gelu", "leaky_relu", "clipped_relu"]))
         if draw(st.booleans()):
             mode = {"np_str": mode}
         if kind == "activation_forward":
-            return case(kind, [arr(shape, s), mode], opts, check=draw(st.sampled_from(["chunks", "reference"])))
-        return case(kind, [arr(shape, s), arr(shape, s + 1), arr(shape, s + 2), mode], opts)
+            return case(kind, [arr(shape, s, f), mode], opts, check=draw(st.sampled_from(["chunks", "reference"])))
+        return case(kind, [arr(shape, s, f), arr(shape, s + 1, f), arr(shape, s + 2, f), mode], opts)
     if kind.startswith("softmax"):
         mode_opts = {"mode": draw(st.sampled_from(["channel", "instance"])), "log": draw(st.booleans())}
         if kind == "softmax_forward":
-            return case(kind, [arr(shape, s)], {**mode_opts, **opts})
-        return case(kind, [arr(shape, s), arr(shape, s + 1)], {**mode_opts, **opts})
+            return case(kind, [arr(shape, s, f)], {**mode_opts, **opts})
+        return case(kind, [arr(shape, s, f), arr(shape, s + 1, f)], {**mode_opts, **opts})
     a = [v if draw(st.booleans()) else 1 for v in shape]
-    return case("add_tensor", [arr(a, s), arr(shape, s + 1)], {**opts, "alpha": 0.5, "beta": 2.0},
+    return case("add_tensor", [arr(a, s, f), arr(shape, s + 1, f)], {**opts, "alpha": 0.5, "beta": 2.0},
                 check=draw(st.sampled_from(["chunks", "reference"])))
 
 
