@@ -229,6 +229,10 @@ def plan_cases(draw, backend="host"):
     args = plan_args(fn, valid, shapes)
     opts = {k: v for k, v in valid["kwargs"].items() if accepts(fn, k) and k != "kernel"}
     opts["backend"] = backend
+    first = next((a for a in valid["args"] if isinstance(a, dict) and "array" in a), {})
+    for name in ("dtype", "layout"):  # the run case's array form, as the plan twin's options
+        if name in first and accepts(fn, name):
+            opts[name] = first[name]
     opts["memory_limit"] = draw(st.sampled_from(REAL_BUDGETS + BUDGETS))
     what = draw(st.sampled_from(["none", "dim", "dim", "option", "option"]))
     if what == "dim":  # one dimension of one shape made extreme: the geometry must stay checked
@@ -237,7 +241,8 @@ def plan_cases(draw, backend="host"):
             args[i][draw(st.integers(0, len(args[i]) - 1))] = draw(shape_items)
     elif what == "option":
         names = [n for n in ("stride", "padding", "dilation", "output_padding", "pool_kernel", "pool_stride",
-                             "pool_padding", "groups", "device", "dtype", "alpha", "beta") if accepts(fn, n)]
+                             "pool_padding", "groups", "device", "dtype", "layout", "padding_mode", "alpha",
+                             "beta") if accepts(fn, n)]
         if names:
             opts[draw(st.sampled_from(names))] = draw(st.one_of(st.sampled_from(HOSTILE), st.integers(0, 3),
                                                                 st.sampled_from(HUGE)))
