@@ -265,13 +265,9 @@ class CudaBackend final : public Backend {
   struct ChunkCopies {
     size_t x = 0, w = 0, y = 0, bytes = 0;  // offsets of w and y, the total
     explicit ChunkCopies(const ChunkConv& s) {
-      const Dims3 &in = s.in, &kernel = s.kernel, &out = s.out;
-      const int64_t x_elements = s.n * s.c * in[0] * in[1] * in[2];
-      const int64_t w_elements = s.k * (s.c / s.groups) * kernel[0] * kernel[1] * kernel[2];
-      const int64_t y_elements = s.n * s.k * out[0] * out[1] * out[2];
-      w = layout_copy_bytes(x_elements, 0, 0, s.dtype);
-      y = w + layout_copy_bytes(0, w_elements, 0, s.dtype);
-      bytes = layout_copy_bytes(x_elements, w_elements, y_elements, s.dtype);
+      w = layout_copy_bytes(x_elements(s), 0, 0, s.dtype);
+      y = w + layout_copy_bytes(0, w_elements(s), 0, s.dtype);
+      bytes = layout_copy_bytes(x_elements(s), w_elements(s), y_elements(s), s.dtype);
     }
   };
 
@@ -291,12 +287,15 @@ class CudaBackend final : public Backend {
     const std::array<Role, 3> roles = op == Operation::forward         ? std::array<Role, 3>{kX, kW, kY}
                                       : op == Operation::backward_data ? std::array<Role, 3>{kY, kW, kX}
                                                                        : std::array<Role, 3>{kX, kY, kW};
-    auto desc = [](ConvSetup& s, Role r) -> cudnnTensorDescriptor_t { return r == kX ? s.x : r == kY ? s.y : s.w_tensor; };
+    auto desc = [](ConvSetup& s, Role r) -> cudnnTensorDescriptor_t {
+      return r == kX ? s.x : r == kY ? s.y : s.w_tensor;
+    };
     auto copy = [&](Role r) -> void* { return room + (r == kX ? 0 : r == kW ? copies.w : copies.y); };
     const float one = 1.0f, zero = 0.0f, beta_f = static_cast<float>(beta);
     cudnnHandle_t handle = resources_->cudnn;
-    OOC_CUDNN_CHECK(cudnnTransformTensor(handle, &one, desc(own, roles[0]), in1, &zero, desc(flat, roles[0]), copy(roles[0])));
-    OOC_CUDNN_CHECK(cudnnTransformTensor(handle, &one, desc(own, roles[1]), in2, &zero, desc(flat, roles[1]), copy(roles[1])));
+    for (int i : {0, 1})
+      OOC_CUDNN_CHECK(cudnnTransformTensor(handle, &one, desc(own, roles[i]), i == 0 ? in1 : in2, &zero,
+                                           desc(flat, roles[i]), copy(roles[i])));
     convolve_natively(op, planar, copy(roles[0]), copy(roles[1]), copy(roles[2]), alpha, 0.0, workspace, algorithm_bytes);
     cudnnTensorDescriptor_t out_desc = shape.out_dtype != shape.dtype ? own.w_accumulator : desc(own, roles[2]);
     OOC_CUDNN_CHECK(cudnnTransformTensor(handle, &one, desc(flat, roles[2]), copy(roles[2]), &beta_f, out_desc, out));
@@ -325,8 +324,7 @@ class CudaBackend final : public Backend {
 
   // The bytes of a half-precision chunk's partial dw ([k, c / groups, kernel...], 256-aligned).
   static size_t half_partial_bytes(const ChunkConv& s) {
-    const int64_t elements = s.k * (s.c / s.groups) * s.kernel[0] * s.kernel[1] * s.kernel[2];
-    return (static_cast<size_t>(elements) * dtype_size(s.dtype) + 255) / 256 * 256;
+    return (static_cast<size_t>(w_elements(s)) * dtype_size(s.dtype) + 255) / 256 * 256;
   }
 
   // cuDNN's call of one convolution operation on a setup, in the backend's argument order.
@@ -543,12 +541,15 @@ class CudaBackend final : public Backend {
   }
 
   static int64_t output_elements(const ChunkConv& s, Operation op) {
-    const Dims3& dims = op == Operation::forward ? s.out : op == Operation::backward_data ? s.in : s.kernel;
-    const int64_t outer = op == Operation::forward         ? s.n * s.k
-                          : op == Operation::backward_data ? s.n * s.c
-                                                           : s.k * (s.c / s.groups);  // dw: [k, c / groups, kernel]
-    return outer * dims[0] * dims[1] * dims[2];
+    return op == Operation::forward ? y_elements(s) : op == Operation::backward_data ? x_elements(s) : w_elements(s);
   }
+
+  // A chunk's tensors' element counts: x [n, c, in], w [k, c / groups, kernel], y [n, k, out].
+  static int64_t x_elements(const ChunkConv& s) { return s.n * s.c * s.in[0] * s.in[1] * s.in[2]; }
+  static int64_t w_elements(const ChunkConv& s) {
+    return s.k * (s.c / s.groups) * s.kernel[0] * s.kernel[1] * s.kernel[2];
+  }
+  static int64_t y_elements(const ChunkConv& s) { return s.n * s.k * s.out[0] * s.out[1] * s.out[2]; }
 
   // Runs a cuDNN call; where cuDNN refuses the chosen algorithm, falls back (and keeps the
   // fallback for this shape) until it runs or no algorithm is left. Throws cudnn_error with cuDNN's
@@ -569,8 +570,9 @@ class CudaBackend final : public Backend {
   // workspace than the size query reported (a half 3-D backward data on the H100). Any other
   // BAD_PARAM is a bug of ours and is reported, not worked around.
   static bool refuses_algorithm(cudnnStatus_t status, const std::string& reason) {
-    return status == CUDNN_STATUS_NOT_SUPPORTED ||
-           (status == CUDNN_STATUS_BAD_PARAM && (reason.find("orkSpace") != std::string::npos || reason.find("orkspace") != std::string::npos));
+    const bool about_workspace =
+        reason.find("orkSpace") != std::string::npos || reason.find("orkspace") != std::string::npos;
+    return status == CUDNN_STATUS_NOT_SUPPORTED || (status == CUDNN_STATUS_BAD_PARAM && about_workspace);
   }
 
   int device_;
