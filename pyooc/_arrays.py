@@ -73,24 +73,31 @@ def check_layout(array, name, layouts=CONTIGUOUS_ONLY):
 
 
 def as_output(out, shape, inputs, dtype=np.float32, device_arrays=False, layout=CHANNELS_FIRST):
-    """Checks the caller's `out=` array: shape, dtype (the inputs'), writable, dense in the call's
-    `layout` (its inputs'), not sharing memory with inputs. device_arrays: as for as_input."""
+    """Checks the caller's `out=` array, host or (device_arrays: as for as_input) device: shape,
+    dtype (the inputs'), writable, dense in the call's `layout` (its inputs'), not sharing memory
+    with inputs."""
     if device_arrays and (isinstance(out, DeviceArray) or is_device_array(out)):
-        return _out_layout(_device_output(out, shape, inputs, dtype), layout)
-    if out is not None and not isinstance(out, np.ndarray) and (
-            hasattr(out, "__dlpack__") or hasattr(out, "__cuda_array_interface__")):
-        out = host_array(out, "out")  # a CPU DLPack array (torch CPU, ...) viewed in place
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy.ndarray or a CPU DLPack array, got {type(out).__name__}")
+        out = out if isinstance(out, DeviceArray) else device_array(out, "out", (np.dtype(dtype),), writable=True)
+        writable, overlaps = not out.readonly, out.overlaps
+    else:
+        if out is not None and not isinstance(out, np.ndarray) and (
+                hasattr(out, "__dlpack__") or hasattr(out, "__cuda_array_interface__")):
+            out = host_array(out, "out")  # a CPU DLPack array (torch CPU, ...) viewed in place
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy.ndarray or a CPU DLPack array, got {type(out).__name__}")
+        writable = out.flags.writeable
+
+        def overlaps(array):  # a device array never shares a host array's memory
+            return array is not None and not isinstance(array, DeviceArray) and np.may_share_memory(out, array)
     if out.dtype != dtype:
         raise TypeError(f"out must have dtype {np.dtype(dtype)}, got {out.dtype}")
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"out has shape {list(out.shape)}, expected {list(shape)}")
-    if not out.flags.writeable:
+    if not writable:
         raise ValueError("out is read-only")
     _out_layout(out, layout)
     for name, array in inputs.items():
-        if array is not None and not isinstance(array, DeviceArray) and np.may_share_memory(out, array):
+        if overlaps(array):
             raise ValueError(f"out overlaps {name}: the output must not share memory with an input")
     return out
 
@@ -102,20 +109,6 @@ def _out_layout(out, layout):
     if layout == CHANNELS_LAST:
         raise ValueError("out must be channels-last, as the inputs are (the result takes x's layout)")
     raise ValueError("out must be C-contiguous")
-
-
-def _device_output(out, shape, inputs, dtype):
-    out = out if isinstance(out, DeviceArray) else device_array(out, "out", (np.dtype(dtype),), writable=True)
-    if out.dtype != dtype:
-        raise TypeError(f"out must have dtype {np.dtype(dtype)}, got {out.dtype}")
-    if out.readonly:
-        raise ValueError("out is read-only")
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"out has shape {list(out.shape)}, expected {list(shape)}")
-    for name, array in inputs.items():
-        if out.overlaps(array):
-            raise ValueError(f"out overlaps {name}: the output must not share memory with an input")
-    return out
 
 
 def spatial_tuple(value, spatial_dims, name):

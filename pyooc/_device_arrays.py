@@ -62,9 +62,6 @@ class DeviceArray:
 
     def reshape(self, *shape):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
-        if -1 in shape:
-            known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
-            shape = tuple(self.size // max(known, 1) if d == -1 else d for d in shape)
         if int(np.prod(shape, dtype=np.int64)) != self.size:
             raise ValueError(f"cannot reshape a device array of {self.size} elements into shape {list(shape)}")
         if self.strides is not None and len(self.shape) >= 3:
