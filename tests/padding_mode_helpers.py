@@ -9,6 +9,7 @@ import numpy as np
 
 import pyooc
 from conftest import needed_budget, rel_err
+from layout_helpers import empty_channels_last, is_channels_last
 from torch_helpers import torch
 
 F = torch.nn.functional
@@ -104,6 +105,23 @@ def check_close(got, ref, tol, what):
     assert not np.isnan(got64).any(), f"{what}: {int(np.isnan(got64).sum())} outputs never written"
     err = rel_err(got64, ref)
     assert err < tol, f"{what}: relative error {err:.3e} >= {tol}"
+
+
+def run_every_budget(plan_at, call, ref, dtype, tol, what, inputs, channels_last=False):
+    """call(limit, out) into a NaN-poisoned out at each of budgets(plan_at): close to ref, within the
+    plan's budget, inputs unchanged, out returned. channels_last: out is channels-last, as the
+    inputs are, and the result and a fresh one (out=None) keep that layout."""
+    before = [a.copy() for a in inputs]
+    for limit in budgets(plan_at):
+        out = empty_channels_last(ref.shape, dtype) if channels_last else np.full(ref.shape, np.nan, dtype)
+        got = call(limit, out)
+        assert got is out
+        check_close(got, ref, tol, f"{what} at memory_limit={limit}")
+        assert pyooc.last_stats()["plan"].peak_device_bytes <= pyooc.last_stats()["plan"].memory_limit
+        if channels_last:
+            assert is_channels_last(got) and is_channels_last(call(limit, None)), what
+    for a, b in zip(inputs, before):
+        np.testing.assert_array_equal(a, b, "an input was written")
 
 
 # The convolution's three operations under one name each, and which of torch_reference's (y, dx, dw) each gives.

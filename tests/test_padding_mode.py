@@ -10,22 +10,8 @@ import pytest
 
 import pyooc
 from conftest import host_direct_access, needed_budget
-from padding_mode_helpers import (CASES, DTYPES, MODES, OPERATIONS, budgets, check_close, conv_operation,
-                                  random_inputs, torch_reference)
-
-
-def _run_every_budget(plan_at, call, ref, dtype, tol, what, inputs):
-    """call(limit, out) into a NaN-poisoned out at each of budgets(plan_at): close to ref, inputs
-    unchanged, out returned."""
-    before = [a.copy() for a in inputs]
-    for limit in budgets(plan_at):
-        out = np.full(ref.shape, np.nan, dtype)
-        got = call(limit, out)
-        assert got is out
-        check_close(got, ref, tol, f"{what} at memory_limit={limit}")
-        assert pyooc.last_stats()["plan"].peak_device_bytes <= pyooc.last_stats()["plan"].memory_limit
-    for a, b in zip(inputs, before):
-        np.testing.assert_array_equal(a, b, "an input was written")
+from padding_mode_helpers import (CASES, DTYPES, MODES, OPERATIONS, check_close, conv_operation,
+                                  random_inputs, run_every_budget, torch_reference)
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)
@@ -42,7 +28,7 @@ def test_each_operation(rng, mode, case, dtype_name, operation):
     plan_at = lambda m: plan(dtype=dtype_name, memory_limit=m, **options)  # noqa: E731
     if operation == "forward":  # backward data plans the unpadded problem it runs on the padded x
         assert plan_at(None).padding_mode == mode
-    _run_every_budget(plan_at, lambda m, out: run(out=out, memory_limit=m, **options), ref, dtype, tol,
+    run_every_budget(plan_at, lambda m, out: run(out=out, memory_limit=m, **options), ref, dtype, tol,
                       f"{mode} {operation}", inputs)
 
 
