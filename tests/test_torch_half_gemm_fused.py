@@ -1,7 +1,7 @@
 """pyooc.torch's linear, conv_transpose and fused ops on torch.float16 and torch.bfloat16 tensors:
 results and gradients in the input's dtype against torch's own ops in float64 on the same rounded
-values (fp16 1e-3, bf16 1e-2 of the norm), under budgets that split the calls. The fused forwards
-run in half; their gradients go through the unfused ops (the fused backwards are float32 only).
+values (fp16 1e-3, bf16 1e-2 of the norm, or twice torch's own error in that dtype), under budgets
+that split the calls. The fused forwards run in half; their gradients go through the unfused ops (the fused backwards are float32 only).
 Smooth activations and average pooling: a kink or a max would route a gradient by the sign or
 order of a rounded intermediate, which half and float64 may not share."""
 

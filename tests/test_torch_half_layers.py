@@ -1,7 +1,8 @@
 """pyooc.torch's pooling, softmax, add_tensor and batch_norm on torch.float16 and torch.bfloat16
 tensors: results and gradients in the input's dtype (batch norm's weight, bias and running
 statistics float32, as cuDNN takes them) against torch's own ops in float64 on the same rounded
-values (fp16 1e-3, bf16 1e-2 of the norm), under budgets that split the calls; a softmax dtype=
+values (fp16 1e-3, bf16 1e-2 of the norm, or twice torch's own error in that dtype where a
+reduction's cancellation makes it larger), under budgets that split the calls; a softmax dtype=
 other than the input's, and mixed dtypes, are refused naming the argument."""
 
 import pytest
@@ -16,18 +17,29 @@ DTYPES = [(torch.float16, 1e-3), (torch.bfloat16, 1e-2)]
 
 
 def against_float64(rng, ours, theirs, inputs, dtype, tol):
-    """ours(*inputs in dtype) and its gradients against theirs(*the same values in float64)."""
+    """ours(*inputs in dtype) and its gradients against theirs(*the same values in float64).
+
+    The bar for each result is tol of the norm, or twice the error of torch's own ops run in the
+    same dtype, whichever is larger: a reduction with cancellation (a bias gradient summing
+    dy * f'(z) over every pixel) magnifies the rounding of its half-precision terms beyond any
+    fixed fraction of the result, for torch as for pyooc, and a user can ask no more of pyooc than
+    of the framework it replaces."""
     got_in = [t.to(dtype).requires_grad_() for t in inputs]
     ref_in = [t.detach().double().requires_grad_() for t in got_in]
-    y, ref = ours(*got_in), theirs(*ref_in)
+    torch_in = [t.detach().clone().requires_grad_() for t in got_in]
+    y, ref, torch_y = ours(*got_in), theirs(*ref_in), theirs(*torch_in)
     g = torch.from_numpy(rng.standard_normal(ref.shape))
     y.backward(g.to(dtype))
     ref.backward(g)
+    torch_y.backward(g.to(dtype))
     assert y.dtype == dtype
-    for got, want in [(y, ref)] + [(a.grad, r.grad) for a, r in zip(got_in, ref_in)]:
+    results = [(y, ref, torch_y)] + list(zip([a.grad for a in got_in], [r.grad for r in ref_in],
+                                             [t.grad for t in torch_in]))
+    for got, want, torch_got in results:
         assert got.dtype == dtype
         err = float((got.detach().double() - want).norm() / want.norm())
-        assert err < tol, err
+        torch_err = float((torch_got.detach().double() - want).norm() / want.norm())
+        assert err < max(tol, 2 * torch_err), (err, torch_err)
 
 
 @pytest.mark.parametrize("dtype,tol", DTYPES)
@@ -77,11 +89,10 @@ def test_batch_norm_and_its_gradient(rng, dtype, tol, training):
     y.backward(g)
     ref.backward(g.double())  # the same rounded gradient
     assert y.dtype == got_x.grad.dtype == dtype and weight.grad.dtype == bias.grad.dtype == torch.float32
-    # Training reduces the parameter gradients in float32 or wider; eval forms dy * xhat in the
-    # input's dtype (torch, on the host) before reducing it.
-    param_tol = 1e-4 if training else tol
-    for got, want, t in [(y, ref, tol), (got_x.grad, ref_x.grad, tol), (weight.grad, ref_w.grad, param_tol),
-                         (bias.grad, ref_b.grad, param_tol)]:
+    # The parameter gradients are reductions into float32 from the half x and dy, in training and in
+    # eval alike (as torch computes them): only their float32 rounding separates them from float64.
+    for got, want, t in [(y, ref, tol), (got_x.grad, ref_x.grad, tol), (weight.grad, ref_w.grad, 1e-4),
+                         (bias.grad, ref_b.grad, 1e-4)]:
         err = float((got.detach().double() - want).norm() / want.norm())
         assert err < t, err
     if training:  # the running statistics, float32, updated in place as torch updates them

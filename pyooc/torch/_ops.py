@@ -649,22 +649,21 @@ def _bn_inference_setup(ctx, inputs, output):
 
 def _bn_inference_backward(ctx, dy):
     # With fixed statistics, y = weight * (x - mean) * invstd + bias: dx = dy * weight * invstd is the
-    # same op on dy with a zero mean and bias (pyooc streams it); dbias = sum(dy) is conv_backward_bias's
-    # reduction; dweight = sum(dy * xhat) multiplies two tensors on the host (torch) before reducing.
+    # same op on dy with a zero mean and bias (pyooc streams it). dweight = sum(dy * xhat) and
+    # dbias = sum(dy) are the training backward's parameter gradients with the running statistics in
+    # place of the batch's: that op reduces them in float32 from x and dy as given, where forming
+    # dy * xhat in a half input's dtype first would round every term (torch keeps them float32 too).
     x, weight, mean, var = ctx.saved_tensors
     eps, memory_limit, backend = ctx.args
     dy = contiguous_grad(dy)
     zeros = torch.zeros_like(mean)
-    as3d = [dy.shape[0], dy.shape[1], -1]  # conv_backward_bias takes [N, C, space]
     dx = batchnorm_forward_inference(dy, weight, zeros, zeros, var, eps, memory_limit, backend) \
         if _needs(ctx, 0) else None
-    dw = None
-    if _needs(ctx, 1):
-        xhat = batchnorm_forward_inference(x, torch.ones_like(weight), zeros, mean, var, eps, memory_limit, backend)
-        dw = conv_backward_bias((dy * xhat).reshape(as3d), memory_limit, backend).to(weight.dtype)
-    # The parameters are float32 whatever x is: their gradients too.
-    db = conv_backward_bias(dy.reshape(as3d), memory_limit, backend).to(weight.dtype) if _needs(ctx, 2) else None
-    return dx, dw, db, None, None, None, None, None
+    dw = db = None
+    if _needs(ctx, 1) or _needs(ctx, 2):
+        invstd = torch.rsqrt(var.double() + eps).to(var.dtype)
+        _, dw, db = batchnorm_backward(x, dy, weight, mean, invstd, eps, memory_limit, backend)
+    return dx, dw if _needs(ctx, 1) else None, db if _needs(ctx, 2) else None, None, None, None, None, None
 
 
 batchnorm_forward_inference.register_autograd(_bn_inference_backward, setup_context=_bn_inference_setup)
