@@ -4,12 +4,11 @@
   tensors through __array__): np.asarray, zero-copy.
 - CPU DLPack producers (__dlpack__ with a CPU __dlpack_device__: torch CPU, JAX CPU, numpy):
   np.from_dlpack, zero-copy.
-- Device-resident arrays (__cuda_array_interface__, or a DLPack device other than the CPU: CuPy,
-  torch CUDA, JAX GPU) are refused here with an error saying so, never copied silently. The
-  convolutions, activations, softmax, add_tensor and pooling take __cuda_array_interface__ arrays
-  before they get here (pyooc/_device_arrays.py); the others read or write some tensors on the host
-  (batch norm's running statistics, for one), so they refuse them until each argument is sorted and
-  tested on a GPU."""
+- Device-resident arrays: those with __cuda_array_interface__ (CuPy, torch CUDA, Numba) every
+  function takes before they get here, reading them in place (pyooc/_device_arrays.py); here, where
+  the call computes on the host, they are refused with an error saying so, never copied silently,
+  and so are DLPack arrays on a device other than the host (JAX GPU), which export no address
+  pyooc can read in place."""
 
 import numpy as np
 
@@ -23,7 +22,8 @@ def device_resident_error(array, name, where):
         f"{name} is a device-resident array ({type(array).__module__}.{type(array).__name__} on {where}); "
         f"pyooc's numpy-level functions take host arrays (tensors that do not fit on the GPU live in host "
         f"memory) and do not copy silently: move it to the host first (e.g. cupy.asnumpy({name}), "
-        f"{name}.cpu() for torch); the convolutions and element-wise layers read device arrays in place")
+        f"{name}.cpu() for torch); pyooc reads device arrays in place where they export "
+        f"__cuda_array_interface__ (CuPy, torch CUDA) and the call computes on a GPU")
 
 
 def host_array(array, name):

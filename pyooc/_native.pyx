@@ -423,6 +423,11 @@ cdef void* _writable_data(object array) except NULL:
     return &view[0]
 
 
+cdef void* _writable_or_null(object array) except? NULL:
+    """_writable_data, or NULL for None (an optional output)."""
+    return NULL if array is None else _writable_data(array)
+
+
 def conv_forward(x_bytes, tuple x_shape, w_bytes, tuple w_shape, bias, y_bytes, tuple stride, tuple padding,
                  tuple dilation, int64_t groups, double alpha, double beta, CallOptions options not None,
                  str dtype="float32", str padding_mode="zeros", str layout="channels_first"):
@@ -576,43 +581,25 @@ def plan_batchnorm(str operation, tuple x_shape, CallOptions options not None, s
     return Plan.wrap(plan)
 
 
-cdef float* _ptr(object array) except? NULL:
-    """Data pointer of a flat float32 view, or NULL for None."""
-    cdef const float[::1] v
-    if array is None:
-        return NULL
-    v = array
-    return <float*>&v[0]
-
-
-cdef void* _bytes_ptr(object array) except? NULL:
-    """Data pointer of a flat byte view (a tensor of any dtype), or NULL for None."""
-    cdef const unsigned char[::1] v
-    if array is None:
-        return NULL
-    v = array
-    return <void*>&v[0]
-
-
 def batchnorm(str operation, tuple x_shape, dict arrays, double eps, double momentum, CallOptions options not None,
               str dtype="float32"):
-    """Runs a batch-norm operation without copies: x, dy and out as flat byte views of `dtype`
-    arrays, the per-channel ones as flat float32 views; `arrays` maps the argument names of
-    layers.hpp to arrays or None."""
+    """Runs a batch-norm operation without copies: every array a flat byte view (raw_bytes) or a
+    DeviceArray (x, dy and out of `dtype`, the per-channel ones float32, which libooc reads and
+    writes in any memory); `arrays` maps the argument names of layers.hpp to arrays or None."""
     cdef ooc.ConvProblem problem = ooc.batchnorm_problem(_BATCHNORM[operation], list(x_shape), _DTYPES[dtype])
     cdef ooc.Plan plan
     cdef ooc.RunStats stats
-    cdef void* x = _bytes_ptr(arrays["x"])
-    cdef float* scale = _ptr(arrays["scale"])
-    cdef float* bias = _ptr(arrays.get("bias"))
-    cdef float* mean = _ptr(arrays.get("mean"))
-    cdef float* var = _ptr(arrays.get("var"))
-    cdef void* dy = _bytes_ptr(arrays.get("dy"))
-    cdef void* out = _bytes_ptr(arrays["out"])
-    cdef float* out2 = _ptr(arrays.get("out2"))
-    cdef float* out3 = _ptr(arrays.get("out3"))
-    cdef float* running_mean = _ptr(arrays.get("running_mean"))
-    cdef float* running_var = _ptr(arrays.get("running_var"))
+    cdef const void* x = _data(arrays["x"])
+    cdef const float* scale = <const float*>_data(arrays["scale"])
+    cdef const float* bias = <const float*>_data(arrays.get("bias"))
+    cdef const float* mean = <const float*>_data(arrays.get("mean"))
+    cdef const float* var = <const float*>_data(arrays.get("var"))
+    cdef const void* dy = _data(arrays.get("dy"))
+    cdef void* out = _writable_data(arrays["out"])
+    cdef float* out2 = <float*>_writable_or_null(arrays.get("out2"))
+    cdef float* out3 = <float*>_writable_or_null(arrays.get("out3"))
+    cdef float* running_mean = <float*>_writable_or_null(arrays.get("running_mean"))
+    cdef float* running_var = <float*>_writable_or_null(arrays.get("running_var"))
     cdef ooc.Operation op = problem.op
     with nogil:
         if op == ooc.Operation.batchnorm_forward_training:

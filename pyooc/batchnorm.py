@@ -1,15 +1,18 @@
-"""Out-of-core batch normalization over host arrays (torch.nn.functional.batch_norm's semantics,
-NC + spatial, per channel). Arguments are checked here; libooc (native/include/ooc/layers.hpp)
-plans the tiles and runs two passes where the statistics need them, with the GIL released. x, dy
-and the result are float32, float16 or bfloat16 (one dtype a call); the per-channel arrays (scale,
-bias, statistics, dscale, dbias) are float32 whatever x is, as cuDNN takes them for half x, and the
-statistics accumulate in float32 or wider."""
+"""Out-of-core batch normalization (torch.nn.functional.batch_norm's semantics, NC + spatial, per
+channel). Arguments are checked here; libooc (native/include/ooc/layers.hpp) plans the tiles and
+runs two passes where the statistics need them, with the GIL released. x, dy and the result are
+float32, float16 or bfloat16 (one dtype a call); the per-channel arrays (scale, bias, statistics,
+dscale, dbias) are float32 whatever x is, as cuDNN takes them for half x, and the statistics
+accumulate in float32 or wider. Any array may be device-resident (__cuda_array_interface__): the
+tensors are read and written in place, the per-channel ones copied to the host and back (libooc's
+host step merges them)."""
 
 import numpy as np
 
 from pyooc import _last_stats
 from pyooc._arrays import CONV_DTYPES, as_float, as_input, as_output, as_shape
 from pyooc._call_args import call_options, check_dtype, raw_bytes, same_dtype
+from pyooc._device_arrays import DeviceArray, caller_array, ready_device_arrays
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
@@ -19,7 +22,7 @@ _native = load_native()
 
 
 def _x(x, name="x"):
-    x = as_input(x, name, CONV_DTYPES)
+    x = as_input(x, name, CONV_DTYPES, device_arrays=True)
     if not 2 <= x.ndim <= 5:
         raise ValueError(f"{name} must have 2 to 5 dimensions (N, C, spatial...), got shape {list(x.shape)}")
     return x
@@ -29,11 +32,15 @@ def _per_channel(array, name, channels, writable=False):
     if array is None:
         raise TypeError(f"{name} must be an array, got None")
     if writable:
-        if not isinstance(array, np.ndarray) or array.dtype != np.float32 or not array.flags.c_contiguous \
-                or not array.flags.writeable:
-            raise TypeError(f"{name} must be a writable C-contiguous float32 numpy array (updated in place)")
+        if isinstance(array, np.ndarray):
+            if array.dtype != np.float32 or not array.flags.c_contiguous or not array.flags.writeable:
+                raise TypeError(f"{name} must be a writable C-contiguous float32 array (updated in place)")
+        else:
+            array = as_input(array, name, device_arrays=True)
+            if not isinstance(array, DeviceArray) or array.readonly:
+                raise TypeError(f"{name} must be a writable C-contiguous float32 array (updated in place)")
     else:
-        array = as_input(array, name)
+        array = as_input(array, name, device_arrays=True)
     if array.shape != (channels,):
         raise ValueError(f"{name} must have shape [{channels}] (one per channel), got {list(array.shape)}")
     return array
@@ -49,15 +56,13 @@ def _eps(eps):
 def _output(out, x, inputs):
     if out is None:
         return new_result(x.shape, x.dtype)
-    return as_output(out, x.shape, inputs, x.dtype)
-
-
-# The arrays of x's dtype, which the binding takes as bytes; the others are float32.
-_TENSORS = ("x", "dy", "out")
+    return as_output(out, x.shape, inputs, x.dtype, device_arrays=True)
 
 
 def _run(operation, x, arrays, eps, momentum, options):
-    flat = {k: (raw_bytes(v) if k in _TENSORS else None if v is None else v.reshape(-1)) for k, v in arrays.items()}
+    """Runs once every device array's producer is done; the binding takes each array as raw bytes."""
+    ready_device_arrays(arrays, options, _native)
+    flat = {k: raw_bytes(v) for k, v in arrays.items()}
     _last_stats.record(_native.batchnorm(operation, x.shape, flat, eps, momentum, options, str(x.dtype)))
 
 
@@ -111,7 +116,7 @@ def batchnorm_forward_training(x, scale, bias, *, eps=1e-5, momentum=0.1, runnin
     _run("batchnorm_forward_training", x,
          {"x": x, "scale": scale, "bias": bias, "out": out, "out2": saved_mean, "out3": saved_invstd,
           "running_mean": running_mean, "running_var": running_var}, eps, momentum, options)
-    return out, saved_mean, saved_invstd
+    return caller_array(out), saved_mean, saved_invstd
 
 
 @observed
@@ -127,7 +132,7 @@ def batchnorm_forward_inference(x, scale, bias, mean, var, *, eps=1e-5, out=None
     options = call_options(memory_limit, backend, device)
     out = _output(out, x, dict(arrays, x=x))
     _run("batchnorm_forward_inference", x, dict(arrays, x=x, out=out), eps, 0.0, options)
-    return out
+    return caller_array(out)
 
 
 @observed
@@ -151,7 +156,7 @@ def batchnorm_backward(x, dy, scale, saved_mean, saved_invstd, *, eps=1e-5, out=
     _run("batchnorm_backward", x,
          {"x": x, "dy": dy, "scale": scale, "mean": saved_mean, "var": saved_invstd, "out": out, "out2": dscale,
           "out3": dbias}, 1e-5, 0.0, options)
-    return out, dscale, dbias
+    return caller_array(out), dscale, dbias
 
 
 __all__ = ["batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",

@@ -4,13 +4,15 @@ fastest byte is the one never moved, so each function moves what its unfused com
 writes once, not once per operation. Each has a plan_* twin whose Plan reports the bytes it moves
 (bytes_h2d, bytes_d2h). Arguments are checked with the shared checks (pyooc/_call_args.py); libooc
 validates the geometry. Every function takes float32, float16 and bfloat16 (one dtype a call, the
-results in it; the backwards sum dw and db in float32: docs/dtypes.md)."""
+results in it; the backwards sum dw and db in float32: docs/dtypes.md), and device-resident arrays
+(__cuda_array_interface__), read and written in place."""
 
 import numpy as np
 
 from pyooc import _last_stats
 from pyooc._arrays import CONV_DTYPES, as_input, as_output, as_shape, as_str, spatial_tuple
 from pyooc._call_args import bias_input, check_dtype, conv_args, conv_inputs, raw_bytes, same_dtype, spatial_dims
+from pyooc._device_arrays import caller_array, ready_device_arrays
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.layers import _coef
@@ -36,7 +38,7 @@ def _z_input(z, y_shape, alpha2, x):
         if alpha2 != 0.0:
             raise ValueError(_NEEDS_Z)
         return None
-    z = same_dtype(as_input(z, "z", CONV_DTYPES), "z", x, "x")
+    z = same_dtype(as_input(z, "z", CONV_DTYPES, device_arrays=True), "z", x, "x")
     if z.shape != tuple(y_shape):
         raise ValueError(f"z has shape {list(z.shape)}, expected {list(y_shape)} (the shape of y)")
     return z
@@ -49,10 +51,16 @@ def _forward_output(out, y_shape, x, w, bias, z, alpha2):
         out = new_result(y_shape, x.dtype)
     else:
         inputs = {"x": x, "w": w, "bias": bias}
-        if z is not None and out is not z:
+        # out= z runs in place (for a device z, out is the caller's object that z views).
+        if z is not None and out is not z and out is not caller_array(z):
             inputs["z"] = z
-        as_output(out, y_shape, inputs, x.dtype)
+        out = as_output(out, y_shape, inputs, x.dtype, device_arrays=True)
     return out, z is not None and alpha2 != 0.0
+
+
+def _ready(arrays, o):
+    """Waits for the producers of the call's device arrays (checked against where it runs)."""
+    ready_device_arrays(arrays, o["options"], _native)
 
 
 def _plan_forward_args(x_shape, w_shape, dtype, z, stride, padding, dilation, groups, alpha1, alpha2, memory_limit,
@@ -108,18 +116,19 @@ def conv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=Non
     alpha2 != 0 needs z; as in cuDNN, z is not read when alpha2 == 0. The result is a new array, or
     `out` (which may be z itself: in place). padding_mode: "zeros" only (NotImplementedError
     otherwise, naming the composition that takes it)."""
-    x, w, bias = conv_inputs(x, w, bias, device_arrays=False)
+    x, w, bias = conv_inputs(x, w, bias)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device,
                   kernel=w.shape[2:], padding_mode=padding_mode)
     y_shape = _native.conv_output_shape(x.shape, w.shape, o["stride"], o["padding"], o["dilation"], o["groups"])
     z = _z_input(z, y_shape, o["alpha2"], x)
     out, read_z = _forward_output(out, y_shape, x, w, bias, z, o["alpha2"])
+    _ready({"x": x, "w": w, "bias": bias, "z": z, "out": out}, o)
     _last_stats.record(_native.conv_bias_activation_forward(
         raw_bytes(x), x.shape, raw_bytes(w), w.shape, raw_bytes(z) if read_z else None, raw_bytes(bias),
         raw_bytes(out), activation, coef, o["stride"], o["padding"], o["dilation"], o["groups"], o["alpha1"],
         o["alpha2"] if read_z else 0.0, o["options"], str(x.dtype)))
-    return out
+    return caller_array(out)
 
 
 @accepts_math
@@ -163,7 +172,7 @@ def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_s
     link, only x, w, z and the pooled result do. The chunks tile the pooled output; each computes
     the y rows its pooling windows need (so no window straddles two chunks: rows two tiles' windows
     share are computed twice, never moved). The result is a new array, or `out`."""
-    x, w, bias = conv_inputs(x, w, bias, device_arrays=False)
+    x, w, bias = conv_inputs(x, w, bias)
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device,
                   kernel=w.shape[2:])
@@ -176,13 +185,14 @@ def conv_bias_activation_pooling_forward(x, w, bias=None, *, pool_kernel, pool_s
     if out is None:
         out = new_result(out_shape, x.dtype)
     else:
-        as_output(out, out_shape, {"x": x, "w": w, "bias": bias, "z": z}, x.dtype)
+        out = as_output(out, out_shape, {"x": x, "w": w, "bias": bias, "z": z}, x.dtype, device_arrays=True)
     read_z = z is not None and o["alpha2"] != 0.0
+    _ready({"x": x, "w": w, "bias": bias, "z": z, "out": out}, o)
     _last_stats.record(_native.conv_bias_activation_pooling_forward(
         raw_bytes(x), x.shape, raw_bytes(w), w.shape, raw_bytes(z) if read_z else None, raw_bytes(bias),
         raw_bytes(out), activation, coef, *geometry, o["alpha1"], o["alpha2"] if read_z else 0.0, *pool, pool_mode,
         o["options"], str(x.dtype)))
-    return out
+    return caller_array(out)
 
 
 @accepts_math
@@ -221,22 +231,24 @@ def deconv_bias_activation_forward(x, w, bias=None, *, activation="relu", coef=N
     takes them): y crosses the link once. The result is a new array, or `out` (which may be z).
     Its plan is the backward-data plan of that composition's first step (its chunks: dx is y's
     rows, dy is x's)."""
-    x = as_input(x, "x", CONV_DTYPES)
-    w = same_dtype(as_input(w, "w", CONV_DTYPES), "w", x, "x")
-    bias = None if bias is None else same_dtype(as_input(bias, "bias", CONV_DTYPES), "bias", x, "x")
+    x = as_input(x, "x", CONV_DTYPES, device_arrays=True)
+    w = same_dtype(as_input(w, "w", CONV_DTYPES, device_arrays=True), "w", x, "x")
+    bias = None if bias is None else same_dtype(as_input(bias, "bias", CONV_DTYPES, device_arrays=True), "bias",
+                                                x, "x")
     activation, coef = _activation_coef(activation, coef)
     o = _geometry(w.shape, stride, padding, dilation, groups, alpha1, alpha2, memory_limit, backend, device)
     output_padding = spatial_tuple(output_padding, spatial_dims(w.shape), "output_padding")
     geometry = (o["stride"], o["padding"], output_padding, o["dilation"], o["groups"])
     y_shape = _native.deconv_output_shape(x.shape, w.shape, *geometry)
-    bias = bias_input(bias, y_shape[1], "output channel", CONV_DTYPES)
+    bias = bias_input(bias, y_shape[1], "output channel", CONV_DTYPES, device_arrays=True)
     z = _z_input(z, y_shape, o["alpha2"], x)
     out, read_z = _forward_output(out, y_shape, x, w, bias, z, o["alpha2"])
+    _ready({"x": x, "w": w, "bias": bias, "z": z, "out": out}, o)
     _last_stats.record(_native.deconv_bias_activation_forward(
         raw_bytes(x), x.shape, raw_bytes(w), w.shape, raw_bytes(z) if read_z else None, raw_bytes(bias),
         raw_bytes(out), activation, coef, *geometry, o["alpha1"], o["alpha2"] if read_z else 0.0, o["options"],
         str(x.dtype)))
-    return out
+    return caller_array(out)
 
 
 @accepts_math
@@ -259,7 +271,7 @@ def _backward_inputs(**arrays):
     the first's), a tuple in the keywords' order; pre, the one optional array, may be None."""
     views, first = [], None
     for name, array in arrays.items():
-        view = None if array is None and name == "pre" else as_input(array, name, CONV_DTYPES)
+        view = None if array is None and name == "pre" else as_input(array, name, CONV_DTYPES, device_arrays=True)
         if view is not None and first is not None:
             same_dtype(view, name, *first)
         first = first or (view, name)
@@ -278,8 +290,8 @@ def _backward_outputs(out, x, dy, w, more_inputs=None):
     inputs = {"x": x, "dy": dy, "w": w, **(more_inputs or {})}
     checked = []
     for name, array, shape in zip(("dx", "dw", "db"), out, shapes):
-        checked.append(as_output(array, shape, inputs, x.dtype))
-        inputs[name] = array
+        checked.append(as_output(array, shape, inputs, x.dtype, device_arrays=True))
+        inputs[name] = checked[-1]
     return tuple(checked)
 
 
@@ -305,10 +317,11 @@ def conv_backward_data_filter_bias(x, dy, w, *, stride=1, padding=0, dilation=1,
     geometry = (o["stride"], o["padding"], o["dilation"], o["groups"])
     _native.check_conv_backward_data_filter_bias(x.shape, dy.shape, w.shape, *geometry)
     dx, dw, db = _backward_outputs(out, x, dy, w)
+    _ready({"x": x, "dy": dy, "w": w, "dx": dx, "dw": dw, "db": db}, o)
     _last_stats.record(_native.conv_backward_data_filter_bias(
         raw_bytes(x), x.shape, raw_bytes(dy), dy.shape, raw_bytes(w), w.shape, raw_bytes(dx), raw_bytes(dw),
         raw_bytes(db), *geometry, o["options"], str(x.dtype)))
-    return dx, dw, db
+    return caller_array(dx), caller_array(dw), caller_array(db)
 
 
 @accepts_math
@@ -358,10 +371,11 @@ def activation_conv_backward_data_filter_bias(x, dy, w, y, *, activation="relu",
                          "does not give it")
     dx, dw, db = _backward_outputs(out, x, dy, w, inputs)
     y, pre = inputs["y"], inputs["pre"]
+    _ready({"x": x, "dy": dy, "w": w, "y": y, "pre": pre, "dx": dx, "dw": dw, "db": db}, o)
     _last_stats.record(_native.activation_conv_backward_data_filter_bias(
         raw_bytes(x), x.shape, raw_bytes(dy), dy.shape, raw_bytes(w), w.shape, raw_bytes(y), raw_bytes(pre),
         raw_bytes(dx), raw_bytes(dw), raw_bytes(db), activation, coef, *geometry, o["options"], str(x.dtype)))
-    return dx, dw, db
+    return caller_array(dx), caller_array(dw), caller_array(db)
 
 
 @accepts_math
@@ -420,11 +434,12 @@ def pooling_activation_conv_backward_data_filter_bias(x, dq, w, q, y, *, pool_ke
                          "does not give it")
     dx, dw, db = _backward_outputs(out, x, dq, w, inputs)
     pre = inputs["pre"]
+    _ready({"x": x, "dq": dq, "w": w, **inputs, "dx": dx, "dw": dw, "db": db}, o)
     _last_stats.record(_native.pooling_activation_conv_backward_data_filter_bias(
         raw_bytes(x), x.shape, raw_bytes(dq), raw_bytes(w), w.shape, raw_bytes(inputs["q"]), raw_bytes(inputs["y"]),
         y_shape, raw_bytes(pre), raw_bytes(dx), raw_bytes(dw), raw_bytes(db), activation, coef, *geometry, *pool,
         pool_mode, o["options"], str(x.dtype)))
-    return dx, dw, db
+    return caller_array(dx), caller_array(dw), caller_array(db)
 
 
 @accepts_math

@@ -1,4 +1,5 @@
-"""Out-of-core GEMM over host arrays: matmul and torch's F.linear with its gradients. Arguments are
+"""Out-of-core GEMM: matmul and torch's F.linear with its gradients, over host arrays or
+device-resident ones (__cuda_array_interface__, read and written in place). Arguments are
 checked here with the shared checks (pyooc/_call_args.py); libooc (native/include/ooc/layers.hpp)
 validates the shapes (torch's wording), plans the 2D blocking with a split K and runs it with the
 GIL released. float32, float16 and bfloat16 (ml_dtypes) matrices, one dtype a call, the result in
@@ -9,6 +10,7 @@ import numpy as np
 from pyooc import _last_stats
 from pyooc._arrays import CONV_DTYPES, as_input, as_shape
 from pyooc._call_args import bias_input, check_dtype, conv_args, output_array, raw_bytes, same_dtype
+from pyooc._device_arrays import caller_array, ready_device_arrays
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
@@ -25,7 +27,7 @@ def _options(alpha, beta, memory_limit, backend, device):
 def _matrix(array, name, first=None, first_name=None):
     """array as a 2-D zero-copy view of float32, float16 or bfloat16; of first's dtype when given
     (one call computes in one dtype)."""
-    array = as_input(array, name, CONV_DTYPES)
+    array = as_input(array, name, CONV_DTYPES, device_arrays=True)
     if first is not None:
         same_dtype(array, name, first, first_name)
     if array.ndim != 2:
@@ -39,15 +41,19 @@ def _shapes_of(a_shape, b_shape):
 
 
 def _gemm(a, a_shape, trans_a, b, b_shape, trans_b, bias, out, o, inputs):
-    """c = alpha * op(a) @ op(b) + beta * out (+ bias); a_shape, b_shape: op(a)'s and op(b)'s."""
+    """c = alpha * op(a) @ op(b) + beta * out (+ bias); a_shape, b_shape: op(a)'s and op(b)'s;
+    inputs: the caller's arrays by the names the errors give them (out must not overlap them, and
+    their device arrays are waited for)."""
     # Validates the shapes (torch's message) before anything is allocated.
     _native.check_matmul(a_shape, b_shape)
     c_shape = (a_shape[0], b_shape[1])
-    out = output_array(out, c_shape, inputs, o["beta"], "c = alpha * a @ b + beta * out", dtype=a.dtype)
+    out = output_array(out, c_shape, inputs, o["beta"], "c = alpha * a @ b + beta * out", dtype=a.dtype,
+                       device_arrays=True)
+    ready_device_arrays({**inputs, "out": out}, o["options"], _native)
     _last_stats.record(_native.matmul(raw_bytes(a), a_shape, trans_a, raw_bytes(b), b_shape, trans_b,
                                       raw_bytes(bias), raw_bytes(out), o["alpha"], o["beta"], o["options"],
                                       str(a.dtype)))
-    return out
+    return caller_array(out)
 
 
 @accepts_math
@@ -75,7 +81,7 @@ def matmul(a, b, *, alpha=1.0, beta=0.0, out=None, memory_limit=None, backend="a
     a = _matrix(a, "mat1")
     b = _matrix(b, "mat2", a, "mat1")
     o = _options(alpha, beta, memory_limit, backend, device)
-    return _gemm(a, a.shape, False, b, b.shape, False, None, out, o, {"a": a, "b": b})
+    return _gemm(a, a.shape, False, b, b.shape, False, None, out, o, {"mat1": a, "mat2": b})
 
 
 @accepts_math
@@ -97,11 +103,11 @@ def linear_forward(x, w, bias=None, *, out=None, memory_limit=None, backend="aut
     bfloat16, as torch's F.linear takes its bias in the input's dtype), y's."""
     x = _matrix(x, "input")
     w = _matrix(w, "weight", x, "input")
-    bias = bias_input(bias, w.shape[0], "output feature", CONV_DTYPES)
+    bias = bias_input(bias, w.shape[0], "output feature", CONV_DTYPES, device_arrays=True)
     if bias is not None:
         same_dtype(bias, "bias", x, "input")
     o = _options(1.0, 0.0, memory_limit, backend, device)
-    return _gemm(x, x.shape, False, w, (w.shape[1], w.shape[0]), True, bias, out, o, {"x": x, "w": w, "bias": bias})
+    return _gemm(x, x.shape, False, w, (w.shape[1], w.shape[0]), True, bias, out, o, {"input": x, "weight": w, "bias": bias})
 
 
 @accepts_math
@@ -121,12 +127,12 @@ def linear_backward(x, w, dy, *, bias=True, memory_limit=None, backend="auto", d
         raise ValueError(f"mat1 and mat2 shapes cannot be multiplied ({x.shape[0]}x{x.shape[1]} and "
                          f"{w.shape[1]}x{w.shape[0]})")
     o = _options(1.0, 0.0, memory_limit, backend, device)
-    dx = _gemm(dy, dy.shape, False, w, w.shape, False, None, None, o, {})
-    dw = _gemm(dy, (dy.shape[1], dy.shape[0]), True, x, x.shape, False, None, None, o, {})
+    dx = _gemm(dy, dy.shape, False, w, w.shape, False, None, None, o, {"grad_output": dy, "weight": w})
+    dw = _gemm(dy, (dy.shape[1], dy.shape[0]), True, x, x.shape, False, None, None, o, {"grad_output": dy, "input": x})
     db = None
     if bias:
         ones = np.ones((1, dy.shape[0]), dtype=dy.dtype)
-        db = _gemm(ones, ones.shape, False, dy, dy.shape, False, None, None, o, {}).reshape(-1)
+        db = _gemm(ones, ones.shape, False, dy, dy.shape, False, None, None, o, {"grad_output": dy}).reshape(-1)
     return dx, dw, db
 
 

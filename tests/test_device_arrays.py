@@ -1,4 +1,4 @@
-"""Device-resident arrays (__cuda_array_interface__: CuPy, torch CUDA) for the convolutions, on
+"""Device-resident arrays (__cuda_array_interface__: CuPy, torch CUDA) for every function, on
 the CPU: what is checked before any device memory is touched. The protocol is read with fake
 producers whose addresses are never dereferenced; the GPU half (tests/test_device_arrays_gpu.py)
 runs the calls on real device memory."""
@@ -104,9 +104,43 @@ def test_in_place_on_a_device_array_is_allowed(rng):
         pyooc.activation_forward(x, "relu", out=x, backend="host")
 
 
-def test_other_functions_still_refuse_device_arrays():
-    with pytest.raises(TypeError, match=r"mat1 is a device-resident array .*move it to the host first"):
-        pyooc.matmul(FakeCuda((2, 3)), np.ones((3, 4), np.float32), backend="host")
+def test_batch_norm_gemm_and_the_fused_functions_take_device_arrays_too():
+    x, w, vec = np.ones((2, 3, 4, 4), np.float32), np.ones((4, 3, 3, 3), np.float32), np.ones(3, np.float32)
+    for call in (lambda: pyooc.matmul(FakeCuda((2, 3)), np.ones((3, 4), np.float32), backend="host"),
+                 lambda: pyooc.linear_forward(np.ones((2, 3), np.float32), FakeCuda((4, 3)), backend="host"),
+                 lambda: pyooc.batchnorm_forward_inference(FakeCuda(x.shape), vec, vec, vec, vec, backend="host"),
+                 lambda: pyooc.batchnorm_forward_training(x, FakeCuda((3,)), vec, backend="host"),
+                 lambda: pyooc.batchnorm_backward(x, x, vec, vec, vec, out=FakeCuda(x.shape), backend="host"),
+                 lambda: pyooc.conv_bias_activation_forward(FakeCuda(x.shape), w, backend="host"),
+                 lambda: pyooc.conv_bias_activation_pooling_forward(x, w, pool_kernel=2, out=FakeCuda((2, 4, 1, 1)),
+                                                                    backend="host"),
+                 lambda: pyooc.deconv_bias_activation_forward(FakeCuda(x.shape), FakeCuda((3, 2, 3, 3)),
+                                                              backend="host"),
+                 lambda: pyooc.conv_backward_data_filter_bias(x, FakeCuda((2, 4, 2, 2)), w, backend="host")):
+        with pytest.raises(TypeError, match="is a device-resident array, but backend='host'"):
+            call()
+
+
+def test_their_device_arguments_are_checked_before_the_call():
+    x, vec = np.ones((2, 3, 4, 4), np.float32), np.ones(3, np.float32)
+    with pytest.raises(ValueError, match=r"scale must have shape \[3\] \(one per channel\), got \[4\]"):
+        pyooc.batchnorm_forward_inference(x, FakeCuda((4,)), vec, vec, vec)
+    with pytest.raises(TypeError, match="running_mean must be a writable C-contiguous float32 array"):
+        pyooc.batchnorm_forward_training(x, vec, vec, running_mean=FakeCuda((3,), readonly=True),
+                                         running_var=vec.copy())
+    with pytest.raises(TypeError, match="bias must have dtype float32"):
+        pyooc.batchnorm_forward_inference(x, vec, FakeCuda((3,), typestr="<f2"), vec, vec)
+    with pytest.raises(TypeError, match="mat2 must have the dtype of mat1"):
+        pyooc.matmul(np.ones((2, 3), np.float32), FakeCuda((3, 4), typestr="<f2"))
+    with pytest.raises(ValueError, match=r"out has shape \[2, 5\], expected \[2, 4\]"):
+        pyooc.matmul(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32), out=FakeCuda((2, 5)))
+    z = FakeCuda((2, 4, 2, 2), address=4096)
+    with pytest.raises(ValueError, match="out overlaps z"):  # another view of z's memory is not z
+        pyooc.conv_bias_activation_forward(x, np.ones((4, 3, 3, 3), np.float32), z=z, alpha2=1.0,
+                                           out=FakeCuda((2, 4, 2, 2), address=4096 + 4))
+    with pytest.raises(ValueError, match="padding_mode='reflect' needs dy in host memory"):
+        pyooc.conv_backward_data(FakeCuda((2, 4, 4, 4)), np.ones((4, 3, 3, 3), np.float32), x.shape, padding=1,
+                                 padding_mode="reflect")
 
 
 def test_host_arrays_go_in_as_before(rng):

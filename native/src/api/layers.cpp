@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "api/host_channel_vectors.hpp"
 #include "api/run_operation.hpp"
 #include "exec/layer_pipeline.hpp"
 #include "util/thread_pool.hpp"
@@ -109,18 +110,20 @@ void batchnorm_forward_training(const ConvProblem& problem, const void* x, const
   if (problem.n * problem.in[0] * problem.in[1] * problem.in[2] <= 1)
     throw invalid_argument("Expected more than 1 value per channel when training, got input size " +
                            std::to_string(problem.n) + "x" + std::to_string(problem.c));
+  api::HostChannelVectors vectors(problem.c);
   BatchnormTensors t;
   t.x = x;
-  t.scale = scale;
-  t.bias = bias;
+  t.scale = vectors.input(scale);
+  t.bias = vectors.input(bias);
   t.out = y;
-  t.out_mean = saved_mean;
-  t.out_invstd = saved_invstd;
-  t.running_mean = running_mean;
-  t.running_var = running_var;
+  t.out_mean = vectors.output(saved_mean);
+  t.out_invstd = vectors.output(saved_invstd);
+  t.running_mean = vectors.in_out(running_mean);
+  t.running_var = vectors.in_out(running_var);
   t.eps = eps;
   t.momentum = momentum;
   run_operation(batchnorm_call(problem, t), options, used, stats);
+  vectors.write_back();
 }
 
 void batchnorm_forward_inference(const ConvProblem& problem, const void* x, const float* scale, const float* bias,
@@ -129,12 +132,13 @@ void batchnorm_forward_inference(const ConvProblem& problem, const void* x, cons
   check_op(problem, problem.op == Operation::batchnorm_forward_inference, "batchnorm_forward_inference");
   check_eps(eps);
   require_data({x, scale, bias, mean, var, y}, "batchnorm_forward_inference");
+  api::HostChannelVectors vectors(problem.c);
   BatchnormTensors t;
   t.x = x;
-  t.scale = scale;
-  t.bias = bias;
-  t.mean = mean;
-  t.var = var;
+  t.scale = vectors.input(scale);
+  t.bias = vectors.input(bias);
+  t.mean = vectors.input(mean);
+  t.var = vectors.input(var);
   t.out = y;
   t.eps = eps;
   run_operation(batchnorm_call(problem, t), options, used, stats);
@@ -145,16 +149,18 @@ void batchnorm_backward(const ConvProblem& problem, const void* x, const void* d
                         const Options& options, Plan* used, RunStats* stats) {
   check_op(problem, problem.op == Operation::batchnorm_backward, "batchnorm_backward");
   require_data({x, dy, scale, saved_mean, saved_invstd, dx, dscale, dbias}, "batchnorm_backward");
+  api::HostChannelVectors vectors(problem.c);
   BatchnormTensors t;
   t.x = x;
   t.dy = dy;
-  t.scale = scale;
-  t.saved_mean = saved_mean;
-  t.saved_invstd = saved_invstd;
+  t.scale = vectors.input(scale);
+  t.saved_mean = vectors.input(saved_mean);
+  t.saved_invstd = vectors.input(saved_invstd);
   t.out = dx;
-  t.dscale = dscale;
-  t.dbias = dbias;
+  t.dscale = vectors.output(dscale);
+  t.dbias = vectors.output(dbias);
   run_operation(batchnorm_call(problem, t), options, used, stats);
+  vectors.write_back();
 }
 
 }  // namespace ooc

@@ -130,22 +130,15 @@ extern "C" cudnnStatus_t ooc_cudnnBatchNormalizationForwardTraining(
                                                         resultSaveInvVariance);
         },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          const std::vector<float> scale = read_floats(bnScale, C), bias = read_floats(bnBias, C);
-          const bool running = resultRunningMean != nullptr;
-          std::vector<float> mean = running ? read_floats(resultRunningMean, C) : std::vector<float>{};
-          std::vector<float> var = running ? read_floats(resultRunningVariance, C) : std::vector<float>{};
-          std::vector<float> saved_mean(static_cast<size_t>(C)), saved_invstd(static_cast<size_t>(C));
-          batchnorm_forward_training(g.problem, x, scale.data(), bias.data(), epsilon, exponentialAverageFactor,
-                                     running ? mean.data() : nullptr, running ? var.data() : nullptr, y,
-                                     saved_mean.data(), saved_invstd.data(), options, plan, stats);
-          if (running) {
-            write_floats(resultRunningMean, mean);
-            write_floats(resultRunningVariance, var);
-          }
-          if (resultSaveMean) {
-            write_floats(resultSaveMean, saved_mean);
-            write_floats(resultSaveInvVariance, saved_invstd);
-          }
+          // The library reads and writes the per-channel tensors in any memory (api/host_channel_vectors.hpp);
+          // the saved statistics cuDNN makes optional it always writes, here into scratch.
+          std::vector<float> unsaved(resultSaveMean ? 0 : 2 * static_cast<size_t>(C));
+          float* saved_mean = resultSaveMean ? static_cast<float*>(resultSaveMean) : unsaved.data();
+          float* saved_invstd = resultSaveMean ? static_cast<float*>(resultSaveInvVariance) : unsaved.data() + C;
+          batchnorm_forward_training(g.problem, x, static_cast<const float*>(bnScale), static_cast<const float*>(bnBias),
+                                     epsilon, exponentialAverageFactor, static_cast<float*>(resultRunningMean),
+                                     static_cast<float*>(resultRunningVariance), y, saved_mean, saved_invstd, options,
+                                     plan, stats);
         });
   });
 }
@@ -171,10 +164,9 @@ extern "C" cudnnStatus_t ooc_cudnnBatchNormalizationForwardInference(
                                                          estimatedVariance, epsilon);
         },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          const std::vector<float> scale = read_floats(bnScale, C), bias = read_floats(bnBias, C);
-          const std::vector<float> mean = read_floats(estimatedMean, C), var = read_floats(estimatedVariance, C);
-          batchnorm_forward_inference(g.problem, x, scale.data(), bias.data(), mean.data(), var.data(), epsilon, y,
-                                      options, plan, stats);
+          batchnorm_forward_inference(g.problem, x, static_cast<const float*>(bnScale),
+                                      static_cast<const float*>(bnBias), static_cast<const float*>(estimatedMean),
+                                      static_cast<const float*>(estimatedVariance), epsilon, y, options, plan, stats);
         });
   });
 }

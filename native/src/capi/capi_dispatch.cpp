@@ -1,7 +1,6 @@
 // Where a C API call runs: cuDNN (or cuBLAS) itself when every tensor is on the device within the
 // memory limit, else the out-of-core path with options that first wait for the caller's stream.
 #include <atomic>
-#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -95,23 +94,12 @@ void check_handle(cudnnHandle_t handle) {
 // copies synchronously on the legacy stream, after out_of_core_options has drained the caller's.
 std::vector<float> read_floats(const void* src, int64_t count) {
   std::vector<float> v(static_cast<size_t>(count));
-  const size_t bytes = v.size() * sizeof(float);
-  if (!g_host_backend && api::is_device_memory(src))
-    OOC_API_CUDA_CHECK(cudaMemcpy(v.data(), src, bytes, cudaMemcpyDeviceToHost));
-  else
-    std::memcpy(v.data(), src, bytes);
+  api::copy_to_host(v.data(), src, v.size() * sizeof(float));
   return v;
 }
 
 void write_floats(void* dst, const std::vector<float>& values) {
-  const size_t bytes = values.size() * sizeof(float);
-  if (!g_host_backend && api::is_device_memory(dst)) {
-    OOC_API_CUDA_CHECK(cudaMemcpy(dst, values.data(), bytes, cudaMemcpyHostToDevice));
-    // From pageable memory cudaMemcpy may return before the DMA lands; the caller's next work may
-    // be on a stream that does not wait for the legacy one.
-    OOC_API_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-  } else
-    std::memcpy(dst, values.data(), bytes);
+  api::copy_from_host(dst, values.data(), values.size() * sizeof(float));
 }
 
 }  // namespace ooc::capi
