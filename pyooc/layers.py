@@ -11,7 +11,7 @@ from pyooc import _last_stats
 from pyooc._arrays import CONV_DTYPES, as_float, as_input, as_output, as_shape, as_str
 from pyooc._call_args import call_options, check_dtype, raw_bytes, same_dtype
 from pyooc._device_arrays import DeviceArray, caller_array, ready_device_arrays
-from pyooc._layouts import CHANNELS_FIRST, CONV_LAYOUTS, call_layout, dense_order, empty_in
+from pyooc._layouts import CHANNELS_FIRST, CHANNELS_LAST, CONV_LAYOUTS, call_layout, dense_order, empty_in
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
@@ -41,11 +41,17 @@ def _activation_shape(shape, operation):
     return (1, 1, _flat_extent(shape, shape, operation))
 
 
-def _softmax_shape(shape, name, operation):
-    # [n, c] and [n, c, spatial...] up to 3 spatial dims; space flattens into one dim.
+def _softmax_shape(shape, name, operation, layout=CHANNELS_FIRST, mode="channel"):
+    # [n, c] and [n, c, spatial...] up to 3 spatial dims; space flattens into one dim. A
+    # channels-last array is handed over as its memory is: [n * space, c, 1] for mode "channel",
+    # each position's channels one contiguous row, which a channel-mode softmax of that shape
+    # reduces over; [n, space, c] for "instance", which reduces over a whole sample in any order.
     if len(shape) < 2:
         raise ValueError(f"{name} must have at least 2 dimensions [N, C, ...], got shape {list(shape)}")
-    return (shape[0], shape[1], _flat_extent(shape, shape[2:], operation))
+    space = _flat_extent(shape, shape[2:], operation)
+    if layout != CHANNELS_LAST:
+        return (shape[0], shape[1], space)
+    return (shape[0] * space, shape[1], 1) if mode == "channel" else (shape[0], space, shape[1])
 
 
 def _coef(mode, coef):
@@ -154,13 +160,15 @@ def softmax_forward(x, *, mode="channel", log=False, out=None, memory_limit=None
     """y = softmax(x) (log: log-softmax) over C for each sample and position (mode "channel",
     torch's dim=1) or over C and all positions for each sample ("instance"). The reduced axes are
     never split; MemoryError when they alone exceed memory_limit. `out` may be x (in place).
-    x may be float32, float16 or bfloat16 (y has its dtype; computed in float32 or double)."""
-    x = _device("x", x)
+    x may be float32, float16 or bfloat16 (y has its dtype; computed in float32 or double), and
+    channels-last (y has x's layout; docs/layouts.md)."""
+    x = _device("x", x, CONV_LAYOUTS)
     mode = as_str(mode, "mode")
     _native.softmax_mode(mode)
-    shape = _softmax_shape(x.shape, "x", "softmax_forward")
+    layout = call_layout({"x": x})
+    shape = _softmax_shape(x.shape, "x", "softmax_forward", layout, mode)
     options = call_options(memory_limit, backend, device)
-    y = _out(out, x.shape, {"x": x}, in_place_ok=x, dtype=x.dtype)
+    y = _out(out, x.shape, {"x": x}, in_place_ok=x, dtype=x.dtype, layout=layout)
     ready_device_arrays({"x": x, "out": y}, options, _native)
     _last_stats.record(_native.softmax_forward(shape, mode, bool(log), raw_bytes(x), raw_bytes(y), options,
                                                str(x.dtype)))
@@ -170,15 +178,16 @@ def softmax_forward(x, *, mode="channel", log=False, out=None, memory_limit=None
 @observed
 def softmax_backward(y, dy, *, mode="channel", log=False, out=None, memory_limit=None, backend="auto", device=0):
     """dx, the gradient of softmax_forward (with the same mode and log) at y for dy. `out` may be dy.
-    y and dy share one dtype (float32, float16 or bfloat16), dx's."""
-    y = _device("y", y)
-    dy = same_dtype(_device("dy", dy), "dy", y, "y")
+    y and dy share one dtype (float32, float16 or bfloat16) and one layout, dx's."""
+    y = _device("y", y, CONV_LAYOUTS)
+    dy = same_dtype(_device("dy", dy, CONV_LAYOUTS), "dy", y, "y")
     _same_shape("y", y, dy=dy)
     mode = as_str(mode, "mode")
     _native.softmax_mode(mode)
-    shape = _softmax_shape(y.shape, "y", "softmax_backward")
+    layout = call_layout({"y": y, "dy": dy})
+    shape = _softmax_shape(y.shape, "y", "softmax_backward", layout, mode)
     options = call_options(memory_limit, backend, device)
-    dx = _out(out, y.shape, {"y": y, "dy": dy}, in_place_ok=dy, dtype=y.dtype)
+    dx = _out(out, y.shape, {"y": y, "dy": dy}, in_place_ok=dy, dtype=y.dtype, layout=layout)
     ready_device_arrays({"y": y, "dy": dy, "out": dx}, options, _native)
     _last_stats.record(_native.softmax_backward(shape, mode, bool(log), raw_bytes(y), raw_bytes(dy), raw_bytes(dx),
                                                 options, str(y.dtype)))
