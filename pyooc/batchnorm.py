@@ -5,7 +5,10 @@ float32, float16 or bfloat16 (one dtype a call); the per-channel arrays (scale, 
 dscale, dbias) are float32 whatever x is, as cuDNN takes them for half x, and the statistics
 accumulate in float32 or wider. Any array may be device-resident (__cuda_array_interface__): the
 tensors are read and written in place, the per-channel ones copied to the host and back (libooc's
-host step merges them)."""
+host step merges them). x may be channels-last (NHWC / NDHWC strides): its memory is [N * space, C]
+rows, each position's channels contiguous, and batch norm over that 2-D view (per channel, over
+every row) is the same computation, so libooc is handed that view and no copy is made; the result
+has x's layout."""
 
 import numpy as np
 
@@ -13,6 +16,7 @@ from pyooc import _last_stats
 from pyooc._arrays import CONV_DTYPES, as_float, as_input, as_output, as_shape
 from pyooc._call_args import call_options, check_dtype, raw_bytes, same_dtype
 from pyooc._device_arrays import DeviceArray, caller_array, ready_device_arrays
+from pyooc._layouts import CHANNELS_LAST, CONV_LAYOUTS, call_layout, empty_in
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
@@ -22,7 +26,7 @@ _native = load_native()
 
 
 def _x(x, name="x"):
-    x = as_input(x, name, CONV_DTYPES, device_arrays=True)
+    x = as_input(x, name, CONV_DTYPES, device_arrays=True, layouts=CONV_LAYOUTS)
     if not 2 <= x.ndim <= 5:
         raise ValueError(f"{name} must have 2 to 5 dimensions (N, C, spatial...), got shape {list(x.shape)}")
     return x
@@ -53,17 +57,21 @@ def _eps(eps):
     return eps
 
 
-def _output(out, x, inputs):
+def _output(out, x, inputs, layout):
     if out is None:
-        return new_result(x.shape, x.dtype)
-    return as_output(out, x.shape, inputs, x.dtype, device_arrays=True)
+        return empty_in(x.shape, x.dtype, layout, new_result)
+    return as_output(out, x.shape, inputs, x.dtype, device_arrays=True, layout=layout)
 
 
-def _run(operation, x, arrays, eps, momentum, options):
-    """Runs once every device array's producer is done; the binding takes each array as raw bytes."""
+def _run(operation, x, arrays, eps, momentum, options, layout):
+    """Runs once every device array's producer is done; the binding takes each array as raw bytes,
+    a channels-last x as the [N * space, C] rows its memory holds."""
     ready_device_arrays(arrays, options, _native)
     flat = {k: raw_bytes(v) for k, v in arrays.items()}
-    _last_stats.record(_native.batchnorm(operation, x.shape, flat, eps, momentum, options, str(x.dtype)))
+    shape = x.shape
+    if layout == CHANNELS_LAST:
+        shape = (x.size // x.shape[1], x.shape[1])
+    _last_stats.record(_native.batchnorm(operation, shape, flat, eps, momentum, options, str(x.dtype)))
 
 
 @accepts_machine
@@ -111,11 +119,12 @@ def batchnorm_forward_training(x, scale, bias, *, eps=1e-5, momentum=0.1, runnin
     if x.size // c <= 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(x.shape)}")
     options = call_options(memory_limit, backend, device)
-    out = _output(out, x, {"x": x, "scale": scale, "bias": bias})
+    layout = call_layout({"x": x})
+    out = _output(out, x, {"x": x, "scale": scale, "bias": bias}, layout)
     saved_mean, saved_invstd = np.empty(c, np.float32), np.empty(c, np.float32)
     _run("batchnorm_forward_training", x,
          {"x": x, "scale": scale, "bias": bias, "out": out, "out2": saved_mean, "out3": saved_invstd,
-          "running_mean": running_mean, "running_var": running_var}, eps, momentum, options)
+          "running_mean": running_mean, "running_var": running_var}, eps, momentum, options, layout)
     return caller_array(out), saved_mean, saved_invstd
 
 
@@ -130,8 +139,9 @@ def batchnorm_forward_inference(x, scale, bias, mean, var, *, eps=1e-5, out=None
               (("scale", scale), ("bias", bias), ("mean", mean), ("var", var))}
     eps = _eps(eps)
     options = call_options(memory_limit, backend, device)
-    out = _output(out, x, dict(arrays, x=x))
-    _run("batchnorm_forward_inference", x, dict(arrays, x=x, out=out), eps, 0.0, options)
+    layout = call_layout({"x": x})
+    out = _output(out, x, dict(arrays, x=x), layout)
+    _run("batchnorm_forward_inference", x, dict(arrays, x=x, out=out), eps, 0.0, options, layout)
     return caller_array(out)
 
 
@@ -151,11 +161,12 @@ def batchnorm_backward(x, dy, scale, saved_mean, saved_invstd, *, eps=1e-5, out=
     saved_invstd = _per_channel(saved_invstd, "saved_invstd", c)
     _eps(eps)
     options = call_options(memory_limit, backend, device)
-    out = _output(out, x, {"x": x, "dy": dy, "scale": scale})
+    layout = call_layout({"x": x, "dy": dy})
+    out = _output(out, x, {"x": x, "dy": dy, "scale": scale}, layout)
     dscale, dbias = np.empty(c, np.float32), np.empty(c, np.float32)
     _run("batchnorm_backward", x,
          {"x": x, "dy": dy, "scale": scale, "mean": saved_mean, "var": saved_invstd, "out": out, "out2": dscale,
-          "out3": dbias}, 1e-5, 0.0, options)
+          "out3": dbias}, 1e-5, 0.0, options, layout)
     return caller_array(out), dscale, dbias
 
 
