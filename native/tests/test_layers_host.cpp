@@ -99,6 +99,20 @@ TEST(BatchnormPlanner, TilesCoverXOnceAndHoldTheBudget) {
   EXPECT_NE(plan.describe().find("2 passes"), std::string::npos) << plan.describe();
 }
 
+// The per-channel slots hold float32 coefficients and float64 chunk statistics whatever x's dtype:
+// sized by x's element size, a half call's would be too small (C = 300: 3 * 300 halves are 1,800
+// bytes, the coefficients 3,600), and a chunk of few elements a channel too small for its row.
+TEST(BatchnormPlanner, PerChannelSlotsHoldTheirOwnElementsForHalfX) {
+  for (Operation op : {Operation::batchnorm_forward_training, Operation::batchnorm_backward}) {
+    const ooc::ConvProblem p = ooc::batchnorm_problem(op, {4, 300, 3, 2}, ooc::DType::float16);
+    const Plan plan = ooc::plan_batchnorm(p, host_options(64 << 10));
+    const int64_t per = op == Operation::batchnorm_backward ? 3 : 2;
+    EXPECT_GE(plan.bias_bytes, static_cast<size_t>(per * 300) * sizeof(float)) << plan.describe();
+    for (const auto& ch : plan.chunks)
+      ASSERT_GE(plan.y_slot_bytes, static_cast<size_t>(2 * ch.c.size()) * sizeof(double)) << plan.describe();
+  }
+}
+
 TEST(BatchnormApi, BadArguments) {
   EXPECT_THROW(ooc::batchnorm_problem(Operation::batchnorm_backward, {3}), ooc::invalid_argument);
   EXPECT_THROW(ooc::batchnorm_problem(Operation::matmul, {3, 4}), ooc::invalid_argument);

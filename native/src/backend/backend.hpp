@@ -151,13 +151,13 @@ class Backend {
           [&] { do_gemm(shape, a, b, bias, c, alpha, beta, workspace, workspace_bytes); });
   }
   // Per channel of x's tile: stats[2 * ch] = mean, stats[2 * ch + 1] = M2 (sum of squared deviations).
-  void channel_moments(const ChunkChannels& shape, const void* x, float* stats) {
+  void channel_moments(const ChunkChannels& shape, const void* x, double* stats) {
     issue({"channel_moments", FaultSite::batchnorm, Queue::compute}, [&] { do_channel_moments(shape, x, stats); });
   }
   // Per channel: sums[2 * ch] = sum(dy), sums[2 * ch + 1] = sum(dy * (x - mean) * invstd), with
   // mean_invstd[2 * ch] = mean, mean_invstd[2 * ch + 1] = invstd.
   void channel_grad_sums(const ChunkChannels& shape, const void* x, const void* dy, const float* mean_invstd,
-                         float* sums) {
+                         double* sums) {
     issue({"channel_grad_sums", FaultSite::batchnorm, Queue::compute},
           [&] { do_channel_grad_sums(shape, x, dy, mean_invstd, sums); });
   }
@@ -277,9 +277,9 @@ class Backend {
                                      double beta) = 0;
   virtual void do_gemm(const ChunkGemm& shape, const void* a, const void* b, const void* bias, void* c,
                        double alpha, double beta, void* workspace, size_t workspace_bytes) = 0;
-  virtual void do_channel_moments(const ChunkChannels& shape, const void* x, float* stats) = 0;
+  virtual void do_channel_moments(const ChunkChannels& shape, const void* x, double* stats) = 0;
   virtual void do_channel_grad_sums(const ChunkChannels& shape, const void* x, const void* dy,
-                                    const float* mean_invstd, float* sums) = 0;
+                                    const float* mean_invstd, double* sums) = 0;
   virtual void do_channel_affine(const ChunkChannels& shape, const void* x, const void* dy, const float* coef,
                                  double beta, void* y) = 0;
   virtual void do_activation_forward(const ChunkConv& shape, ActivationMode mode, double coef, const void* x,

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "plan/layer_planners.hpp"
+
 namespace ooc {
 namespace {
 
@@ -17,11 +19,10 @@ Box box_of(Range a, Range b, Range s0 = {0, 1}, Range s1 = {0, 1}, Range s2 = {0
 TensorView view(const void* data, const Extent& shape, size_t element_size) {
   return TensorView::contiguous(data, shape, kMaxRank, element_size);
 }
-// The per-chunk statistics and per-channel coefficients are float32 whatever the tensors' dtype:
-// the kernels accumulate and apply them in float32.
-constexpr size_t kStatisticsElementSize = sizeof(float);
+// The per-chunk statistics rows and the per-channel coefficients (plan/layer_planners.hpp says why
+// their element sizes are what they are).
 const float* floats(const void* slot) { return static_cast<const float*>(slot); }
-float* floats(void* slot) { return static_cast<float*>(slot); }
+double* doubles(void* slot) { return static_cast<double*>(slot); }
 
 // A row-major [rows, cols] matrix whose rows lie `ld` elements apart.
 TensorView matrix_view(const void* data, int64_t rows, int64_t cols, int64_t ld, size_t element_size) {
@@ -138,18 +139,18 @@ RunStats BatchnormPasses::statistics(const Plan& share, Backend& backend, Thread
   const DType dtype = whole_.problem.dtype;
   OperationSpec spec = base_spec(share, table_.data());
   const TensorView tv =
-      view(table_.data(), {static_cast<int64_t>(whole_.chunks.size()), C, 2, 1, 1}, kStatisticsElementSize);
+      view(table_.data(), {static_cast<int64_t>(whole_.chunks.size()), C, 2, 1, 1}, kBatchnormPartialBytes);
   spec.out_region = [tv](const Chunk& ch) { return Region{tv, box_of(ch.k, ch.c, {0, 2})}; };
   if (backward_) {
-    spec.resident = Region{view(mean_invstd_.data(), {C, 2, 1, 1, 1}, kStatisticsElementSize), box_of({0, C}, {0, 2})};
+    spec.resident = Region{view(mean_invstd_.data(), {C, 2, 1, 1, 1}, kBatchnormCoefBytes), box_of({0, C}, {0, 2})};
     spec.resident_bytes = share.bias_bytes;
     spec.compute = [&backend, dtype](const Chunk& ch, const ChunkBuffers& b) {
       backend.channel_grad_sums(channels_of(ch, dtype), b.in[0], b.in[1], floats(b.resident) + 2 * ch.c.begin,
-                                floats(b.out));
+                                doubles(b.out));
     };
   } else {
     spec.compute = [&backend, dtype](const Chunk& ch, const ChunkBuffers& b) {
-      backend.channel_moments(channels_of(ch, dtype), b.in[0], floats(b.out));
+      backend.channel_moments(channels_of(ch, dtype), b.in[0], doubles(b.out));
     };
   }
   return run_chunks(share, backend, pool, spec);
@@ -169,7 +170,7 @@ void BatchnormPasses::merge() {
     const ChunkChannels shape = channels_of(ch, p.dtype);
     const double nb = static_cast<double>(shape.n * shape.space);
     for (int64_t c = ch.c.begin; c < ch.c.end; ++c) {
-      const float* row = &table_[static_cast<size_t>((ch.k.begin * C + c) * 2)];
+      const double* row = &table_[static_cast<size_t>((ch.k.begin * C + c) * 2)];
       if (backward_) {
         m1[c] += row[0];
         m2[c] += row[1];
@@ -221,7 +222,7 @@ RunStats BatchnormPasses::apply(const Plan& share, Backend& backend, ThreadPool&
   spec.out_region = [ov = view(t_.out, {p.n, C, p.in[0], p.in[1], p.in[2]}, dtype_size(dtype))](const Chunk& ch) {
     return x_region_of(ov, ch);
   };
-  spec.resident = Region{view(coef_.data(), {C, per, 1, 1, 1}, kStatisticsElementSize), box_of({0, C}, {0, per})};
+  spec.resident = Region{view(coef_.data(), {C, per, 1, 1, 1}, kBatchnormCoefBytes), box_of({0, C}, {0, per})};
   spec.resident_bytes = share.bias_bytes;
   spec.compute = [&backend, backward, per, dtype](const Chunk& ch, const ChunkBuffers& b) {
     backend.channel_affine(channels_of(ch, dtype), b.in[0], backward ? b.in[1] : nullptr,

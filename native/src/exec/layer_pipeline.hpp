@@ -52,7 +52,7 @@ class BatchnormPasses {
   const Plan& whole_;
   const BatchnormTensors& t_;
   const bool backward_;
-  std::vector<float> table_;        // [chunks, C, 2]: each chunk's moments or gradient sums
+  std::vector<double> table_;       // [chunks, C, 2]: each chunk's moments or gradient sums
   std::vector<float> mean_invstd_;  // backward: the forward's statistics, resident
   std::vector<float> coef_;         // the apply pass's per-channel coefficients, alpha folded in
 };

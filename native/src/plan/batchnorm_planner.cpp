@@ -30,7 +30,8 @@ BatchnormShape shape_of(const ConvProblem& p) {
   const bool backward = p.op == Operation::batchnorm_backward;
   // (scale, shift) per channel for the forward, 3 per channel for dx.
   return {backward, p.op == Operation::batchnorm_forward_inference ? 1 : 2, {p.n, p.c, p.in[0], p.in[1], p.in[2]},
-          static_cast<double>(p.n) * p.c * p.in[0] * p.in[1] * p.in[2] * es, slot_bytes(p.c * (backward ? 3 : 2), es)};
+          static_cast<double>(p.n) * p.c * p.in[0] * p.in[1] * p.in[2] * es,
+          slot_bytes(p.c * (backward ? 3 : 2), kBatchnormCoefBytes)};
 }
 
 // Every tile of the ladder (the whole tensor down, n split first) at every pipeline depth; of
@@ -49,10 +50,10 @@ void offer_candidates(const ConvProblem& p, const PlannerConfig& cfg, CandidateS
       c.buffers = bufs;
       c.x_slot = slot_bytes(elements, es);
       // The output slot also holds a pass-1 chunk's per-channel pair (mean, M2 or the grad sums).
-      c.out_slot = std::max(c.x_slot, slot_bytes(2 * tile[1], es));
+      c.out_slot = std::max(c.x_slot, slot_bytes(2 * tile[1], kBatchnormPartialBytes));
       c.peak = bufs * c.x_slot * (s.backward ? 2 : 1) + bufs * c.out_slot + s.coef_slot;
       const double in_bytes = s.x_bytes * (s.backward ? 2 : 1);
-      const double partial_bytes = s.passes == 2 ? chunks * 2.0 * tile[1] * es : 0;
+      const double partial_bytes = s.passes == 2 ? chunks * 2.0 * tile[1] * kBatchnormPartialBytes : 0;
       c.h2d = s.passes * in_bytes + s.coef_slot + (p.beta != 0.0 ? s.x_bytes : 0.0);  // beta: y / dx loaded
       c.d2h = s.x_bytes + partial_bytes;
       search.offer(c, {c.peak, elements, static_cast<double>(chunks)}, [&] {

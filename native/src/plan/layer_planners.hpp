@@ -12,4 +12,10 @@ Plan plan_matmul_for(const ConvProblem& problem, const PlannerConfig& config);
 // statistics table). passes: 1 (inference) or 2 (training, backward: reduce, then apply).
 Plan plan_batchnorm_for(const ConvProblem& problem, const PlannerConfig& config);
 
+// Batch norm's per-chunk statistics rows are float64 whatever x's dtype (a chunk's partial sums keep
+// their digits into the merge, where a sum that cancels would magnify a float32 rounding of each),
+// its per-channel coefficients float32 (what the kernels apply).
+constexpr size_t kBatchnormPartialBytes = sizeof(double);
+constexpr size_t kBatchnormCoefBytes = sizeof(float);
+
 }  // namespace ooc

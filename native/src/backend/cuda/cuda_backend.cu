@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_machine_model.hpp"
 #include "backend/cuda/cuda_stream.hpp"
+#include "backend/cuda/depthwise_kernels.hpp"
 #include "backend/cuda/cudnn_layers.hpp"
 #include "backend/cuda/cudnn_descriptors.hpp"
 #include "backend/cuda/device_scope.hpp"
@@ -26,6 +27,7 @@
 #include "backend/cuda/pointer_kind.hpp"
 #include "backend/cuda/queue_timer.hpp"
 #include "backend/cuda/strided_copy.hpp"
+#include "backend/depthwise_wgrad.hpp"
 #include "backend/fault_injection.hpp"
 #include "backend/float32_kernels.hpp"
 #include "plan/layout_copies.hpp"
@@ -59,6 +61,13 @@ struct DeviceResources {
 bool find_algorithms_from_env() {
   const char* v = std::getenv("OOC_CUDNN_FIND");
   return !(v && std::string(v) == "0");
+}
+
+// OOC_DEPTHWISE_WGRAD=cudnn sends depthwise filter gradients to cuDNN instead of our kernel, for
+// the benchmarks that compare the two.
+bool own_depthwise_wgrad_from_env() {
+  const char* v = std::getenv("OOC_DEPTHWISE_WGRAD");
+  return !(v && std::string(v) == "cudnn");
 }
 
 // The elements of a dense [n, c, in...] layer chunk.
@@ -231,6 +240,12 @@ class CudaBackend final : public Backend {
 
   void do_conv_backward_filter(const ChunkConv& shape, const void* x, const void* dy, void* dw, double alpha,
                                double beta, void* workspace, size_t workspace_bytes) override {
+    if (own_depthwise_wgrad_ && depthwise::serves(shape)) {
+      cuda_kernels::depthwise_backward_filter(shape, x, dy, static_cast<float*>(dw), static_cast<float>(alpha),
+                                              static_cast<float>(beta), resources_->reduction_scratch,
+                                              resources_->compute.get());
+      return;
+    }
     convolve_in_layout(Operation::backward_filter, shape, x, dy, dw, alpha, beta, workspace, workspace_bytes);
   }
 
@@ -390,13 +405,13 @@ class CudaBackend final : public Backend {
 
   // Batch norm: our own kernels (layer_kernels.cu).
   // Batch norm's kernels take every dtype (layer_kernels.hpp).
-  void do_channel_moments(const ChunkChannels& shape, const void* x_data, float* stats) override {
+  void do_channel_moments(const ChunkChannels& shape, const void* x_data, double* stats) override {
     double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
     cuda_kernels::channel_moments(shape, x_data, stats, scratch, resources_->compute.get());
   }
 
   void do_channel_grad_sums(const ChunkChannels& shape, const void* x_data, const void* dy_data,
-                            const float* mean_invstd, float* sums) override {
+                            const float* mean_invstd, double* sums) override {
     double* scratch = resources_->reduction_scratch.get(cuda_kernels::reduction_scratch_bytes(shape));
     cuda_kernels::channel_grad_sums(shape, x_data, dy_data, mean_invstd, sums, scratch, resources_->compute.get());
   }
@@ -579,6 +594,7 @@ class CudaBackend final : public Backend {
   MachineModel machine_;
   std::vector<int> near_cpus_;  // its NUMA node's CPUs; empty: unknown
   bool find_algorithms_ = find_algorithms_from_env();
+  bool own_depthwise_wgrad_ = own_depthwise_wgrad_from_env();
   QueueTimer queue_timer_;  // OOC_PROFILE_QUEUES=1: device time per queue, for RunStats
   size_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: the widest row stride one pitched copy accepts
   std::unique_ptr<DeviceResources> resources_;

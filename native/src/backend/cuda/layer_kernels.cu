@@ -77,7 +77,7 @@ __global__ void partial_sums_kernel(int64_t n, int64_t c, int64_t space, const T
 // One thread per channel: adds the parts; moments become (mean, M2), grad sums stay sums.
 template <Sums Kind, typename T>
 __global__ void merge_parts_kernel(int64_t n, int64_t c, int64_t space, int64_t parts, const T* x,
-                                   const double* scratch, float* out) {
+                                   const double* scratch, double* out) {
   const int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (ch >= c) return;
   double a = 0, b = 0;
@@ -86,12 +86,12 @@ __global__ void merge_parts_kernel(int64_t n, int64_t c, int64_t space, int64_t 
     b += scratch[(ch * parts + p) * 2 + 1];
   }
   if (Kind == Sums::grad) {
-    out[2 * ch] = static_cast<float>(a);
-    out[2 * ch + 1] = static_cast<float>(b);
+    out[2 * ch] = a;
+    out[2 * ch + 1] = b;
   } else {
     const double cnt = static_cast<double>(n * space);
-    out[2 * ch] = static_cast<float>(load(x[ch * space]) + a / cnt);
-    out[2 * ch + 1] = static_cast<float>(b - a * a / cnt);
+    out[2 * ch] = load(x[ch * space]) + a / cnt;
+    out[2 * ch + 1] = b - a * a / cnt;
   }
 }
 
@@ -199,7 +199,7 @@ void launch_partial_sums(const ChunkChannels& s, const T* x, const T* dy, const 
 
 template <Sums Kind>
 void channel_sums(const ChunkChannels& s, const void* x_data, const void* dy_data, const float* mean_invstd,
-                  float* out, double* scratch, cudaStream_t stream) {
+                  double* out, double* scratch, cudaStream_t stream) {
   with_type(s.dtype, [&](auto element) {
     using T = decltype(element);
     const T *x = static_cast<const T*>(x_data), *dy = static_cast<const T*>(dy_data);
@@ -211,11 +211,11 @@ void channel_sums(const ChunkChannels& s, const void* x_data, const void* dy_dat
 }
 }  // namespace
 
-void channel_moments(const ChunkChannels& s, const void* x, float* stats, double* scratch, cudaStream_t stream) {
+void channel_moments(const ChunkChannels& s, const void* x, double* stats, double* scratch, cudaStream_t stream) {
   channel_sums<Sums::moments>(s, x, nullptr, nullptr, stats, scratch, stream);
 }
 
-void channel_grad_sums(const ChunkChannels& s, const void* x, const void* dy, const float* mean_invstd, float* sums,
+void channel_grad_sums(const ChunkChannels& s, const void* x, const void* dy, const float* mean_invstd, double* sums,
                        double* scratch, cudaStream_t stream) {
   channel_sums<Sums::grad>(s, x, dy, mean_invstd, sums, scratch, stream);
 }

@@ -26,10 +26,10 @@ class ReductionScratch {
 
 // The reductions need float64 scratch of reduction_scratch_bytes(s) (device memory) for their part sums.
 size_t reduction_scratch_bytes(const ChunkChannels& s);
-// x, dy and y in the chunk's dtype (float32, float16, bfloat16); stats, sums and coef float32,
-// the sums accumulated in float64 whatever the dtype.
-void channel_moments(const ChunkChannels& s, const void* x, float* stats, double* scratch, cudaStream_t stream);
-void channel_grad_sums(const ChunkChannels& s, const void* x, const void* dy, const float* mean_invstd, float* sums,
+// x, dy and y in the chunk's dtype (float32, float16, bfloat16); stats and sums float64 (summed in
+// float64 whatever the dtype), coef float32.
+void channel_moments(const ChunkChannels& s, const void* x, double* stats, double* scratch, cudaStream_t stream);
+void channel_grad_sums(const ChunkChannels& s, const void* x, const void* dy, const float* mean_invstd, double* sums,
                        double* scratch, cudaStream_t stream);
 // y = the per-channel affine map of x (and dy) + beta * y; beta == 0 never reads y.
 void channel_affine(const ChunkChannels& s, const void* x, const void* dy, const float* coef, float beta, void* y,

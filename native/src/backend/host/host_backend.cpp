@@ -123,11 +123,11 @@ class HostBackend final : public Backend {
                double beta, void*, size_t) override {
     host_gemm(shape, a, b, bias, c, alpha, beta, ThreadPool::shared());
   }
-  void do_channel_moments(const ChunkChannels& shape, const void* x, float* stats) override {
+  void do_channel_moments(const ChunkChannels& shape, const void* x, double* stats) override {
     host_channel_moments(shape, x, stats, ThreadPool::shared());
   }
   void do_channel_grad_sums(const ChunkChannels& shape, const void* x, const void* dy, const float* mean_invstd,
-                            float* sums) override {
+                            double* sums) override {
     host_channel_grad_sums(shape, x, dy, mean_invstd, sums, ThreadPool::shared());
   }
   void do_channel_affine(const ChunkChannels& shape, const void* x, const void* dy, const float* coef, double beta,

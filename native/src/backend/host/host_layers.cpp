@@ -46,7 +46,7 @@ void host_gemm(const ChunkGemm& s, const void* a_data, const void* b_data, const
   });
 }
 
-void host_channel_moments(const ChunkChannels& s, const void* x_data, float* stats, ThreadPool& pool) {
+void host_channel_moments(const ChunkChannels& s, const void* x_data, double* stats, ThreadPool& pool) {
   host_elements::with_type(s.dtype, [&](auto element) {
     using T = decltype(element);
     const T* x = static_cast<const T*>(x_data);
@@ -64,15 +64,15 @@ void host_channel_moments(const ChunkChannels& s, const void* x_data, float* sta
           }
         }
         const double count = static_cast<double>(s.n * s.space);
-        stats[2 * ch] = static_cast<float>(shift + sum / count);
-        stats[2 * ch + 1] = static_cast<float>(sq - sum * sum / count);
+        stats[2 * ch] = shift + sum / count;
+        stats[2 * ch + 1] = sq - sum * sum / count;
       }
     });
   });
 }
 
 void host_channel_grad_sums(const ChunkChannels& s, const void* x_data, const void* dy_data, const float* mean_invstd,
-                            float* sums, ThreadPool& pool) {
+                            double* sums, ThreadPool& pool) {
   host_elements::with_type(s.dtype, [&](auto element) {
     using T = decltype(element);
     const T *x = static_cast<const T*>(x_data), *dy = static_cast<const T*>(dy_data);
@@ -88,8 +88,8 @@ void host_channel_grad_sums(const ChunkChannels& s, const void* x_data, const vo
             sdyx += g * ((load(x[o + i]) - mean) * invstd);
           }
         }
-        sums[2 * ch] = static_cast<float>(sdy);
-        sums[2 * ch + 1] = static_cast<float>(sdyx);
+        sums[2 * ch] = sdy;
+        sums[2 * ch + 1] = sdyx;
       }
     });
   });

@@ -12,9 +12,9 @@ void host_gemm(const ChunkGemm& s, const void* a, const void* b, const void* bia
                double beta, ThreadPool& pool);
 // Batch norm: x, dy and y in the chunk's dtype (float32, float16, bfloat16); statistics, sums and
 // coefficients float32, the sums accumulated in double.
-void host_channel_moments(const ChunkChannels& s, const void* x, float* stats, ThreadPool& pool);
+void host_channel_moments(const ChunkChannels& s, const void* x, double* stats, ThreadPool& pool);
 void host_channel_grad_sums(const ChunkChannels& s, const void* x, const void* dy, const float* mean_invstd,
-                            float* sums, ThreadPool& pool);
+                            double* sums, ThreadPool& pool);
 void host_channel_affine(const ChunkChannels& s, const void* x, const void* dy, const float* coef, double beta,
                          void* y, ThreadPool& pool);
 
