@@ -93,17 +93,23 @@ def test_out_of_core_runs_the_model_under_one_budget(rng):
         model.zero_grad()
         loss2 = runner(x).square().sum()
         loss2.backward()
-        assert rel_err(loss2.detach().numpy(), loss.numpy()) < 1e-5
+        # The ReLU's kink and the max pool's near-ties route a gradient by the sign or order of a
+        # rounded activation, and pyooc's float32 rounds differently from torch's: over 300 seeds
+        # (3 steps each) the parameter gradients differed by up to 3.2e-5 of their norm, where
+        # torch's own float32 differs from float64 by up to 1.2e-3, and the losses of later steps,
+        # taken after SGD steps on those gradients, by up to 1.3e-5. A misplaced or lost gradient
+        # is off by O(1).
+        assert rel_err(loss2.detach().numpy(), loss.numpy()) < (1e-5 if step == 0 else 1e-4)
         for p, g in zip(model.parameters(), grads):
-            assert rel_err(p.grad.numpy(), g.numpy()) < 1e-5
+            assert rel_err(p.grad.numpy(), g.numpy()) < 1e-4
         with torch.no_grad():  # one SGD step on both, so the next step starts from new weights
             for a, b in zip(model.parameters(), ref.parameters()):
                 a -= 0.01 * a.grad
                 b -= 0.01 * b.grad
     assert runner.decisions["0"] == "pyooc" and runner.decisions["4"] == "device", runner.decisions
     assert set(runner.decisions.values()) == {"device", "pyooc"}
-    for a, b in zip(model.state_dict().values(), ref.state_dict().values()):
-        assert torch.allclose(a.double(), b.double(), rtol=1e-4, atol=1e-6), "running statistics copied back"
+    for (name, a), b in zip(model.named_buffers(), ref.buffers()):  # the Parameters' drift is bounded above
+        assert torch.allclose(a.double(), b.double(), rtol=1e-4, atol=1e-6), f"running statistics copied back: {name}"
     runner.release()
     assert type(model[0]) is nn.Conv2d and type(model[1]) is nn.BatchNorm2d
 
