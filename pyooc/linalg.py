@@ -112,11 +112,12 @@ def linear_forward(x, w, bias=None, *, out=None, memory_limit=None, backend="aut
 
 @accepts_math
 @observed
-def linear_backward(x, w, dy, *, bias=True, memory_limit=None, backend="auto", device=0):
+def linear_backward(x, w, dy, *, bias=True, out=None, memory_limit=None, backend="auto", device=0):
     """Gradients of y = x @ w.T + bias: (dx = dy @ w [M, K], dw = dy.T @ x [N, K], db = dy summed
     over rows [N], or None when bias=False), each out of core; dy [M, N]. db is the GEMM
     ones[1, M] @ dy, so it streams dy like the others. x, w and dy share one dtype, the gradients'
-    (half ones summed in float32 however the batch is split)."""
+    (half ones summed in float32 however the batch is split). The results are new (host) arrays, or
+    out=(dx, dw, db) (db None when bias=False), host or device arrays."""
     x = _matrix(x, "input")
     w = _matrix(w, "weight", x, "input")
     dy = _matrix(dy, "grad_output", x, "input")
@@ -126,14 +127,31 @@ def linear_backward(x, w, dy, *, bias=True, memory_limit=None, backend="auto", d
     if x.shape[1] != w.shape[1]:
         raise ValueError(f"mat1 and mat2 shapes cannot be multiplied ({x.shape[0]}x{x.shape[1]} and "
                          f"{w.shape[1]}x{w.shape[0]})")
+    if out is None:
+        out = (None, None, None)
+    elif not isinstance(out, (tuple, list)) or len(out) != 3:
+        raise TypeError(f"out must be a tuple (dx, dw, db), got {type(out).__name__}")
+    elif (out[2] is None) != (not bias):
+        raise ValueError("out's db must be an array when bias=True and None when bias=False")
     o = _options(1.0, 0.0, memory_limit, backend, device)
-    dx = _gemm(dy, dy.shape, False, w, w.shape, False, None, None, o, {"grad_output": dy, "weight": w})
-    dw = _gemm(dy, (dy.shape[1], dy.shape[0]), True, x, x.shape, False, None, None, o, {"grad_output": dy, "input": x})
+    inputs = {"input": x, "weight": w, "grad_output": dy}
+    dx = _gemm(dy, dy.shape, False, w, w.shape, False, None, out[0], o, inputs)
+    dw = _gemm(dy, (dy.shape[1], dy.shape[0]), True, x, x.shape, False, None, out[1], o, inputs)
     db = None
     if bias:
         ones = np.ones((1, dy.shape[0]), dtype=dy.dtype)
-        db = _gemm(ones, ones.shape, False, dy, dy.shape, False, None, None, o, {"grad_output": dy}).reshape(-1)
+        db_out = None if out[2] is None else _row(out[2], dy.shape[1])
+        db = _gemm(ones, ones.shape, False, dy, dy.shape, False, None, db_out, o, inputs)
+        db = out[2] if out[2] is not None else db.reshape(-1)
     return dx, dw, db
+
+
+def _row(array, n):
+    """db (a vector of n elements, host or device) as the [1, n] matrix the GEMM writes."""
+    view = as_input(array, "out", CONV_DTYPES, device_arrays=True)
+    if view.shape != (n,):
+        raise ValueError(f"out has shape {list(view.shape)}, expected {[n]}")
+    return view.reshape(1, n)
 
 
 __all__ = ["matmul", "plan_matmul", "linear_forward", "plan_linear_forward", "linear_backward"]

@@ -83,6 +83,25 @@ def test_linear_forward_and_backward(rng):
     assert pyooc.linear_backward(x, w, dy, bias=False, backend="host")[2] is None
 
 
+def test_linear_backward_writes_out(rng):
+    x = rng.standard_normal((45, 33), dtype=np.float32)
+    w = rng.standard_normal((21, 33), dtype=np.float32)
+    dy = rng.standard_normal((45, 21), dtype=np.float32)
+    out = (np.full(x.shape, np.nan, np.float32), np.full(w.shape, np.nan, np.float32), np.full(21, np.nan, np.float32))
+    got = pyooc.linear_backward(x, w, dy, out=out, memory_limit=3072, backend="host")
+    assert all(g is o for g, o in zip(got, out))
+    assert rel_err(out[0], ref_matmul(dy, w)) < TOL and rel_err(out[1], ref_matmul(dy.T, x)) < TOL
+    assert rel_err(out[2], dy.astype(np.float64).sum(axis=0)) < TOL
+    dx, dw, db = pyooc.linear_backward(x, w, dy, bias=False, out=(out[0], out[1], None), backend="host")
+    assert dx is out[0] and dw is out[1] and db is None
+    with pytest.raises(ValueError, match="out's db must be an array when bias=True and None when bias=False"):
+        pyooc.linear_backward(x, w, dy, out=(out[0], out[1], None), backend="host")
+    with pytest.raises(TypeError, match=r"out must be a tuple \(dx, dw, db\)"):
+        pyooc.linear_backward(x, w, dy, out=out[0], backend="host")
+    with pytest.raises(ValueError, match="out overlaps input"):
+        pyooc.linear_backward(x, w, dy, out=(x, out[1], out[2]), backend="host")
+
+
 def test_matmul_bad_input():
     a = np.zeros((2, 3), np.float32)
     with pytest.raises(ValueError, match=r"mat1 and mat2 shapes cannot be multiplied \(2x3 and 4x5\)"):

@@ -9,9 +9,9 @@
 - pyooc.torch.policy: a whole network under one device budget (in-core layers where they fit,
   pyooc where they do not, saved activations offloaded to pinned host memory).
 
-Tensors: CPU contiguous tensors go in zero-copy and results come back as CPU tensors; the
-convolutions also read CUDA tensors in place and return CUDA tensors (pyooc/torch/_tensors.py says
-why the other ops refuse them). See docs/torch.md.
+Tensors: CPU contiguous tensors go in zero-copy and results come back as CPU tensors; CUDA tensors
+are read in place and the results are CUDA tensors on their device (pyooc/torch/_tensors.py). See
+docs/torch.md.
 """
 
 try:

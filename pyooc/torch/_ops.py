@@ -3,8 +3,12 @@ only: torch.compile and opcheck trace through it) and, where the op has a gradie
 formula built from pyooc's own backward ops, so a backward pass streams out of core too.
 
 Every op takes CPU contiguous tensors (pyooc/torch/_tensors.py) zero-copy and returns new CPU tensors
-sharing the result arrays; the convolutions and their gradients also take CUDA tensors, read in
-place, and return CUDA tensors on the input's device. `memory_limit` (bytes; 0: pyooc's process default) and
+sharing the result arrays; it takes CUDA tensors too, read in place, and returns CUDA tensors on
+the input's device (allocated here, written by pyooc as out=), the call running on that device.
+CPU and CUDA tensors may be mixed in one call: the results are on the device of the op's x (where
+it has none: dy for conv_backward_data/_bias, y for softmax_backward, a for matmul, c for
+add_tensor), and each gradient an autograd formula returns is moved to its input's device
+(_register_autograd). `memory_limit` (bytes; 0: pyooc's process default) and
 `backend` ("auto", "cuda", "host") are the numpy API's; `backend` may also carry the devices the call
 spreads over ("host@0,1,2": with_devices), so that the one string every op's autograd formula saves
 gives its backward the forward's devices too. The ops are opaque to torch.compile: it
@@ -21,8 +25,9 @@ import torch
 import pyooc
 from pyooc.devices import call_devices, devices_for_this_thread
 from pyooc.torch._shapes import conv_output_shape, conv_transpose_output_shape, padding_ends, pool_output_shape
-from pyooc.torch._tensors import (CONV_DTYPES, as_array, as_array_or_none, as_tensor, contiguous_grad, device_result,
-                                  in_format, memory_format_of, result_tensor)
+from pyooc.torch._tensors import (CONV_DTYPES, FLOAT32, as_array_or_none, call_device, check_tensor, contiguous_grad,
+                                  device_result, device_results, host_result, in_format, memory_format_of,
+                                  result_tensor, result_tensors)
 
 Tensor = torch.Tensor
 
@@ -71,14 +76,32 @@ def split_backend(backend):
         raise ValueError(f"backend must be one of ('auto', 'cuda', 'host'), got {backend!r}") from None
 
 
-def _run(fn, *args, memory_limit, backend, **kwargs):
+def _run(fn, *args, memory_limit, backend, device, **kwargs):
+    """fn run as the op's arguments say; device: call_device's, the CUDA device its tensors are on
+    (None: pyooc's default, for host tensors)."""
     name, devices = split_backend(backend)
+    on = {} if device is None else {"device": device}
     with devices_for_this_thread(devices):
-        return fn(*args, memory_limit=_limit(memory_limit), backend=name, **_torch_math(fn), **kwargs)
+        return fn(*args, memory_limit=_limit(memory_limit), backend=name, **_torch_math(fn), **on, **kwargs)
 
 
 def _needs(ctx, i):
     return ctx.needs_input_grad[i]
+
+
+def _register_autograd(op, backward, setup_context):
+    """op.register_autograd, each gradient moved to its input's device: an op's results are on its
+    x's device, and a call may mix CPU and CUDA tensors (a CPU bias of a CUDA convolution), where
+    autograd takes each gradient on its own input's device only."""
+    def setup(ctx, inputs, output):
+        ctx.input_devices = [t.device if isinstance(t, Tensor) else None for t in inputs]
+        setup_context(ctx, inputs, output)
+
+    def placed(ctx, *grads):
+        return tuple(g if g is None or g.device == d else g.to(d)
+                     for g, d in zip(backward(ctx, *grads), ctx.input_devices, strict=True))
+
+    op.register_autograd(placed, setup_context=setup)
 
 
 def _padding(padding, w):
@@ -87,11 +110,16 @@ def _padding(padding, w):
     return [b for b, _ in ends] if all(b == a for b, a in ends) else ends
 
 
+def _array(t, name, dtypes=CONV_DTYPES):
+    """An op's tensor (or None) as pyooc takes it: CPU tensors viewed, CUDA tensors read in place
+    (their results are CUDA tensors on the input's device: _tensors.device_result), contiguous."""
+    return as_array_or_none(t, name, dtypes)
+
+
 def _conv_array(t, name):
-    """A convolution's tensor (or None) as pyooc takes it: CPU tensors viewed, CUDA tensors read in
-    place (their results are CUDA tensors on the input's device: _tensors.device_result), contiguous
-    or channels-last alike (the result takes the first input's format)."""
-    return as_array_or_none(t, name, CONV_DTYPES, cuda=True, channels_last=True)
+    """A convolution's tensor (or None), as _array, contiguous or channels-last alike (the result
+    takes the first input's format)."""
+    return as_array_or_none(t, name, CONV_DTYPES, channels_last=True)
 
 
 def _like(t, first):
@@ -104,7 +132,7 @@ def _like(t, first):
 def _fake_like(first, shape):
     """The fake kernels' result: shape in first's memory format, as the real op's is."""
     fmt = memory_format_of(first) if len(shape) == first.dim() else torch.contiguous_format
-    return first.new_empty(shape).contiguous(memory_format=fmt)
+    return torch.empty(shape, dtype=first.dtype, device=first.device, memory_format=fmt)
 
 
 def _symmetric(padding, w):
@@ -112,18 +140,20 @@ def _symmetric(padding, w):
 
 
 # ------------------------------------------------------------------------------------------------
-# convolution and its gradients
+# convolution and its gradients. Each op checks and views its tensors before it allocates a CUDA
+# result (device_result), so that a tensor pyooc does not take is refused by name first.
 
 
 @torch.library.custom_op("pyooc::conv_forward", mutates_args=())
 def conv_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],
                  dilation: list[int], groups: int, memory_limit: int, backend: str,
                  padding_mode: str = "zeros") -> Tensor:
+    device = call_device(input=x, weight=w, bias=bias)
+    arrays = _conv_array(x, "input"), _conv_array(_like(w, x), "weight"), _conv_array(bias, "bias")
     y, out = device_result(x, conv_output_shape(x.shape, w.shape, stride, padding, dilation))
-    return result_tensor(y, _run(pyooc.conv_forward, _conv_array(x, "input"), _conv_array(_like(w, x), "weight"),
-                                 _conv_array(bias, "bias"), stride=stride, padding=_padding(padding, w),
+    return result_tensor(y, _run(pyooc.conv_forward, *arrays, stride=stride, padding=_padding(padding, w),
                                  dilation=dilation, groups=groups, out=out, memory_limit=memory_limit,
-                                 backend=backend, padding_mode=padding_mode))
+                                 backend=backend, device=device, padding_mode=padding_mode))
 
 
 @conv_forward.register_fake
@@ -135,11 +165,12 @@ def _(x, w, bias, stride, padding, dilation, groups, memory_limit, backend, padd
 def conv_backward_data(dy: Tensor, w: Tensor, x_shape: list[int], stride: list[int], padding: list[int],
                        dilation: list[int], groups: int, memory_limit: int, backend: str,
                        padding_mode: str = "zeros") -> Tensor:
+    device = call_device(grad_output=dy, weight=w)
+    arrays = _conv_array(dy, "grad_output"), _conv_array(_like(w, dy), "weight")
     dx, out = device_result(dy, x_shape)
-    return result_tensor(dx, _run(pyooc.conv_backward_data, _conv_array(dy, "grad_output"),
-                                  _conv_array(_like(w, dy), "weight"),
-                                  x_shape, stride=stride, padding=_padding(padding, w), dilation=dilation,
-                                  groups=groups, out=out, memory_limit=memory_limit, backend=backend,
+    return result_tensor(dx, _run(pyooc.conv_backward_data, *arrays, x_shape, stride=stride,
+                                  padding=_padding(padding, w), dilation=dilation, groups=groups, out=out,
+                                  memory_limit=memory_limit, backend=backend, device=device,
                                   padding_mode=padding_mode))
 
 
@@ -152,11 +183,12 @@ def _(dy, w, x_shape, stride, padding, dilation, groups, memory_limit, backend, 
 def conv_backward_filter(x: Tensor, dy: Tensor, w_shape: list[int], stride: list[int], padding: list[int],
                          dilation: list[int], groups: int, memory_limit: int, backend: str,
                          padding_mode: str = "zeros") -> Tensor:
+    device = call_device(input=x, grad_output=dy)
+    arrays = _conv_array(x, "input"), _conv_array(_like(dy, x), "grad_output")
     dw, out = device_result(x, w_shape)
-    return result_tensor(dw, _run(pyooc.conv_backward_filter, _conv_array(x, "input"),
-                                  _conv_array(_like(dy, x), "grad_output"),
-                                  w_shape, stride=stride, padding=_padding(padding, x), dilation=dilation,
-                                  groups=groups, out=out, memory_limit=memory_limit, backend=backend,
+    return result_tensor(dw, _run(pyooc.conv_backward_filter, *arrays, w_shape, stride=stride,
+                                  padding=_padding(padding, x), dilation=dilation, groups=groups, out=out,
+                                  memory_limit=memory_limit, backend=backend, device=device,
                                   padding_mode=padding_mode))
 
 
@@ -167,9 +199,10 @@ def _(x, dy, w_shape, stride, padding, dilation, groups, memory_limit, backend, 
 
 @torch.library.custom_op("pyooc::conv_backward_bias", mutates_args=())
 def conv_backward_bias(dy: Tensor, memory_limit: int, backend: str) -> Tensor:
+    device, dy_array = call_device(grad_output=dy), _conv_array(dy, "grad_output")
     db, out = device_result(dy, [dy.shape[1]])
-    return result_tensor(db, _run(pyooc.conv_backward_bias, _conv_array(dy, "grad_output"), out=out,
-                                  memory_limit=memory_limit, backend=backend))
+    return result_tensor(db, _run(pyooc.conv_backward_bias, dy_array, out=out, memory_limit=memory_limit,
+                                  backend=backend, device=device))
 
 
 @conv_backward_bias.register_fake
@@ -177,26 +210,36 @@ def _(dy, memory_limit, backend):
     return dy.new_empty([dy.shape[1]])
 
 
+def _backward_results(x, w):
+    """(tensors, out=) for a fused backward's (dx, dw, db), all on x's device (device_results)."""
+    return device_results(x, x.shape, w.shape, [w.shape[0]])
+
+
+def _fake_backward_results(x, w):
+    return x.new_empty(x.shape), x.new_empty(w.shape), x.new_empty([w.shape[0]])
+
+
 @torch.library.custom_op("pyooc::conv_backward_data_filter_bias", mutates_args=())
 def conv_backward_data_filter_bias(x: Tensor, dy: Tensor, w: Tensor, stride: list[int], padding: list[int],
                                    dilation: list[int], groups: int, memory_limit: int,
                                    backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.conv_backward_data_filter_bias, as_array(x, "input", CONV_DTYPES),
-                      as_array(dy, "grad_output", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES), stride=stride, padding=padding, dilation=dilation, groups=groups,
-                      memory_limit=memory_limit, backend=backend)
-    return as_tensor(dx), as_tensor(dw), as_tensor(db)
+    device = call_device(input=x, grad_output=dy, weight=w)
+    arrays = _array(x, "input"), _array(dy, "grad_output"), _array(w, "weight")
+    grads, out = _backward_results(x, w)
+    return result_tensors(grads, _run(pyooc.conv_backward_data_filter_bias, *arrays, stride=stride, padding=padding,
+                                      dilation=dilation, groups=groups, out=out, memory_limit=memory_limit,
+                                      backend=backend, device=device))
 
 
 @conv_backward_data_filter_bias.register_fake
 def _(x, dy, w, stride, padding, dilation, groups, memory_limit, backend):
-    return x.new_empty(x.shape), w.new_empty(w.shape), w.new_empty([w.shape[0]])
+    return _fake_backward_results(x, w)
 
 
 def _conv_setup(ctx, inputs, output):
     x, w, bias, stride, padding, dilation, groups, memory_limit, backend, padding_mode = inputs
     ctx.save_for_backward(x, w)
     ctx.has_bias = bias is not None
-    ctx.bias_device = None if bias is None else bias.device
     ctx.geometry = (stride, padding, dilation, groups, memory_limit, backend, padding_mode)
 
 
@@ -207,25 +250,21 @@ def _conv_backward(ctx, dy):
     stride, padding, dilation, groups, memory_limit, backend, padding_mode = ctx.geometry
     want_dx, want_dw, want_db = _needs(ctx, 0), _needs(ctx, 1), ctx.has_bias and _needs(ctx, 2)
     # One pass over dy serves all three (the fused backward: ungrouped, cuDNN's symmetric zero
-    # padding, channels-first so far).
-    on_cpu = all(t.device.type == "cpu" for t in (x, dy, w))  # the fused backward takes host arrays
-    if (want_dx and want_dw and groups == 1 and _symmetric(padding, w) and on_cpu and padding_mode == "zeros"
+    # padding, channels-first so far: w too, in x's format as the forward read it).
+    if (want_dx and want_dw and groups == 1 and _symmetric(padding, w) and padding_mode == "zeros"
             and not channels_last):
-        dx, dw, db = conv_backward_data_filter_bias(x, dy, w, stride, padding, dilation, groups, memory_limit,
-                                                    backend)
+        dx, dw, db = conv_backward_data_filter_bias(x, dy, _like(w, x), stride, padding, dilation, groups,
+                                                    memory_limit, backend)
         return dx, dw, db if want_db else None, None, None, None, None, None, None, None
     dx = conv_backward_data(dy, w, list(x.shape), stride, padding, dilation, groups, memory_limit,
                             backend, padding_mode) if want_dx else None
     dw = conv_backward_filter(x, dy, list(w.shape), stride, padding, dilation, groups, memory_limit,
                               backend, padding_mode) if want_dw else None
     db = conv_backward_bias(dy, memory_limit, backend) if want_db else None
-    # Each gradient on its parameter's device (the ops put results on their first input's).
-    dw = dw.to(w.device) if dw is not None else None
-    db = db.to(ctx.bias_device) if db is not None else None
     return dx, dw, db, None, None, None, None, None, None, None
 
 
-conv_forward.register_autograd(_conv_backward, setup_context=_conv_setup)
+_register_autograd(conv_forward, _conv_backward, _conv_setup)
 
 
 def _conv_data_setup(ctx, inputs, output):
@@ -245,7 +284,7 @@ def _conv_data_backward(ctx, g):
     return ddy, dw, None, None, None, None, None, None, None, None
 
 
-conv_backward_data.register_autograd(_conv_data_backward, setup_context=_conv_data_setup)
+_register_autograd(conv_backward_data, _conv_data_backward, _conv_data_setup)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -256,11 +295,14 @@ conv_backward_data.register_autograd(_conv_data_backward, setup_context=_conv_da
 def conv_transpose_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],
                            output_padding: list[int], dilation: list[int], groups: int, memory_limit: int,
                            backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.deconv_bias_activation_forward, as_array(x, "input", CONV_DTYPES),
-                          as_array(w, "weight", CONV_DTYPES), as_array_or_none(bias, "bias", CONV_DTYPES),
-                          activation="identity", stride=stride, padding=padding,
-                          output_padding=output_padding, dilation=dilation, groups=groups,
-                          memory_limit=memory_limit, backend=backend))
+    device = call_device(input=x, weight=w, bias=bias)
+    arrays = _array(x, "input"), _array(w, "weight"), _array(bias, "bias")
+    y, out = device_result(x, conv_transpose_output_shape(x.shape, w.shape, stride, padding, output_padding,
+                                                          dilation, groups))
+    return result_tensor(y, _run(pyooc.deconv_bias_activation_forward, *arrays, activation="identity",
+                                 stride=stride, padding=padding, output_padding=output_padding, dilation=dilation,
+                                 groups=groups, out=out, memory_limit=memory_limit, backend=backend,
+                                 device=device))
 
 
 @conv_transpose_forward.register_fake
@@ -290,7 +332,7 @@ def _conv_transpose_backward(ctx, dy):
     return dx, dw, db, None, None, None, None, None, None, None
 
 
-conv_transpose_forward.register_autograd(_conv_transpose_backward, setup_context=_conv_transpose_setup)
+_register_autograd(conv_transpose_forward, _conv_transpose_backward, _conv_transpose_setup)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -301,11 +343,13 @@ conv_transpose_forward.register_autograd(_conv_transpose_backward, setup_context
 def conv_bias_activation_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], activation: str, coef: float,
                                  stride: list[int], padding: list[int], dilation: list[int], groups: int,
                                  memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_bias_activation_forward, as_array(x, "input", CONV_DTYPES),
-                          as_array(w, "weight", CONV_DTYPES), as_array_or_none(bias, "bias", CONV_DTYPES),
-                          activation=activation,
-                          coef=None if activation == "identity" else coef, stride=stride, padding=padding,
-                          dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend))
+    device = call_device(input=x, weight=w, bias=bias)
+    arrays = _array(x, "input"), _array(w, "weight"), _array(bias, "bias")
+    y, out = device_result(x, conv_output_shape(x.shape, w.shape, stride, padding, dilation))
+    return result_tensor(y, _run(pyooc.conv_bias_activation_forward, *arrays, activation=activation,
+                                 coef=None if activation == "identity" else coef, stride=stride, padding=padding,
+                                 dilation=dilation, groups=groups, out=out, memory_limit=memory_limit,
+                                 backend=backend, device=device))
 
 
 @conv_bias_activation_forward.register_fake
@@ -352,7 +396,7 @@ def _cba_backward(ctx, dy):
             db if ctx.has_bias and _needs(ctx, 2) else None) + (None,) * 8
 
 
-conv_bias_activation_forward.register_autograd(_cba_backward, setup_context=_cba_setup)
+_register_autograd(conv_bias_activation_forward, _cba_backward, _cba_setup)
 
 
 @torch.library.custom_op("pyooc::activation_conv_backward_data_filter_bias", mutates_args=())
@@ -360,17 +404,20 @@ def activation_conv_backward_data_filter_bias(x: Tensor, dy: Tensor, w: Tensor, 
                                               activation: str, coef: float, stride: list[int], padding: list[int],
                                               dilation: list[int], groups: int, memory_limit: int,
                                               backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.activation_conv_backward_data_filter_bias, as_array(x, "input", CONV_DTYPES),
-                      as_array(dy, "grad_output", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
-                      as_array(y, "y", CONV_DTYPES), activation=activation,
-                      coef=None if activation == "identity" else coef, pre=as_array_or_none(pre, "pre", CONV_DTYPES), stride=stride, padding=padding, dilation=dilation,
-                      groups=groups, memory_limit=memory_limit, backend=backend)
-    return as_tensor(dx), as_tensor(dw), as_tensor(db)
+    device = call_device(input=x, grad_output=dy, weight=w, y=y, pre=pre)
+    arrays = _array(x, "input"), _array(dy, "grad_output"), _array(w, "weight"), _array(y, "y")
+    pre_array = _array(pre, "pre")
+    grads, out = _backward_results(x, w)
+    return result_tensors(grads, _run(pyooc.activation_conv_backward_data_filter_bias, *arrays,
+                                      activation=activation, coef=None if activation == "identity" else coef,
+                                      pre=pre_array, stride=stride, padding=padding, dilation=dilation,
+                                      groups=groups, out=out, memory_limit=memory_limit, backend=backend,
+                                      device=device))
 
 
 @activation_conv_backward_data_filter_bias.register_fake
 def _(x, dy, w, y, pre, activation, coef, stride, padding, dilation, groups, memory_limit, backend):
-    return x.new_empty(x.shape), w.new_empty(w.shape), w.new_empty([w.shape[0]])
+    return _fake_backward_results(x, w)
 
 
 @torch.library.custom_op("pyooc::conv_bias_activation_pooling_forward", mutates_args=())
@@ -378,12 +425,15 @@ def conv_bias_activation_pooling_forward(x: Tensor, w: Tensor, bias: Optional[Te
                                          stride: list[int], padding: list[int], dilation: list[int], groups: int,
                                          pool_kernel: list[int], pool_stride: list[int], pool_padding: list[int],
                                          pool_mode: str, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.conv_bias_activation_pooling_forward, as_array(x, "input", CONV_DTYPES),
-                          as_array(w, "weight", CONV_DTYPES), as_array_or_none(bias, "bias", CONV_DTYPES),
-                          pool_kernel=pool_kernel, pool_stride=pool_stride,
-                          pool_padding=pool_padding, pool_mode=pool_mode, activation=activation,
-                          coef=None if activation == "identity" else coef, stride=stride, padding=padding,
-                          dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend))
+    device = call_device(input=x, weight=w, bias=bias)
+    arrays = _array(x, "input"), _array(w, "weight"), _array(bias, "bias")
+    y_shape = conv_output_shape(x.shape, w.shape, stride, padding, dilation)
+    q, out = device_result(x, pool_output_shape(y_shape, pool_kernel, pool_stride, pool_padding))
+    return result_tensor(q, _run(pyooc.conv_bias_activation_pooling_forward, *arrays, pool_kernel=pool_kernel,
+                                 pool_stride=pool_stride, pool_padding=pool_padding, pool_mode=pool_mode,
+                                 activation=activation, coef=None if activation == "identity" else coef,
+                                 stride=stride, padding=padding, dilation=dilation, groups=groups, out=out,
+                                 memory_limit=memory_limit, backend=backend, device=device))
 
 
 @conv_bias_activation_pooling_forward.register_fake
@@ -416,7 +466,7 @@ def _cbap_backward(ctx, dq):
             db if ctx.has_bias and _needs(ctx, 2) else None) + (None,) * 12
 
 
-conv_bias_activation_pooling_forward.register_autograd(_cbap_backward, setup_context=_cbap_setup)
+_register_autograd(conv_bias_activation_pooling_forward, _cbap_backward, _cbap_setup)
 
 
 @torch.library.custom_op("pyooc::pooling_activation_conv_backward_data_filter_bias", mutates_args=())
@@ -425,20 +475,23 @@ def pooling_activation_conv_backward_data_filter_bias(
         pool_stride: list[int], pool_padding: list[int], pool_mode: str, activation: str, coef: float,
         stride: list[int], padding: list[int], dilation: list[int], groups: int, memory_limit: int,
         backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.pooling_activation_conv_backward_data_filter_bias, as_array(x, "input", CONV_DTYPES),
-                      as_array(dq, "grad_output", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
-                      as_array(q, "output", CONV_DTYPES), as_array(y, "y", CONV_DTYPES),
-                      pool_kernel=pool_kernel, pool_stride=pool_stride, pool_padding=pool_padding,
-                      pool_mode=pool_mode, activation=activation, coef=None if activation == "identity" else coef,
-                      pre=as_array_or_none(pre, "pre", CONV_DTYPES), stride=stride, padding=padding,
-                      dilation=dilation, groups=groups, memory_limit=memory_limit, backend=backend)
-    return as_tensor(dx), as_tensor(dw), as_tensor(db)
+    device = call_device(input=x, grad_output=dq, weight=w, output=q, y=y, pre=pre)
+    arrays = (_array(x, "input"), _array(dq, "grad_output"), _array(w, "weight"), _array(q, "output"),
+              _array(y, "y"))
+    pre_array = _array(pre, "pre")
+    grads, out = _backward_results(x, w)
+    return result_tensors(grads, _run(pyooc.pooling_activation_conv_backward_data_filter_bias, *arrays,
+                                      pool_kernel=pool_kernel, pool_stride=pool_stride, pool_padding=pool_padding,
+                                      pool_mode=pool_mode, activation=activation,
+                                      coef=None if activation == "identity" else coef, pre=pre_array, stride=stride,
+                                      padding=padding, dilation=dilation, groups=groups, out=out,
+                                      memory_limit=memory_limit, backend=backend, device=device))
 
 
 @pooling_activation_conv_backward_data_filter_bias.register_fake
 def _(x, dq, w, q, y, pre, pool_kernel, pool_stride, pool_padding, pool_mode, activation, coef, stride, padding,
       dilation, groups, memory_limit, backend):
-    return x.new_empty(x.shape), w.new_empty(w.shape), w.new_empty([w.shape[0]])
+    return _fake_backward_results(x, w)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -448,26 +501,30 @@ def _(x, dq, w, q, y, pre, pool_kernel, pool_stride, pool_padding, pool_mode, ac
 @torch.library.custom_op("pyooc::pool_forward", mutates_args=())
 def pool_forward(x: Tensor, kernel: list[int], stride: list[int], padding: list[int], mode: str,
                  memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.pool_forward, as_array(x, "input", CONV_DTYPES), kernel, stride=stride, padding=padding,
-                          mode=mode, memory_limit=memory_limit, backend=backend))
+    device, x_array = call_device(input=x), _conv_array(x, "input")
+    y, out = device_result(x, pool_output_shape(x.shape, kernel, stride, padding))
+    return result_tensor(y, _run(pyooc.pool_forward, x_array, kernel, stride=stride, padding=padding, mode=mode,
+                                 out=out, memory_limit=memory_limit, backend=backend, device=device))
 
 
 @pool_forward.register_fake
 def _(x, kernel, stride, padding, mode, memory_limit, backend):
-    return x.new_empty(pool_output_shape(x.shape, kernel, stride, padding))
+    return _fake_like(x, pool_output_shape(x.shape, kernel, stride, padding))
 
 
 @torch.library.custom_op("pyooc::pool_backward", mutates_args=())
 def pool_backward(y: Tensor, dy: Tensor, x: Tensor, kernel: list[int], stride: list[int], padding: list[int],
                   mode: str, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.pool_backward, as_array(y, "output", CONV_DTYPES),
-                          as_array(dy, "grad_output", CONV_DTYPES), as_array(x, "input", CONV_DTYPES), kernel, stride=stride, padding=padding, mode=mode,
-                          memory_limit=memory_limit, backend=backend))
+    device = call_device(output=y, grad_output=dy, input=x)
+    arrays = _conv_array(y, "output"), _conv_array(_like(dy, x), "grad_output"), _conv_array(x, "input")
+    dx, out = device_result(x, x.shape)
+    return result_tensor(dx, _run(pyooc.pool_backward, *arrays, kernel, stride=stride, padding=padding, mode=mode,
+                                  out=out, memory_limit=memory_limit, backend=backend, device=device))
 
 
 @pool_backward.register_fake
 def _(y, dy, x, kernel, stride, padding, mode, memory_limit, backend):
-    return x.new_empty(x.shape)
+    return _fake_like(x, x.shape)
 
 
 def _pool_setup(ctx, inputs, output):
@@ -478,10 +535,10 @@ def _pool_setup(ctx, inputs, output):
 
 def _pool_backward(ctx, dy):
     x, y = ctx.saved_tensors
-    return (pool_backward(y, contiguous_grad(dy), x, *ctx.args),) + (None,) * 6
+    return (pool_backward(y, _like(dy, x), x, *ctx.args),) + (None,) * 6
 
 
-pool_forward.register_autograd(_pool_backward, setup_context=_pool_setup)
+_register_autograd(pool_forward, _pool_backward, _pool_setup)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -490,8 +547,10 @@ pool_forward.register_autograd(_pool_backward, setup_context=_pool_setup)
 
 @torch.library.custom_op("pyooc::activation_forward", mutates_args=())
 def activation_forward(x: Tensor, mode: str, coef: float, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.activation_forward, as_array(x, "input", CONV_DTYPES), mode, coef=coef,
-                          memory_limit=memory_limit, backend=backend))
+    device, x_array = call_device(input=x), _conv_array(x, "input")
+    y, out = device_result(x, x.shape)
+    return result_tensor(y, _run(pyooc.activation_forward, x_array, mode, coef=coef, out=out,
+                                 memory_limit=memory_limit, backend=backend, device=device))
 
 
 @activation_forward.register_fake
@@ -502,9 +561,11 @@ def _(x, mode, coef, memory_limit, backend):
 @torch.library.custom_op("pyooc::activation_backward", mutates_args=())
 def activation_backward(y: Tensor, dy: Tensor, x: Tensor, mode: str, coef: float, memory_limit: int,
                         backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.activation_backward, as_array(y, "output", CONV_DTYPES),
-                          as_array(dy, "grad_output", CONV_DTYPES), as_array(x, "input", CONV_DTYPES), mode,
-                          coef=coef, memory_limit=memory_limit, backend=backend))
+    device = call_device(output=y, grad_output=dy, input=x)
+    arrays = _conv_array(y, "output"), _conv_array(_like(dy, x), "grad_output"), _conv_array(x, "input")
+    dx, out = device_result(x, x.shape)
+    return result_tensor(dx, _run(pyooc.activation_backward, *arrays, mode, coef=coef, out=out,
+                                  memory_limit=memory_limit, backend=backend, device=device))
 
 
 @activation_backward.register_fake
@@ -520,16 +581,18 @@ def _activation_setup(ctx, inputs, output):
 
 def _activation_backward(ctx, dy):
     x, y = ctx.saved_tensors
-    return (activation_backward(y, contiguous_grad(dy), x, *ctx.args),) + (None,) * 4
+    return (activation_backward(y, _like(dy, x), x, *ctx.args),) + (None,) * 4
 
 
-activation_forward.register_autograd(_activation_backward, setup_context=_activation_setup)
+_register_autograd(activation_forward, _activation_backward, _activation_setup)
 
 
 @torch.library.custom_op("pyooc::softmax_forward", mutates_args=())
 def softmax_forward(x: Tensor, log: bool, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.softmax_forward, as_array(x, "input", CONV_DTYPES), mode="channel", log=log,
-                          memory_limit=memory_limit, backend=backend))
+    device, x_array = call_device(input=x), _array(x, "input")
+    y, out = device_result(x, x.shape)
+    return result_tensor(y, _run(pyooc.softmax_forward, x_array, mode="channel", log=log, out=out,
+                                 memory_limit=memory_limit, backend=backend, device=device))
 
 
 @softmax_forward.register_fake
@@ -539,9 +602,11 @@ def _(x, log, memory_limit, backend):
 
 @torch.library.custom_op("pyooc::softmax_backward", mutates_args=())
 def softmax_backward(y: Tensor, dy: Tensor, log: bool, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.softmax_backward, as_array(y, "output", CONV_DTYPES),
-                          as_array(dy, "grad_output", CONV_DTYPES),
-                          mode="channel", log=log, memory_limit=memory_limit, backend=backend))
+    device = call_device(output=y, grad_output=dy)
+    arrays = _array(y, "output"), _array(dy, "grad_output")
+    dx, out = device_result(y, y.shape)
+    return result_tensor(dx, _run(pyooc.softmax_backward, *arrays, mode="channel", log=log, out=out,
+                                  memory_limit=memory_limit, backend=backend, device=device))
 
 
 @softmax_backward.register_fake
@@ -560,55 +625,64 @@ def _softmax_backward(ctx, dy):
     return (softmax_backward(y, contiguous_grad(dy), *ctx.args),) + (None,) * 3
 
 
-softmax_forward.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+_register_autograd(softmax_forward, _softmax_backward, _softmax_setup)
 
 
 # ------------------------------------------------------------------------------------------------
 # batch normalization. The training op is functional (custom ops with a gradient must not mutate
 # their inputs): it returns the updated running statistics, which functional.batch_norm copies
-# into the module's buffers, as torch's batch_norm updates them in place.
+# into the module's buffers, as torch's batch_norm updates them in place. pyooc returns the
+# per-channel statistics and gradients on the host (it takes no out= for them): they are copied
+# to x's device (host_result), C floats each.
 
 
 @torch.library.custom_op("pyooc::batchnorm_forward_training", mutates_args=())
 def batchnorm_forward_training(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optional[Tensor],
                                running_var: Optional[Tensor], momentum: float, eps: float, memory_limit: int,
                                backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    device = call_device(input=x, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
     new_mean = new_var = None
-    if running_mean is not None:  # updated copies (C floats each); the caller's stay as they are
-        new_mean = as_array(running_mean, "running_mean").copy()
-        new_var = as_array(running_var, "running_var").copy()
-    y, saved_mean, saved_invstd = _run(pyooc.batchnorm_forward_training, as_array(x, "input", CONV_DTYPES),
-                                       as_array(weight, "weight"), as_array(bias, "bias"), eps=eps,
-                                       momentum=momentum, running_mean=new_mean, running_var=new_var,
-                                       memory_limit=memory_limit, backend=backend)
+    if running_mean is not None:  # updated copies on the statistics' device; the caller's stay as they are
+        new_mean = check_tensor(running_mean, "running_mean").detach().clone()
+        new_var = check_tensor(running_var, "running_var").detach().clone()
+    arrays = _conv_array(x, "input"), _array(weight, "weight", FLOAT32), _array(bias, "bias", FLOAT32)
+    stats = _array(new_mean, "running_mean", FLOAT32), _array(new_var, "running_var", FLOAT32)
+    y, out = device_result(x, x.shape)
+    y_array, saved_mean, saved_invstd = _run(pyooc.batchnorm_forward_training, *arrays, eps=eps, momentum=momentum,
+                                             running_mean=stats[0], running_var=stats[1], out=out,
+                                             memory_limit=memory_limit, backend=backend, device=device)
     empty = x.new_empty([0], dtype=torch.float32)
-    return (as_tensor(y), as_tensor(saved_mean), as_tensor(saved_invstd),
-            empty if new_mean is None else as_tensor(new_mean), empty.clone() if new_var is None else as_tensor(new_var))
+    return (result_tensor(y, y_array), host_result(x, saved_mean), host_result(x, saved_invstd),
+            empty if new_mean is None else new_mean, empty.clone() if new_var is None else new_var)
 
 
 @batchnorm_forward_training.register_fake
 def _(x, weight, bias, running_mean, running_var, momentum, eps, memory_limit, backend):
     c = x.shape[1]
-    stats = 0 if running_mean is None else c
     f32 = torch.float32  # the statistics are float32 whatever x is (pyooc/batchnorm.py)
-    return (x.new_empty(x.shape), x.new_empty([c], dtype=f32), x.new_empty([c], dtype=f32),
-            x.new_empty([stats], dtype=f32), x.new_empty([stats], dtype=f32))
+    if running_mean is None:
+        new_mean = new_var = x.new_empty([0], dtype=f32)
+    else:  # on the running statistics' own device, as the real op's updated copies
+        new_mean, new_var = running_mean.new_empty([c], dtype=f32), running_var.new_empty([c], dtype=f32)
+    return _fake_like(x, x.shape), x.new_empty([c], dtype=f32), x.new_empty([c], dtype=f32), new_mean, new_var.clone()
 
 
 @torch.library.custom_op("pyooc::batchnorm_backward", mutates_args=())
 def batchnorm_backward(x: Tensor, dy: Tensor, weight: Tensor, saved_mean: Tensor, saved_invstd: Tensor, eps: float,
                        memory_limit: int, backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.batchnorm_backward, as_array(x, "input", CONV_DTYPES),
-                      as_array(dy, "grad_output", CONV_DTYPES),
-                      as_array(weight, "weight"), as_array(saved_mean, "save_mean"),
-                      as_array(saved_invstd, "save_invstd"), eps=eps, memory_limit=memory_limit, backend=backend)
-    return as_tensor(dx), as_tensor(dw), as_tensor(db)
+    device = call_device(input=x, grad_output=dy, weight=weight, save_mean=saved_mean, save_invstd=saved_invstd)
+    arrays = (_conv_array(x, "input"), _conv_array(_like(dy, x), "grad_output"), _array(weight, "weight", FLOAT32),
+              _array(saved_mean, "save_mean", FLOAT32), _array(saved_invstd, "save_invstd", FLOAT32))
+    dx, out = device_result(x, x.shape)
+    dx_array, dw, db = _run(pyooc.batchnorm_backward, *arrays, eps=eps, out=out, memory_limit=memory_limit,
+                            backend=backend, device=device)
+    return result_tensor(dx, dx_array), host_result(x, dw), host_result(x, db)
 
 
 @batchnorm_backward.register_fake
 def _(x, dy, weight, saved_mean, saved_invstd, eps, memory_limit, backend):
     c = x.shape[1]
-    return x.new_empty(x.shape), x.new_empty([c], dtype=torch.float32), x.new_empty([c], dtype=torch.float32)
+    return _fake_like(x, x.shape), x.new_empty([c], dtype=torch.float32), x.new_empty([c], dtype=torch.float32)
 
 
 def _bn_training_setup(ctx, inputs, output):
@@ -619,26 +693,28 @@ def _bn_training_setup(ctx, inputs, output):
 
 def _bn_training_backward(ctx, dy, *_unused_stat_grads):
     x, weight, saved_mean, saved_invstd = ctx.saved_tensors
-    dx, dw, db = batchnorm_backward(x, contiguous_grad(dy), weight, saved_mean, saved_invstd, *ctx.args)
+    dx, dw, db = batchnorm_backward(x, _like(dy, x), weight, saved_mean, saved_invstd, *ctx.args)
     return (dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None, db if _needs(ctx, 2) else None,
             None, None, None, None, None, None)
 
 
-batchnorm_forward_training.register_autograd(_bn_training_backward, setup_context=_bn_training_setup)
+_register_autograd(batchnorm_forward_training, _bn_training_backward, _bn_training_setup)
 
 
 @torch.library.custom_op("pyooc::batchnorm_forward_inference", mutates_args=())
 def batchnorm_forward_inference(x: Tensor, weight: Tensor, bias: Tensor, mean: Tensor, var: Tensor, eps: float,
                                 memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.batchnorm_forward_inference, as_array(x, "input", CONV_DTYPES),
-                          as_array(weight, "weight"),
-                          as_array(bias, "bias"), as_array(mean, "running_mean"), as_array(var, "running_var"),
-                          eps=eps, memory_limit=memory_limit, backend=backend))
+    device = call_device(input=x, weight=weight, bias=bias, running_mean=mean, running_var=var)
+    arrays = (_conv_array(x, "input"), _array(weight, "weight", FLOAT32), _array(bias, "bias", FLOAT32),
+              _array(mean, "running_mean", FLOAT32), _array(var, "running_var", FLOAT32))
+    y, out = device_result(x, x.shape)
+    return result_tensor(y, _run(pyooc.batchnorm_forward_inference, *arrays, eps=eps, out=out,
+                                 memory_limit=memory_limit, backend=backend, device=device))
 
 
 @batchnorm_forward_inference.register_fake
 def _(x, weight, bias, mean, var, eps, memory_limit, backend):
-    return x.new_empty(x.shape)
+    return _fake_like(x, x.shape)
 
 
 def _bn_inference_setup(ctx, inputs, output):
@@ -655,7 +731,7 @@ def _bn_inference_backward(ctx, dy):
     # dy * xhat in a half input's dtype first would round every term (torch keeps them float32 too).
     x, weight, mean, var = ctx.saved_tensors
     eps, memory_limit, backend = ctx.args
-    dy = contiguous_grad(dy)
+    dy = _like(dy, x)  # dense in x's format: one call takes one layout
     zeros = torch.zeros_like(mean)
     dx = batchnorm_forward_inference(dy, weight, zeros, zeros, var, eps, memory_limit, backend) \
         if _needs(ctx, 0) else None
@@ -666,7 +742,7 @@ def _bn_inference_backward(ctx, dy):
     return dx, dw if _needs(ctx, 1) else None, db if _needs(ctx, 2) else None, None, None, None, None, None
 
 
-batchnorm_forward_inference.register_autograd(_bn_inference_backward, setup_context=_bn_inference_setup)
+_register_autograd(batchnorm_forward_inference, _bn_inference_backward, _bn_inference_setup)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -675,8 +751,11 @@ batchnorm_forward_inference.register_autograd(_bn_inference_backward, setup_cont
 
 @torch.library.custom_op("pyooc::linear_forward", mutates_args=())
 def linear_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.linear_forward, as_array(x, "input", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
-                          as_array_or_none(bias, "bias", CONV_DTYPES), memory_limit=memory_limit, backend=backend))
+    device = call_device(input=x, weight=w, bias=bias)
+    arrays = _array(x, "input"), _array(w, "weight"), _array(bias, "bias")
+    y, out = device_result(x, [x.shape[0], w.shape[0]])
+    return result_tensor(y, _run(pyooc.linear_forward, *arrays, out=out, memory_limit=memory_limit, backend=backend,
+                                 device=device))
 
 
 @linear_forward.register_fake
@@ -687,14 +766,23 @@ def _(x, w, bias, memory_limit, backend):
 @torch.library.custom_op("pyooc::linear_backward", mutates_args=())
 def linear_backward(x: Tensor, w: Tensor, dy: Tensor, bias: bool, memory_limit: int,
                     backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _run(pyooc.linear_backward, as_array(x, "input", CONV_DTYPES), as_array(w, "weight", CONV_DTYPES),
-                      as_array(dy, "grad_output", CONV_DTYPES), bias=bias, memory_limit=memory_limit, backend=backend)
-    return as_tensor(dx), as_tensor(dw), x.new_empty([0]) if db is None else as_tensor(db)
+    device = call_device(input=x, weight=w, grad_output=dy)
+    arrays = _array(x, "input"), _array(w, "weight"), _array(dy, "grad_output")
+    shapes = [x.shape, w.shape] + ([[w.shape[0]]] if bias else [])
+    made, out = device_results(x, *shapes)  # CUDA x: CUDA gradients, written in place by pyooc
+    if out is not None and not bias:
+        out = (*out, None)  # no db
+    dx, dw, db = _run(pyooc.linear_backward, *arrays, bias=bias, out=out, memory_limit=memory_limit, backend=backend,
+                      device=device)
+    dx, dw = result_tensors(None if made is None else made[:2], (dx, dw))
+    if not bias:
+        return dx, dw, x.new_empty([0])
+    return dx, dw, result_tensor(None if made is None else made[2], db)
 
 
 @linear_backward.register_fake
 def _(x, w, dy, bias, memory_limit, backend):
-    return x.new_empty(x.shape), w.new_empty(w.shape), w.new_empty([w.shape[0] if bias else 0])
+    return x.new_empty(x.shape), x.new_empty(w.shape), x.new_empty([w.shape[0] if bias else 0])
 
 
 def _linear_setup(ctx, inputs, output):
@@ -711,13 +799,16 @@ def _linear_backward(ctx, dy):
     return dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None, db if want_db else None, None, None
 
 
-linear_forward.register_autograd(_linear_backward, setup_context=_linear_setup)
+_register_autograd(linear_forward, _linear_backward, _linear_setup)
 
 
 @torch.library.custom_op("pyooc::matmul", mutates_args=())
 def matmul(a: Tensor, b: Tensor, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.matmul, as_array(a, "input", CONV_DTYPES), as_array(b, "mat2", CONV_DTYPES),
-                          memory_limit=memory_limit, backend=backend))
+    device = call_device(input=a, mat2=b)
+    arrays = _array(a, "input"), _array(b, "mat2")
+    c, out = device_result(a, [a.shape[0], b.shape[1]])
+    return result_tensor(c, _run(pyooc.matmul, *arrays, out=out, memory_limit=memory_limit, backend=backend,
+                                 device=device))
 
 
 @matmul.register_fake
@@ -740,7 +831,7 @@ def _matmul_backward(ctx, g):
     return da, db, None, None
 
 
-matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
+_register_autograd(matmul, _matmul_backward, _matmul_setup)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -749,13 +840,16 @@ matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
 
 @torch.library.custom_op("pyooc::add_tensor", mutates_args=())
 def add_tensor(a: Tensor, c: Tensor, alpha: float, beta: float, memory_limit: int, backend: str) -> Tensor:
-    return as_tensor(_run(pyooc.add_tensor, as_array(a, "a", CONV_DTYPES), as_array(c, "c", CONV_DTYPES),
-                          alpha=alpha, beta=beta, memory_limit=memory_limit, backend=backend))
+    device = call_device(a=a, c=c)
+    arrays = _conv_array(a, "a"), _conv_array(c, "c")
+    y, out = device_result(c, c.shape)  # the result has c's shape, on c's device
+    return result_tensor(y, _run(pyooc.add_tensor, *arrays, alpha=alpha, beta=beta, out=out,
+                                 memory_limit=memory_limit, backend=backend, device=device))
 
 
 @add_tensor.register_fake
 def _(a, c, alpha, beta, memory_limit, backend):
-    return c.new_empty(c.shape)
+    return _fake_like(c, c.shape)
 
 
 def _add_setup(ctx, inputs, output):
@@ -765,14 +859,14 @@ def _add_setup(ctx, inputs, output):
 
 
 def _add_backward(ctx, g):
-    # The broadcast's reduction (sum over a's size-1 dims) is torch's own on the host.
+    # The broadcast's reduction (sum over a's size-1 dims) is torch's own, on g's device.
     alpha, beta = ctx.scales
     da = (g * alpha).sum_to_size(ctx.a_shape) if _needs(ctx, 0) else None
     dc = g * beta if _needs(ctx, 1) else None
     return da, dc, None, None, None, None
 
 
-add_tensor.register_autograd(_add_backward, setup_context=_add_setup)
+_register_autograd(add_tensor, _add_backward, _add_setup)
 
 
 # Every op above, by name: the tests opcheck each one.

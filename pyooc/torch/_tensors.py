@@ -3,12 +3,13 @@
 A CPU tensor (pageable or pinned) is viewed with Tensor.numpy(): no copy, and pyooc's pinned rule
 sees pinned memory as pinned. A result array comes back through torch.from_numpy: no copy either.
 
-CUDA tensors: the convolutions and their gradients read and write them in place (device_view: a
-pyooc DeviceArray of the tensor's memory, waited for on torch's current stream), and their results
-are CUDA tensors on the input's device, as torch's are. The other ops refuse them (ValueError
-naming the argument): they read some tensors on the host, and a silent device-to-host copy would
-hide a whole-tensor transfer; pyooc.torch.policy moves tensors between the device and the host
-explicitly, where it decides to.
+CUDA tensors: every op reads and writes them in place (device_view: a pyooc DeviceArray of the
+tensor's memory, waited for on torch's current stream), and its results are CUDA tensors on the
+input's device, as torch's are: the op allocates them and pyooc writes them as out= (device_result),
+since a fresh pyooc result is a host array. The few results pyooc only returns on the host (batch
+norm's per-channel statistics and gradients, C floats each) are copied to the input's device
+(host_result). The call runs on its CUDA tensors' device (call_device); CPU tensors may join
+them in one call, which pyooc reads chunk by chunk as it reads device memory.
 """
 
 import ml_dtypes
@@ -40,9 +41,9 @@ def in_format(t, fmt):
     return t.contiguous(memory_format=fmt)
 
 
-def check_tensor(t, name, dtypes=FLOAT32, cuda=False, channels_last=False):
+def check_tensor(t, name, dtypes=FLOAT32, channels_last=False):
     """t as pyooc takes it, or an exception naming the argument: one of `dtypes` (NotImplementedError
-    for the others: what pyooc does not compute in), CPU (or CUDA, where `cuda`), dense, C-contiguous
+    for the others: what pyooc does not compute in), on the CPU or a CUDA device, dense, C-contiguous
     or, where `channels_last`, in torch.channels_last(_3d) (NotImplementedError elsewhere)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -50,10 +51,9 @@ def check_tensor(t, name, dtypes=FLOAT32, cuda=False, channels_last=False):
         names = ", ".join(str(d) for d in dtypes)
         raise NotImplementedError(f"{name}: pyooc supports dtype {names} only here, got {t.dtype} "
                                   f"(cast with .float(); pyooc does not fall back to torch's op)")
-    if t.device.type != "cpu" and not (cuda and t.device.type == "cuda"):
-        raise ValueError(f"{name} is on {t.device}: pyooc.torch takes CPU tensors (pageable or pinned), which it "
-                         f"streams through the GPU itself; move it with .cpu(), or let pyooc.torch.policy place "
-                         f"the layers of a model")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} is on {t.device}: pyooc.torch takes CPU tensors (pageable or pinned) and CUDA "
+                         f"tensors; move it with .cpu() or .cuda()")
     if t.layout != torch.strided:
         raise NotImplementedError(f"{name}: pyooc supports dense (strided) tensors only, got {t.layout}")
     if not t.is_contiguous():
@@ -72,12 +72,12 @@ _NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np
                  torch.bfloat16: np.dtype(ml_dtypes.bfloat16)}
 
 
-def as_array(t, name, dtypes=FLOAT32, cuda=False, channels_last=False):
+def as_array(t, name, dtypes=FLOAT32, channels_last=False):
     """A numpy view of the CPU contiguous tensor t of one of `dtypes` (no copy; autograd's view of
-    it detached). bfloat16, which numpy lacks, is viewed as ml_dtypes' bfloat16. cuda: the op reads
-    CUDA tensors in place, as device_view's DeviceArray. channels_last: t may be in
+    it detached), or for a CUDA t device_view's DeviceArray, which pyooc reads in place. bfloat16,
+    which numpy lacks, is viewed as ml_dtypes' bfloat16. channels_last: t may be in
     torch.channels_last(_3d), viewed with its strides (the convolutions take it so)."""
-    t = check_tensor(t, name, dtypes, cuda, channels_last).detach()
+    t = check_tensor(t, name, dtypes, channels_last).detach()
     if t.device.type == "cuda":
         return device_view(t)
     if t.dtype == torch.bfloat16:
@@ -85,8 +85,25 @@ def as_array(t, name, dtypes=FLOAT32, cuda=False, channels_last=False):
     return t.numpy()
 
 
-def as_array_or_none(t, name, dtypes=FLOAT32, cuda=False, channels_last=False):
-    return None if t is None else as_array(t, name, dtypes, cuda, channels_last)
+def as_array_or_none(t, name, dtypes=FLOAT32, channels_last=False):
+    return None if t is None else as_array(t, name, dtypes, channels_last)
+
+
+def call_device(**tensors):
+    """The CUDA device ordinal a call runs on (pyooc's device=): its CUDA tensors', read in place;
+    None where it has none. CPU tensors may join CUDA ones (the convolutions took such mixes first:
+    a CPU bias of a CUDA convolution); CUDA tensors on two devices are refused in torch's words,
+    naming the arguments. tensors: name -> tensor, None or anything else (left to as_array)."""
+    first = None
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+            continue
+        if first is None:
+            first = name, t.device
+        elif t.device != first[1]:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                               f"{first[1]} and {t.device}! ({first[0]} is on {first[1]}, {name} on {t.device})")
+    return None if first is None else first[1].index
 
 
 def device_view(t):
@@ -101,17 +118,39 @@ def device_view(t):
 def device_result(like, shape):
     """(tensor, out=) for an op's result: on a CUDA `like`, a new tensor on its device and its
     DeviceArray, which pyooc writes in place, in like's memory format where the result has like's
-    rank; on the CPU (None, None): pyooc allocates the array (in its inputs' layout)."""
-    if like.device.type != "cuda":
+    rank; on the CPU (None, None): pyooc allocates the array (in its inputs' layout). A shape with
+    an extent below 1 (a geometry pyooc refuses) gets (None, None) too, so that pyooc's check names
+    the argument rather than torch.empty failing on it."""
+    if like.device.type != "cuda" or any(d < 1 for d in shape):
         return None, None
     fmt = memory_format_of(like) if len(shape) == like.dim() else torch.contiguous_format
     t = torch.empty(list(shape), dtype=like.dtype, device=like.device, memory_format=fmt)
     return t, device_view(t)
 
 
+def device_results(like, *shapes):
+    """(tensors, out=) for an op's several results, as device_result makes each: a tuple of CUDA
+    tensors and one of their DeviceArrays (pyooc's out=(dx, dw, db)), or (None, None) on the CPU."""
+    made = [device_result(like, shape) for shape in shapes]
+    if any(t is None for t, _ in made):
+        return None, None
+    return tuple(t for t, _ in made), tuple(a for _, a in made)
+
+
 def result_tensor(tensor, array):
     """What an op returns: the CUDA tensor device_result made, or the CPU tensor sharing `array`."""
     return tensor if tensor is not None else as_tensor(array)
+
+
+def result_tensors(tensors, arrays):
+    """result_tensor of each of an op's several results (device_results' tensors, or None)."""
+    return tensors if tensors is not None else tuple(as_tensor(a) for a in arrays)
+
+
+def host_result(like, array):
+    """A result pyooc returns on the host whatever its inputs (it takes no out= for it) as a tensor
+    on like's device: a copy there for a CUDA like, a tensor sharing the array for a CPU one."""
+    return as_tensor(array).to(like.device)
 
 
 def as_tensor(array):

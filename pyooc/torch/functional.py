@@ -3,7 +3,8 @@ positional and keyword arguments, plus `memory_limit=` (bytes or "512MiB"; defau
 process default, pyooc.set_memory_limit), `backend=` ("auto", "cuda", "host") and `devices=` (the
 devices the call's chunks spread over, as pyooc's numpy functions take it: "all" or a list of
 ordinals; default None: pyooc's process default, pyooc.set_devices). The gradients an op's
-autograd formula computes spread over the same devices as its forward.
+autograd formula computes spread over the same devices as its forward. Every form takes CPU and
+CUDA tensors (read in place; a CUDA input gets CUDA results on its device: pyooc/torch/_tensors.py).
 
 What pyooc does not compute raises NotImplementedError naming the argument (dtypes other than
 float32, except float16 and bfloat16 for the convolutions, activations, pooling, softmax and batch
@@ -75,8 +76,8 @@ def _int(value, name):
     return value
 
 
-def _rank(input, spatial, what, dtypes=None, cuda=False, channels_last=False):
-    check_tensor(input, "input", dtypes or (torch.float32,), cuda, channels_last)
+def _rank(input, spatial, what, dtypes=None, channels_last=False):
+    check_tensor(input, "input", dtypes or (torch.float32,), channels_last)
     if input.dim() != spatial + 2:
         raise ValueError(f"{what}: expected {spatial + 2}D (batched) input of shape [N, C, {'...' if spatial > 1 else 'L'}],"
                          f" got {input.dim()}D input of size {list(input.shape)} (pyooc takes batched input only)")
@@ -101,9 +102,9 @@ def _conv_padding(padding, weight, dilation, stride, spatial):
 
 
 def _conv(spatial, input, weight, bias, stride, padding, dilation, groups, memory_limit, backend, padding_mode):
-    # CUDA tensors read in place, channels_last(_3d) ones zero-copy too: _ops
-    _rank(input, spatial, f"conv{spatial}d", CONV_DTYPES, cuda=True, channels_last=True)
-    same_dtype(check_tensor(weight, "weight", CONV_DTYPES, cuda=True, channels_last=True), "weight", input, "input")
+    # channels_last(_3d) tensors too, zero-copy (the other forms take contiguous ones): _ops
+    _rank(input, spatial, f"conv{spatial}d", CONV_DTYPES, channels_last=True)
+    same_dtype(check_tensor(weight, "weight", CONV_DTYPES, channels_last=True), "weight", input, "input")
     same_dtype(bias, "bias", input, "input")
     stride, dilation = _tuple(stride, spatial, "stride"), _tuple(dilation, spatial, "dilation")
     padding = _conv_padding(padding, weight, dilation, stride, spatial)
@@ -161,15 +162,17 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5, *,
                memory_limit=None, backend="auto"):
     """torch.nn.functional.batch_norm: in training, the batch's statistics (running_mean/var, when
-    given, updated in place with momentum, as torch); otherwise the running statistics. A float16 or
-    bfloat16 input takes float32 weight, bias and running statistics (as cuDNN does)."""
-    check_tensor(input, "input", CONV_DTYPES)
+    given, updated in place with momentum, as torch: CUDA ones on their device); otherwise the
+    running statistics. A float16 or bfloat16 input takes float32 weight, bias and running
+    statistics (as cuDNN does). A channels-last input gives a channels-last result."""
+    check_tensor(input, "input", CONV_DTYPES, channels_last=True)
     if momentum is None:
         _not_implemented("momentum", None, "a float (the cumulative moving average is not implemented)")
     c = input.shape[1] if input.dim() > 1 else 0
-    # affine=False: unit scale and zero shift, which no gradient reaches.
-    weight = torch.ones(c, dtype=torch.float32) if weight is None else weight  # as the statistics are
-    bias = torch.zeros(c, dtype=torch.float32) if bias is None else bias
+    # affine=False: unit scale and zero shift, which no gradient reaches, float32 as the statistics
+    # are and on input's device (where a CUDA input's call runs).
+    weight = torch.ones(c, dtype=torch.float32, device=input.device) if weight is None else weight
+    bias = torch.zeros(c, dtype=torch.float32, device=input.device) if bias is None else bias
     options = _options(memory_limit, backend)
     if not training:
         if running_mean is None or running_var is None:
@@ -195,7 +198,7 @@ def _pool_geometry(spatial, kernel_size, stride, padding):
 
 def _max_pool(spatial, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, memory_limit,
               backend):
-    _rank(input, spatial, f"max_pool{spatial}d", CONV_DTYPES)
+    _rank(input, spatial, f"max_pool{spatial}d", CONV_DTYPES, channels_last=True)
     if any(d != 1 for d in _tuple(dilation, spatial, "dilation")):
         _not_implemented("dilation", dilation, "1")
     if ceil_mode:
@@ -226,7 +229,7 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
 
 def _avg_pool(spatial, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
               memory_limit, backend):
-    _rank(input, spatial, f"avg_pool{spatial}d", CONV_DTYPES)
+    _rank(input, spatial, f"avg_pool{spatial}d", CONV_DTYPES, channels_last=True)
     if ceil_mode:
         _not_implemented("ceil_mode", ceil_mode, "False")
     if divisor_override is not None:
@@ -255,7 +258,7 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 def _activation(input, mode, coef, memory_limit, backend):
-    check_tensor(input, "input", CONV_DTYPES)
+    check_tensor(input, "input", CONV_DTYPES, channels_last=True)  # element-wise: either format
     return _ops.activation_forward(input, mode, float(coef), *_options(memory_limit, backend))
 
 
@@ -307,9 +310,11 @@ def linear(input, weight, bias=None, *, memory_limit=None, backend="auto"):
 
 
 def _softmax_view(input, dim, dtype, name):
-    """input viewed as [before, C, after] around the reduced dim (a view: no copy), for pyooc's
-    channel softmax; torch's implicit dim when dim is None."""
-    check_tensor(input, "input", CONV_DTYPES)
+    """(view, restore): input viewed as [before, C, after] around the reduced dim in its memory
+    order, for pyooc's channel softmax, and the function that turns the op's result back into
+    input's shape and memory format; views both ways, no copy (a channels-last input is permuted to
+    its memory order, N, spatial..., C, which is contiguous). torch's implicit dim when dim is None."""
+    check_tensor(input, "input", CONV_DTYPES, channels_last=True)
     if dtype is not None and dtype != input.dtype:  # torch would cast input to dtype first: a copy
         _not_implemented("dtype", dtype, f"None or the input's dtype, {input.dtype}")
     if dim is None:  # torch's legacy choice (it warns; the explicit dim is better)
@@ -320,18 +325,25 @@ def _softmax_view(input, dim, dtype, name):
     if not 0 <= dim < input.dim():
         raise IndexError(f"Dimension out of range (expected to be in range of [{-input.dim()}, {input.dim() - 1}], "
                          f"but got {dim})")
-    shape = input.shape
-    return input.reshape(math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:]))
+    order = list(range(input.dim()))
+    if not input.is_contiguous():  # channels-last (check_tensor let nothing else through)
+        order = [0] + list(range(2, input.dim())) + [1]
+    dense = input.permute(order)
+    at = order.index(dim)
+    shape = dense.shape
+    view = dense.reshape(math.prod(shape[:at]), shape[at], math.prod(shape[at + 1:]))
+    back = [order.index(d) for d in range(input.dim())]
+    return view, lambda result: result.reshape(shape).permute(back)
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None, *, memory_limit=None, backend="auto"):
-    view = _softmax_view(input, dim, dtype, "softmax")
-    return _ops.softmax_forward(view, False, *_options(memory_limit, backend)).reshape(input.shape)
+    view, restore = _softmax_view(input, dim, dtype, "softmax")
+    return restore(_ops.softmax_forward(view, False, *_options(memory_limit, backend)))
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None, *, memory_limit=None, backend="auto"):
-    view = _softmax_view(input, dim, dtype, "log_softmax")
-    return _ops.softmax_forward(view, True, *_options(memory_limit, backend)).reshape(input.shape)
+    view, restore = _softmax_view(input, dim, dtype, "log_softmax")
+    return restore(_ops.softmax_forward(view, True, *_options(memory_limit, backend)))
 
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "batch_norm",
