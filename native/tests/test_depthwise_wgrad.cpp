@@ -80,9 +80,11 @@ std::vector<double> emulated(const ChunkConv& s, const std::vector<T>& x, const 
       for (int64_t part = 0; part < parts; ++part) {
         int64_t begin = 0, end = 0;
         depthwise::part_range(g.positions(), part, parts, begin, end);
+        depthwise::TapTable table;
+        depthwise::tap_table(g, pass, table);
         for (int thread = 0; thread < threads; ++thread) {
           float acc[depthwise::kTapsPerPass] = {};
-          depthwise::accumulate(g, x.data(), dy.data(), kk, pass, begin + thread, end, threads, acc);
+          depthwise::accumulate(g, table, x.data(), dy.data(), kk, begin + thread, end, threads, acc);
           for (int j = 0; j < depthwise::kTapsPerPass; ++j) {
             const int64_t t = static_cast<int64_t>(pass) * depthwise::kTapsPerPass + j;
             if (t < taps) dw[static_cast<size_t>(kk * taps + t)] += acc[j];

@@ -58,32 +58,45 @@ inline Geometry geometry_of(const ChunkConv& s) {
   return g;
 }
 
+// The taps one pass sums: their offsets t_d * dilation_d in x, per spatial dimension. The kernel
+// builds it once a block (in shared memory), so that no position decomposes a tap index again.
+struct TapTable {
+  int64_t offset[3][kTapsPerPass];
+  int count;
+};
+
+OOC_HOST_DEVICE inline void tap_table(const Geometry& g, int pass, TapTable& table) {
+  const int64_t tap0 = static_cast<int64_t>(pass) * kTapsPerPass;
+  table.count = static_cast<int>(g.taps() - tap0 < kTapsPerPass ? g.taps() - tap0 : kTapsPerPass);
+  for (int j = 0; j < kTapsPerPass; ++j) {
+    const int64_t t = j < table.count ? tap0 + j : tap0;  // unused entries: any valid tap
+    const int64_t t0 = t / (g.kernel[1] * g.kernel[2]), t12 = t - t0 * g.kernel[1] * g.kernel[2];
+    const int64_t t1 = t12 / g.kernel[2], t2 = t12 - t1 * g.kernel[2];
+    table.offset[0][j] = t0 * g.dilation[0];
+    table.offset[1][j] = t1 * g.dilation[1];
+    table.offset[2][j] = t2 * g.dilation[2];
+  }
+}
+
 // One thread's sums for output channel `k_index` over the positions first, first + step, ... below
 // end (positions enumerate n, out[0], out[1], out[2], the last fastest, so that neighbouring
-// threads read neighbouring dy and, for stride 1, x): acc[j] += dy * x at tap pass * kTapsPerPass + j.
+// threads read neighbouring dy and, for stride 1, x): acc[j] += dy * x at the pass's tap j.
 template <typename T>
-OOC_HOST_DEVICE void accumulate(const Geometry& g, const T* x, const T* dy, int64_t k_index, int pass, int64_t first,
-                                int64_t end, int64_t step, float (&acc)[kTapsPerPass]) {
+OOC_HOST_DEVICE void accumulate(const Geometry& g, const TapTable& taps, const T* x, const T* dy, int64_t k_index,
+                                int64_t first, int64_t end, int64_t step, float (&acc)[kTapsPerPass]) {
   const int64_t channel = k_index / g.multiplier;
-  const int64_t tap0 = static_cast<int64_t>(pass) * kTapsPerPass;
-  const int64_t taps = g.taps() - tap0 < kTapsPerPass ? g.taps() - tap0 : kTapsPerPass;
   const int64_t out_plane = g.out[0] * g.out[1] * g.out[2], in_plane = g.in[0] * g.in[1] * g.in[2];
   for (int64_t p = first; p < end; p += step) {
-    const int64_t sample = p / out_plane;
-    int64_t rest = p - sample * out_plane;
-    const int64_t o0 = rest / (g.out[1] * g.out[2]);
-    rest -= o0 * g.out[1] * g.out[2];
+    const int64_t sample = p / out_plane, within = p - sample * out_plane;
+    const int64_t o0 = within / (g.out[1] * g.out[2]), rest = within - o0 * g.out[1] * g.out[2];
     const int64_t o1 = rest / g.out[2], o2 = rest - o1 * g.out[2];
-    const float d = element_access::load(dy[(sample * g.k + k_index) * out_plane + p - sample * out_plane]);
+    const float d = element_access::load(dy[(sample * g.k + k_index) * out_plane + within]);
     const T* x_plane = x + (sample * g.c + channel) * in_plane;
     const int64_t base0 = o0 * g.stride[0] - g.padding[0], base1 = o1 * g.stride[1] - g.padding[1],
                   base2 = o2 * g.stride[2] - g.padding[2];
     for (int j = 0; j < kTapsPerPass; ++j) {
-      if (j >= taps) break;
-      const int64_t t = tap0 + j;
-      const int64_t t0 = t / (g.kernel[1] * g.kernel[2]), t12 = t - t0 * g.kernel[1] * g.kernel[2];
-      const int64_t t1 = t12 / g.kernel[2], t2 = t12 - t1 * g.kernel[2];
-      const int64_t i0 = base0 + t0 * g.dilation[0], i1 = base1 + t1 * g.dilation[1], i2 = base2 + t2 * g.dilation[2];
+      if (j >= taps.count) break;
+      const int64_t i0 = base0 + taps.offset[0][j], i1 = base1 + taps.offset[1][j], i2 = base2 + taps.offset[2][j];
       if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1] || i2 < 0 || i2 >= g.in[2]) continue;
       acc[j] += d * element_access::load(x_plane[(i0 * g.in[1] + i1) * g.in[2] + i2]);
     }

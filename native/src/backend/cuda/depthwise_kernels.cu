@@ -21,10 +21,13 @@ template <typename T>
 __global__ void part_sums_kernel(depthwise::Geometry g, const T* x, const T* dy, double* scratch) {
   const int64_t k_index = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
   const int pass = static_cast<int>(blockIdx.z), passes = static_cast<int>(gridDim.z);
+  __shared__ depthwise::TapTable taps;
+  if (threadIdx.x == 0) depthwise::tap_table(g, pass, taps);
+  __syncthreads();
   float acc[kTapsPerPass] = {};
   int64_t begin = 0, end = 0;
   depthwise::part_range(g.positions(), part, parts, begin, end);
-  depthwise::accumulate(g, x, dy, k_index, pass, begin + threadIdx.x, end, static_cast<int64_t>(blockDim.x), acc);
+  depthwise::accumulate(g, taps, x, dy, k_index, begin + threadIdx.x, end, static_cast<int64_t>(blockDim.x), acc);
 
   // Warps first (shuffles, float64), then the warps' sums through shared memory.
   __shared__ double warp_sums[kThreads / 32][kTapsPerPass];
