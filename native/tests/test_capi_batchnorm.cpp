@@ -8,6 +8,7 @@
 #include <random>
 
 #include "capi_fixtures.hpp"
+#include "capi_layouts.hpp"
 #include "capi_references.hpp"
 #include "conv_run.hpp"
 #include "ooc/layers.hpp"
@@ -133,6 +134,30 @@ TEST_F(CapiBatchNormArgs, DescriptorsModesAndEpsilonAreChecked) {
   EXPECT_TRUE(names_argument(last_error(), "xDesc")) << last_error();
 }
 
+TEST_F(CapiBatchNormArgs, NhwcTakesTheSpatialModesAndOneLayoutACall) {
+  const Tensor nhwc = nhwc_tensor(shape);
+  EXPECT_EQ(ooc_cudnnBatchNormalizationForwardTraining(kHandle, CUDNN_BATCHNORM_SPATIAL, &one, &zero, nhwc.get(),
+                                                       x.data(), nhwc.get(), y.data(), pd.get(), scale.data(),
+                                                       bias.data(), 0.1, nullptr, nullptr, 1e-5, nullptr, nullptr),
+            CUDNN_STATUS_SUCCESS)
+      << last_error();
+  const Tensor per_activation = tensor({1, 3, 5, 6});
+  EXPECT_EQ(ooc_cudnnBatchNormalizationForwardTraining(kHandle, CUDNN_BATCHNORM_PER_ACTIVATION, &one, &zero, nhwc.get(),
+                                                       x.data(), nhwc.get(), y.data(), per_activation.get(),
+                                                       scale.data(), bias.data(), 0.1, nullptr, nullptr, 1e-5, nullptr,
+                                                       nullptr),
+            CUDNN_STATUS_NOT_SUPPORTED);
+  EXPECT_NE(last_error().find("CUDNN_BATCHNORM_PER_ACTIVATION takes fully-packed NCHW tensors only"),
+            std::string::npos)
+      << last_error();
+  EXPECT_EQ(ooc_cudnnBatchNormalizationForwardTraining(kHandle, CUDNN_BATCHNORM_SPATIAL, &one, &zero, nhwc.get(),
+                                                       x.data(), xd.get(), y.data(), pd.get(), scale.data(), bias.data(),
+                                                       0.1, nullptr, nullptr, 1e-5, nullptr, nullptr),
+            CUDNN_STATUS_NOT_SUPPORTED);
+  EXPECT_NE(last_error().find("batch normalization mixes layouts (xDesc NHWC, yDesc NCHW)"), std::string::npos)
+      << last_error();
+}
+
 TEST_F(CapiBatchNormArgs, ImpossibleBudgetIsAllocFailed) {
   oocSetMemoryLimit(1);
   EXPECT_EQ(training(), CUDNN_STATUS_ALLOC_FAILED);
@@ -145,6 +170,7 @@ struct BnCase {
   const char* name;
   cudnnBatchNormMode_t mode;
   Shape x;
+  bool nhwc = false;  // x, y, dy and dx packed NHWC: their memory is [N * space, C] rows
 };
 
 void PrintTo(const BnCase& c, std::ostream* os) { *os << c.name; }
@@ -154,9 +180,9 @@ class CapiBatchNormHost : public HostBackendTest, public ::testing::WithParamInt
   void SetUp() override {
     HostBackendTest::SetUp();
     const BnCase& bc = GetParam();
-    xd = tensor(bc.x);
+    xd = bc.nhwc ? nhwc_tensor(bc.x) : tensor(bc.x);
     pd = tensor(params_shape(bc.mode, bc.x));
-    norm = normalized_shape(bc.mode, bc.x);
+    norm = bc.nhwc ? Shape{product(bc.x) / bc.x[1], bc.x[1]} : normalized_shape(bc.mode, bc.x);
     channels = norm[1];
     x = random_vector(count_of(bc.x), rng, 2.0);
     dy = random_vector(count_of(bc.x), rng);
@@ -269,7 +295,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, CapiBatchNormHost,
                                            BnCase{"spatial_5d", CUDNN_BATCHNORM_SPATIAL, {3, 2, 3, 4, 5}},
                                            BnCase{"spatial_persistent", CUDNN_BATCHNORM_SPATIAL_PERSISTENT, {4, 5, 8, 9}},
                                            BnCase{"per_activation_4d", CUDNN_BATCHNORM_PER_ACTIVATION, {6, 2, 3, 4}},
-                                           BnCase{"per_activation_5d", CUDNN_BATCHNORM_PER_ACTIVATION, {7, 2, 3, 4, 5}}),
+                                           BnCase{"per_activation_5d", CUDNN_BATCHNORM_PER_ACTIVATION, {7, 2, 3, 4, 5}},
+                                           BnCase{"spatial_4d_nhwc", CUDNN_BATCHNORM_SPATIAL, {4, 3, 5, 6}, true},
+                                           BnCase{"spatial_persistent_5d_nhwc", CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
+                                                  {3, 4, 3, 4, 5}, true}),
                          [](const ::testing::TestParamInfo<BnCase>& info) { return std::string(info.param.name); });
 
 // oocSetDevices spreads batch norm too (every device's statistics pass, one merge, every device's

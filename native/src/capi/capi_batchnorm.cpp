@@ -2,7 +2,9 @@
 // mapped onto the library's batch norm (layers.hpp). The library keeps the per-channel tensors on
 // the host, so out of core they are copied from and back to the caller's memory of any kind. x, y, dy
 // and dx may be CUDNN_DATA_FLOAT, _HALF or _BFLOAT16 (one type a call); the per-channel descriptor
-// is CUDNN_DATA_FLOAT whatever x is, as cuDNN requires for half x.
+// is CUDNN_DATA_FLOAT whatever x is, as cuDNN requires for half x. They may be packed NHWC too (one
+// layout a call) in the spatial modes: that memory is [N * space, C] rows, whose batch norm per
+// channel over every row is the spatial one.
 #include <cmath>
 
 #include "capi/capi_internal.hpp"
@@ -13,24 +15,27 @@ namespace ooc::capi {
 namespace {
 
 // What the library normalizes for a cuDNN mode: spatial modes normalize x per channel over N and
-// space; per-activation normalizes each (c, position) over N, which is spatial normalization of x
-// seen as [N, C * space] (packed NCHW: the same memory).
+// space (for NHWC memory: x seen as [N * space, C]); per-activation normalizes each (c, position)
+// over N, which is spatial normalization of x seen as [N, C * space] (packed NCHW: the same memory).
 struct Layout {
   Shape library;     // the library's x
   Shape params;      // the per-channel descriptor's dims
   int64_t channels;  // floats in each per-channel tensor
 };
 
-Layout layout(cudnnBatchNormMode_t mode, const Shape& x) {
+Layout layout(cudnnBatchNormMode_t mode, const Shape& x, ooc::Layout memory) {
   Layout l;
   switch (mode) {
     case CUDNN_BATCHNORM_SPATIAL:
     case CUDNN_BATCHNORM_SPATIAL_PERSISTENT:  // a faster cuDNN kernel of the same function
-      l.library = x;
+      l.library = memory == ooc::Layout::channels_last ? Shape{elements(x) / x[1], x[1]} : x;
       l.params = Shape(x.size(), 1);
       l.params[1] = x[1];
       break;
     case CUDNN_BATCHNORM_PER_ACTIVATION:
+      if (memory == ooc::Layout::channels_last)
+        throw not_supported("mode: CUDNN_BATCHNORM_PER_ACTIVATION takes fully-packed NCHW tensors only (NHWC: the "
+                            "spatial modes)");
       l.params = x;
       l.params[0] = 1;
       l.library = {x[0], elements(x) / x[0]};
@@ -72,14 +77,18 @@ Geometry geometry(Operation op, cudnnBatchNormMode_t mode,
                   cudnnTensorDescriptor_t params_desc, const char* params_name, const void* alpha, const void* beta) {
   DType dtype = DType::float32;
   const char* x_name = like_x.begin()->second;
-  const Shape x = tensor_shape(like_x.begin()->first, x_name, 4, 5, &dtype);
+  LayoutSet x_layouts;  // read with the others' below
+  const Shape x = tensor_shape(like_x.begin()->first, x_name, 4, 5, &dtype, &x_layouts);
+  std::vector<std::pair<LayoutSet, const char*>> layouts;
   for (const auto& [desc, name] : like_x) {
     DType type = DType::float32;
-    expect_shape(tensor_shape(desc, name, 4, 5, &type), x, name);
+    LayoutSet set;
+    expect_shape(tensor_shape(desc, name, 4, 5, &type, &set), x, name);
     same_dtype(type, name, dtype, x_name, "one call");
+    layouts.emplace_back(set, name);
   }
   Geometry g;
-  g.layout = layout(mode, x);
+  g.layout = layout(mode, x, common_layout(layouts, "batch normalization"));
   expect_shape(tensor_shape(params_desc, params_name), g.layout.params, params_name);  // float only
   g.problem = problem(op, g.layout, scalar(alpha), scalar(beta), dtype);
   g.count = elements(x);

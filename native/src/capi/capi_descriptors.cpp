@@ -97,10 +97,10 @@ Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank,
   Shape s(strides, strides + rank);
   throw not_supported(std::string(name) + " has strides " + format_shape(s) + " for dims " + format_shape(shape) +
                       (layouts ? "; only fully-packed NCHW or NHWC tensors are supported"
-                               : "; only fully-packed NCHW tensors are supported (NHWC: the convolutions only)"));
+                               : "; only fully-packed NCHW tensors are supported (NHWC: the convolutions and batch norm)"));
 }
 
-Layout common_layout(std::initializer_list<std::pair<LayoutSet, const char*>> descriptors, const char* call) {
+Layout common_layout(const std::vector<std::pair<LayoutSet, const char*>>& descriptors, const char* call) {
   bool first = true, last = true;
   for (const auto& [set, name] : descriptors) {
     first = first && set.channels_first;

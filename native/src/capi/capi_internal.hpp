@@ -97,7 +97,7 @@ Shape filter_shape(cudnnFilterDescriptor_t desc, const char* name, DType* dtype 
                    LayoutSet* layouts = nullptr);
 // The one layout a call's descriptors share (channels-first where both fit every one); throws
 // not_supported naming `call` when they share none.
-Layout common_layout(std::initializer_list<std::pair<LayoutSet, const char*>> descriptors, const char* call);
+Layout common_layout(const std::vector<std::pair<LayoutSet, const char*>>& descriptors, const char* call);
 
 struct ConvGeometry {
   std::vector<int64_t> stride, padding, dilation;
