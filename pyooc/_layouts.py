@@ -6,6 +6,8 @@ x's layout; no array is ever copied to change its layout. This module is the one
 read for layouts: which layouts an array's strides are, which layout a call runs in, how a result
 is allocated in one and how a binding sees its bytes."""
 
+import math
+
 import numpy as np
 
 CHANNELS_FIRST = "channels_first"
@@ -19,6 +21,12 @@ def dense_order(ndim, layout):
     if layout == CHANNELS_LAST and ndim >= 3:
         return (0,) + tuple(range(2, ndim)) + (1,)
     return tuple(range(ndim))
+
+
+def channel_rows(shape):
+    """A channels-last array's memory as [N * space, C] rows, each position's channels contiguous:
+    what a per-channel softmax or batch norm runs over with no copy."""
+    return (math.prod(shape) // shape[1], shape[1])
 
 
 def dense_strides(shape, itemsize, layout):

@@ -16,7 +16,7 @@ from pyooc import _last_stats
 from pyooc._arrays import CONV_DTYPES, as_float, as_input, as_output, as_shape
 from pyooc._call_args import call_options, check_dtype, raw_bytes, same_dtype
 from pyooc._device_arrays import DeviceArray, caller_array, ready_device_arrays
-from pyooc._layouts import CHANNELS_LAST, CONV_LAYOUTS, call_layout, empty_in
+from pyooc._layouts import CHANNELS_LAST, CONV_LAYOUTS, call_layout, channel_rows, empty_in
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
@@ -65,12 +65,10 @@ def _output(out, x, inputs, layout):
 
 def _run(operation, x, arrays, eps, momentum, options, layout):
     """Runs once every device array's producer is done; the binding takes each array as raw bytes,
-    a channels-last x as the [N * space, C] rows its memory holds."""
+    a channels-last x as its channel rows."""
     ready_device_arrays(arrays, options, _native)
     flat = {k: raw_bytes(v) for k, v in arrays.items()}
-    shape = x.shape
-    if layout == CHANNELS_LAST:
-        shape = (x.size // x.shape[1], x.shape[1])
+    shape = channel_rows(x.shape) if layout == CHANNELS_LAST else x.shape
     _last_stats.record(_native.batchnorm(operation, shape, flat, eps, momentum, options, str(x.dtype)))
 
 

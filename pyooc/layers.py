@@ -11,7 +11,8 @@ from pyooc import _last_stats
 from pyooc._arrays import CONV_DTYPES, as_float, as_input, as_output, as_shape, as_str
 from pyooc._call_args import call_options, check_dtype, raw_bytes, same_dtype
 from pyooc._device_arrays import DeviceArray, caller_array, ready_device_arrays
-from pyooc._layouts import CHANNELS_FIRST, CHANNELS_LAST, CONV_LAYOUTS, call_layout, dense_order, empty_in
+from pyooc._layouts import (CHANNELS_FIRST, CHANNELS_LAST, CONV_LAYOUTS, call_layout, channel_rows, dense_order,
+                            empty_in)
 from pyooc._loader import load_native
 from pyooc.progress import observed
 from pyooc.machine import accepts_machine
@@ -43,15 +44,15 @@ def _activation_shape(shape, operation):
 
 def _softmax_shape(shape, name, operation, layout=CHANNELS_FIRST, mode="channel"):
     # [n, c] and [n, c, spatial...] up to 3 spatial dims; space flattens into one dim. A
-    # channels-last array is handed over as its memory is: [n * space, c, 1] for mode "channel",
-    # each position's channels one contiguous row, which a channel-mode softmax of that shape
-    # reduces over; [n, space, c] for "instance", which reduces over a whole sample in any order.
+    # channels-last array is handed over as its memory is: its channel rows for mode "channel",
+    # which a channel-mode softmax of [rows, c, 1] reduces over; [n, space, c] for "instance",
+    # which reduces over a whole sample in any order.
     if len(shape) < 2:
         raise ValueError(f"{name} must have at least 2 dimensions [N, C, ...], got shape {list(shape)}")
     space = _flat_extent(shape, shape[2:], operation)
     if layout != CHANNELS_LAST:
         return (shape[0], shape[1], space)
-    return (shape[0] * space, shape[1], 1) if mode == "channel" else (shape[0], space, shape[1])
+    return (*channel_rows(shape), 1) if mode == "channel" else (shape[0], space, shape[1])
 
 
 def _coef(mode, coef):

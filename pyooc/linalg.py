@@ -107,7 +107,8 @@ def linear_forward(x, w, bias=None, *, out=None, memory_limit=None, backend="aut
     if bias is not None:
         same_dtype(bias, "bias", x, "input")
     o = _options(1.0, 0.0, memory_limit, backend, device)
-    return _gemm(x, x.shape, False, w, (w.shape[1], w.shape[0]), True, bias, out, o, {"input": x, "weight": w, "bias": bias})
+    return _gemm(x, x.shape, False, w, (w.shape[1], w.shape[0]), True, bias, out, o,
+                 {"input": x, "weight": w, "bias": bias})
 
 
 @accepts_math

@@ -116,9 +116,10 @@ def _array(t, name, dtypes=CONV_DTYPES):
     return as_array_or_none(t, name, dtypes)
 
 
-def _conv_array(t, name):
-    """A convolution's tensor (or None), as _array, contiguous or channels-last alike (the result
-    takes the first input's format)."""
+def _any_format(t, name):
+    """An op's tensor (or None) as _array, contiguous or channels-last alike (the convolutions, and
+    the layers that keep the format: pooling, activations, batch norm, add; the result takes the
+    first input's format)."""
     return as_array_or_none(t, name, CONV_DTYPES, channels_last=True)
 
 
@@ -149,7 +150,7 @@ def conv_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: list[int]
                  dilation: list[int], groups: int, memory_limit: int, backend: str,
                  padding_mode: str = "zeros") -> Tensor:
     device = call_device(input=x, weight=w, bias=bias)
-    arrays = _conv_array(x, "input"), _conv_array(_like(w, x), "weight"), _conv_array(bias, "bias")
+    arrays = _any_format(x, "input"), _any_format(_like(w, x), "weight"), _any_format(bias, "bias")
     y, out = device_result(x, conv_output_shape(x.shape, w.shape, stride, padding, dilation))
     return result_tensor(y, _run(pyooc.conv_forward, *arrays, stride=stride, padding=_padding(padding, w),
                                  dilation=dilation, groups=groups, out=out, memory_limit=memory_limit,
@@ -166,7 +167,7 @@ def conv_backward_data(dy: Tensor, w: Tensor, x_shape: list[int], stride: list[i
                        dilation: list[int], groups: int, memory_limit: int, backend: str,
                        padding_mode: str = "zeros") -> Tensor:
     device = call_device(grad_output=dy, weight=w)
-    arrays = _conv_array(dy, "grad_output"), _conv_array(_like(w, dy), "weight")
+    arrays = _any_format(dy, "grad_output"), _any_format(_like(w, dy), "weight")
     dx, out = device_result(dy, x_shape)
     return result_tensor(dx, _run(pyooc.conv_backward_data, *arrays, x_shape, stride=stride,
                                   padding=_padding(padding, w), dilation=dilation, groups=groups, out=out,
@@ -184,7 +185,7 @@ def conv_backward_filter(x: Tensor, dy: Tensor, w_shape: list[int], stride: list
                          dilation: list[int], groups: int, memory_limit: int, backend: str,
                          padding_mode: str = "zeros") -> Tensor:
     device = call_device(input=x, grad_output=dy)
-    arrays = _conv_array(x, "input"), _conv_array(_like(dy, x), "grad_output")
+    arrays = _any_format(x, "input"), _any_format(_like(dy, x), "grad_output")
     dw, out = device_result(x, w_shape)
     return result_tensor(dw, _run(pyooc.conv_backward_filter, *arrays, w_shape, stride=stride,
                                   padding=_padding(padding, x), dilation=dilation, groups=groups, out=out,
@@ -199,7 +200,7 @@ def _(x, dy, w_shape, stride, padding, dilation, groups, memory_limit, backend, 
 
 @torch.library.custom_op("pyooc::conv_backward_bias", mutates_args=())
 def conv_backward_bias(dy: Tensor, memory_limit: int, backend: str) -> Tensor:
-    device, dy_array = call_device(grad_output=dy), _conv_array(dy, "grad_output")
+    device, dy_array = call_device(grad_output=dy), _any_format(dy, "grad_output")
     db, out = device_result(dy, [dy.shape[1]])
     return result_tensor(db, _run(pyooc.conv_backward_bias, dy_array, out=out, memory_limit=memory_limit,
                                   backend=backend, device=device))
@@ -501,7 +502,7 @@ def _(x, dq, w, q, y, pre, pool_kernel, pool_stride, pool_padding, pool_mode, ac
 @torch.library.custom_op("pyooc::pool_forward", mutates_args=())
 def pool_forward(x: Tensor, kernel: list[int], stride: list[int], padding: list[int], mode: str,
                  memory_limit: int, backend: str) -> Tensor:
-    device, x_array = call_device(input=x), _conv_array(x, "input")
+    device, x_array = call_device(input=x), _any_format(x, "input")
     y, out = device_result(x, pool_output_shape(x.shape, kernel, stride, padding))
     return result_tensor(y, _run(pyooc.pool_forward, x_array, kernel, stride=stride, padding=padding, mode=mode,
                                  out=out, memory_limit=memory_limit, backend=backend, device=device))
@@ -516,7 +517,7 @@ def _(x, kernel, stride, padding, mode, memory_limit, backend):
 def pool_backward(y: Tensor, dy: Tensor, x: Tensor, kernel: list[int], stride: list[int], padding: list[int],
                   mode: str, memory_limit: int, backend: str) -> Tensor:
     device = call_device(output=y, grad_output=dy, input=x)
-    arrays = _conv_array(y, "output"), _conv_array(_like(dy, x), "grad_output"), _conv_array(x, "input")
+    arrays = _any_format(y, "output"), _any_format(_like(dy, x), "grad_output"), _any_format(x, "input")
     dx, out = device_result(x, x.shape)
     return result_tensor(dx, _run(pyooc.pool_backward, *arrays, kernel, stride=stride, padding=padding, mode=mode,
                                   out=out, memory_limit=memory_limit, backend=backend, device=device))
@@ -535,7 +536,7 @@ def _pool_setup(ctx, inputs, output):
 
 def _pool_backward(ctx, dy):
     x, y = ctx.saved_tensors
-    return (pool_backward(y, _like(dy, x), x, *ctx.args),) + (None,) * 6
+    return (pool_backward(y, dy, x, *ctx.args),) + (None,) * 6  # the op makes dy dense in x's format
 
 
 _register_autograd(pool_forward, _pool_backward, _pool_setup)
@@ -547,7 +548,7 @@ _register_autograd(pool_forward, _pool_backward, _pool_setup)
 
 @torch.library.custom_op("pyooc::activation_forward", mutates_args=())
 def activation_forward(x: Tensor, mode: str, coef: float, memory_limit: int, backend: str) -> Tensor:
-    device, x_array = call_device(input=x), _conv_array(x, "input")
+    device, x_array = call_device(input=x), _any_format(x, "input")
     y, out = device_result(x, x.shape)
     return result_tensor(y, _run(pyooc.activation_forward, x_array, mode, coef=coef, out=out,
                                  memory_limit=memory_limit, backend=backend, device=device))
@@ -562,7 +563,7 @@ def _(x, mode, coef, memory_limit, backend):
 def activation_backward(y: Tensor, dy: Tensor, x: Tensor, mode: str, coef: float, memory_limit: int,
                         backend: str) -> Tensor:
     device = call_device(output=y, grad_output=dy, input=x)
-    arrays = _conv_array(y, "output"), _conv_array(_like(dy, x), "grad_output"), _conv_array(x, "input")
+    arrays = _any_format(y, "output"), _any_format(_like(dy, x), "grad_output"), _any_format(x, "input")
     dx, out = device_result(x, x.shape)
     return result_tensor(dx, _run(pyooc.activation_backward, *arrays, mode, coef=coef, out=out,
                                   memory_limit=memory_limit, backend=backend, device=device))
@@ -581,7 +582,7 @@ def _activation_setup(ctx, inputs, output):
 
 def _activation_backward(ctx, dy):
     x, y = ctx.saved_tensors
-    return (activation_backward(y, _like(dy, x), x, *ctx.args),) + (None,) * 4
+    return (activation_backward(y, dy, x, *ctx.args),) + (None,) * 4  # the op makes dy dense in x's format
 
 
 _register_autograd(activation_forward, _activation_backward, _activation_setup)
@@ -645,7 +646,7 @@ def batchnorm_forward_training(x: Tensor, weight: Tensor, bias: Tensor, running_
     if running_mean is not None:  # updated copies on the statistics' device; the caller's stay as they are
         new_mean = check_tensor(running_mean, "running_mean").detach().clone()
         new_var = check_tensor(running_var, "running_var").detach().clone()
-    arrays = _conv_array(x, "input"), _array(weight, "weight", FLOAT32), _array(bias, "bias", FLOAT32)
+    arrays = _any_format(x, "input"), _array(weight, "weight", FLOAT32), _array(bias, "bias", FLOAT32)
     stats = _array(new_mean, "running_mean", FLOAT32), _array(new_var, "running_var", FLOAT32)
     y, out = device_result(x, x.shape)
     y_array, saved_mean, saved_invstd = _run(pyooc.batchnorm_forward_training, *arrays, eps=eps, momentum=momentum,
@@ -671,7 +672,7 @@ def _(x, weight, bias, running_mean, running_var, momentum, eps, memory_limit, b
 def batchnorm_backward(x: Tensor, dy: Tensor, weight: Tensor, saved_mean: Tensor, saved_invstd: Tensor, eps: float,
                        memory_limit: int, backend: str) -> tuple[Tensor, Tensor, Tensor]:
     device = call_device(input=x, grad_output=dy, weight=weight, save_mean=saved_mean, save_invstd=saved_invstd)
-    arrays = (_conv_array(x, "input"), _conv_array(_like(dy, x), "grad_output"), _array(weight, "weight", FLOAT32),
+    arrays = (_any_format(x, "input"), _any_format(_like(dy, x), "grad_output"), _array(weight, "weight", FLOAT32),
               _array(saved_mean, "save_mean", FLOAT32), _array(saved_invstd, "save_invstd", FLOAT32))
     dx, out = device_result(x, x.shape)
     dx_array, dw, db = _run(pyooc.batchnorm_backward, *arrays, eps=eps, out=out, memory_limit=memory_limit,
@@ -693,7 +694,8 @@ def _bn_training_setup(ctx, inputs, output):
 
 def _bn_training_backward(ctx, dy, *_unused_stat_grads):
     x, weight, saved_mean, saved_invstd = ctx.saved_tensors
-    dx, dw, db = batchnorm_backward(x, _like(dy, x), weight, saved_mean, saved_invstd, *ctx.args)
+    # The op makes dy dense in x's format.
+    dx, dw, db = batchnorm_backward(x, dy, weight, saved_mean, saved_invstd, *ctx.args)
     return (dx if _needs(ctx, 0) else None, dw if _needs(ctx, 1) else None, db if _needs(ctx, 2) else None,
             None, None, None, None, None, None)
 
@@ -705,7 +707,7 @@ _register_autograd(batchnorm_forward_training, _bn_training_backward, _bn_traini
 def batchnorm_forward_inference(x: Tensor, weight: Tensor, bias: Tensor, mean: Tensor, var: Tensor, eps: float,
                                 memory_limit: int, backend: str) -> Tensor:
     device = call_device(input=x, weight=weight, bias=bias, running_mean=mean, running_var=var)
-    arrays = (_conv_array(x, "input"), _array(weight, "weight", FLOAT32), _array(bias, "bias", FLOAT32),
+    arrays = (_any_format(x, "input"), _array(weight, "weight", FLOAT32), _array(bias, "bias", FLOAT32),
               _array(mean, "running_mean", FLOAT32), _array(var, "running_var", FLOAT32))
     y, out = device_result(x, x.shape)
     return result_tensor(y, _run(pyooc.batchnorm_forward_inference, *arrays, eps=eps, out=out,
@@ -841,7 +843,7 @@ _register_autograd(matmul, _matmul_backward, _matmul_setup)
 @torch.library.custom_op("pyooc::add_tensor", mutates_args=())
 def add_tensor(a: Tensor, c: Tensor, alpha: float, beta: float, memory_limit: int, backend: str) -> Tensor:
     device = call_device(a=a, c=c)
-    arrays = _conv_array(a, "a"), _conv_array(c, "c")
+    arrays = _any_format(a, "a"), _any_format(c, "c")
     y, out = device_result(c, c.shape)  # the result has c's shape, on c's device
     return result_tensor(y, _run(pyooc.add_tensor, *arrays, alpha=alpha, beta=beta, out=out,
                                  memory_limit=memory_limit, backend=backend, device=device))

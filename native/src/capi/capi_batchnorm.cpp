@@ -75,15 +75,20 @@ struct Geometry {
 Geometry geometry(Operation op, cudnnBatchNormMode_t mode,
                   std::initializer_list<std::pair<cudnnTensorDescriptor_t, const char*>> like_x,
                   cudnnTensorDescriptor_t params_desc, const char* params_name, const void* alpha, const void* beta) {
-  DType dtype = DType::float32;
+  // x's descriptor first: the others must describe it alike, in dims, type and layout.
   const char* x_name = like_x.begin()->second;
-  LayoutSet x_layouts;  // read with the others' below
-  const Shape x = tensor_shape(like_x.begin()->first, x_name, 4, 5, &dtype, &x_layouts);
+  Shape x;
+  DType dtype = DType::float32;
   std::vector<std::pair<LayoutSet, const char*>> layouts;
   for (const auto& [desc, name] : like_x) {
     DType type = DType::float32;
     LayoutSet set;
-    expect_shape(tensor_shape(desc, name, 4, 5, &type, &set), x, name);
+    const Shape shape = tensor_shape(desc, name, 4, 5, &type, &set);
+    if (layouts.empty()) {
+      x = shape;
+      dtype = type;
+    }
+    expect_shape(shape, x, name);
     same_dtype(type, name, dtype, x_name, "one call");
     layouts.emplace_back(set, name);
   }
@@ -139,15 +144,16 @@ extern "C" cudnnStatus_t ooc_cudnnBatchNormalizationForwardTraining(
                                                         resultSaveInvVariance);
         },
         [&](const Options& options, Plan* plan, RunStats* stats) {
-          // The library reads and writes the per-channel tensors in any memory (api/host_channel_vectors.hpp);
-          // the saved statistics cuDNN makes optional it always writes, here into scratch.
+          // The library reads and writes the per-channel tensors in any memory
+          // (api/host_channel_vectors.hpp); the saved statistics cuDNN makes optional it always
+          // writes, here into scratch.
           std::vector<float> unsaved(resultSaveMean ? 0 : 2 * static_cast<size_t>(C));
           float* saved_mean = resultSaveMean ? static_cast<float*>(resultSaveMean) : unsaved.data();
           float* saved_invstd = resultSaveMean ? static_cast<float*>(resultSaveInvVariance) : unsaved.data() + C;
-          batchnorm_forward_training(g.problem, x, static_cast<const float*>(bnScale), static_cast<const float*>(bnBias),
-                                     epsilon, exponentialAverageFactor, static_cast<float*>(resultRunningMean),
-                                     static_cast<float*>(resultRunningVariance), y, saved_mean, saved_invstd, options,
-                                     plan, stats);
+          batchnorm_forward_training(g.problem, x, static_cast<const float*>(bnScale),
+                                     static_cast<const float*>(bnBias), epsilon, exponentialAverageFactor,
+                                     static_cast<float*>(resultRunningMean), static_cast<float*>(resultRunningVariance),
+                                     y, saved_mean, saved_invstd, options, plan, stats);
         });
   });
 }

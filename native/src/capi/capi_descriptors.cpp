@@ -97,7 +97,8 @@ Shape tensor_shape(cudnnTensorDescriptor_t desc, const char* name, int min_rank,
   Shape s(strides, strides + rank);
   throw not_supported(std::string(name) + " has strides " + format_shape(s) + " for dims " + format_shape(shape) +
                       (layouts ? "; only fully-packed NCHW or NHWC tensors are supported"
-                               : "; only fully-packed NCHW tensors are supported (NHWC: the convolutions and batch norm)"));
+                               : "; only fully-packed NCHW tensors are supported (NHWC: the convolutions and "
+                                 "batch norm)"));
 }
 
 Layout common_layout(const std::vector<std::pair<LayoutSet, const char*>>& descriptors, const char* call) {

@@ -58,20 +58,17 @@ struct DeviceResources {
   PinnedPool staging{kStagingCacheBytes};
 };
 
-bool find_algorithms_from_env() {
-  const char* v = std::getenv("OOC_CUDNN_FIND");
-  return !(v && std::string(v) == "0");
+// Whether the environment variable `name` is set to `value` (the backend's switches, read once).
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == value;
 }
 
-// OOC_DEPTHWISE_WGRAD=cudnn sends depthwise filter gradients to cuDNN instead of our kernel, for
-// the benchmarks that compare the two.
-bool own_depthwise_wgrad_from_env() {
-  const char* v = std::getenv("OOC_DEPTHWISE_WGRAD");
-  return !(v && std::string(v) == "cudnn");
-}
-
-// The elements of a dense [n, c, in...] layer chunk.
-int64_t dense_elements(const ChunkConv& s) { return s.n * s.c * s.in[0] * s.in[1] * s.in[2]; }
+// A chunk's tensors' element counts: x [n, c, in] (a layer chunk's dense tile too),
+// w [k, c / groups, kernel], y [n, k, out].
+int64_t x_elements(const ChunkConv& s) { return s.n * s.c * s.in[0] * s.in[1] * s.in[2]; }
+int64_t w_elements(const ChunkConv& s) { return s.k * (s.c / s.groups) * s.kernel[0] * s.kernel[1] * s.kernel[2]; }
+int64_t y_elements(const ChunkConv& s) { return s.n * s.k * s.out[0] * s.out[1] * s.out[2]; }
 
 class CudaBackend final : public Backend {
  public:
@@ -311,7 +308,8 @@ class CudaBackend final : public Backend {
     for (int i : {0, 1})
       OOC_CUDNN_CHECK(cudnnTransformTensor(handle, &one, desc(own, roles[i]), i == 0 ? in1 : in2, &zero,
                                            desc(flat, roles[i]), copy(roles[i])));
-    convolve_natively(op, planar, copy(roles[0]), copy(roles[1]), copy(roles[2]), alpha, 0.0, workspace, algorithm_bytes);
+    convolve_natively(op, planar, copy(roles[0]), copy(roles[1]), copy(roles[2]), alpha, 0.0, workspace,
+                      algorithm_bytes);
     cudnnTensorDescriptor_t out_desc = shape.out_dtype != shape.dtype ? own.w_accumulator : desc(own, roles[2]);
     OOC_CUDNN_CHECK(cudnnTransformTensor(handle, &one, desc(flat, roles[2]), copy(roles[2]), &beta_f, out_desc, out));
     return own;
@@ -428,7 +426,7 @@ class CudaBackend final : public Backend {
                              double alpha, double beta) override {
     if (!cudnn_layers::has_activation(mode)) {  // our own float32 kernels
       float32_kernel(s, "activation_forward");
-      cuda_kernels::activation_forward(dense_elements(s), mode, static_cast<float>(coef), f(x_data), f(y_data),
+      cuda_kernels::activation_forward(x_elements(s), mode, static_cast<float>(coef), f(x_data), f(y_data),
                                        static_cast<float>(alpha), static_cast<float>(beta), resources_->compute.get());
       return;
     }
@@ -439,7 +437,7 @@ class CudaBackend final : public Backend {
                               double beta) override {
     if (!cudnn_layers::has_activation(mode)) {  // our own float32 kernels
       float32_kernel(s, "activation_backward");
-      cuda_kernels::activation_backward(dense_elements(s), mode, static_cast<float>(coef), f(y_data), f(dy_data),
+      cuda_kernels::activation_backward(x_elements(s), mode, static_cast<float>(coef), f(y_data), f(dy_data),
                                         f(x_data), f(dx_data), static_cast<float>(alpha), static_cast<float>(beta),
                                         resources_->compute.get());
       return;
@@ -559,13 +557,6 @@ class CudaBackend final : public Backend {
     return op == Operation::forward ? y_elements(s) : op == Operation::backward_data ? x_elements(s) : w_elements(s);
   }
 
-  // A chunk's tensors' element counts: x [n, c, in], w [k, c / groups, kernel], y [n, k, out].
-  static int64_t x_elements(const ChunkConv& s) { return s.n * s.c * s.in[0] * s.in[1] * s.in[2]; }
-  static int64_t w_elements(const ChunkConv& s) {
-    return s.k * (s.c / s.groups) * s.kernel[0] * s.kernel[1] * s.kernel[2];
-  }
-  static int64_t y_elements(const ChunkConv& s) { return s.n * s.k * s.out[0] * s.out[1] * s.out[2]; }
-
   // Runs a cuDNN call; where cuDNN refuses the chosen algorithm, falls back (and keeps the
   // fallback for this shape) until it runs or no algorithm is left. Throws cudnn_error with cuDNN's
   // reason for the last refusal.
@@ -593,8 +584,10 @@ class CudaBackend final : public Backend {
   int device_;
   MachineModel machine_;
   std::vector<int> near_cpus_;  // its NUMA node's CPUs; empty: unknown
-  bool find_algorithms_ = find_algorithms_from_env();
-  bool own_depthwise_wgrad_ = own_depthwise_wgrad_from_env();
+  bool find_algorithms_ = !env_is("OOC_CUDNN_FIND", "0");
+  // OOC_DEPTHWISE_WGRAD=cudnn sends depthwise filter gradients to cuDNN instead of our kernel, for
+  // the benchmarks that compare the two.
+  bool own_depthwise_wgrad_ = !env_is("OOC_DEPTHWISE_WGRAD", "cudnn");
   QueueTimer queue_timer_;  // OOC_PROFILE_QUEUES=1: device time per queue, for RunStats
   size_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: the widest row stride one pitched copy accepts
   std::unique_ptr<DeviceResources> resources_;
